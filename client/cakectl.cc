@@ -1,0 +1,44 @@
+// cakectl: the operator's command line for a running caked.
+#include <cstdio>
+
+#include "CLI/CLI.hpp"
+#include "client/client.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"cakectl: inspect and manage a running caked"};
+  std::string socket;
+  app.add_option("--socket", socket, "the daemon's unix socket (default: the daemon's default)");
+  app.require_subcommand(1);
+  auto* status = app.add_subcommand("status", "version, uptime, tiers, live loads and regions");
+  auto* stats = app.add_subcommand("stats", "every counter, one per line");
+  auto* ping = app.add_subcommand("ping", "exit 0 when the daemon answers");
+  CLI11_PARSE(app, argc, argv);
+
+  auto client = cake::Client::Connect({socket, "cakectl"});
+  if (!client.ok()) {
+    std::fprintf(stderr, "cakectl: %s\n", std::string(client.status().message()).c_str());
+    return 1;
+  }
+  if (status->parsed()) {
+    auto text = (*client)->StatusText();
+    if (!text.ok()) {
+      std::fprintf(stderr, "cakectl: %s\n", text.status().ToString().c_str());
+      return 1;
+    }
+    std::fputs(text->c_str(), stdout);
+  } else if (stats->parsed()) {
+    auto counters = (*client)->Stats();
+    if (!counters.ok()) {
+      std::fprintf(stderr, "cakectl: %s\n", counters.status().ToString().c_str());
+      return 1;
+    }
+    for (const auto& [name, value] : *counters) std::printf("%s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
+  } else if (ping->parsed()) {
+    if (auto s = (*client)->Ping(); !s.ok()) {
+      std::fprintf(stderr, "cakectl: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    std::puts("ok");
+  }
+  return 0;
+}

@@ -1,0 +1,349 @@
+#include "client/client.h"
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cake/v1/admin.grpc.pb.h"
+#include "cake/v1/kv.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace cake {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+void ToProto(const NamespaceSpec& spec, v1::Namespace* out) {
+  out->set_model_id(spec.model_id);
+  out->set_num_layers(spec.num_layers);
+  out->set_num_kv_heads(spec.num_kv_heads);
+  out->set_head_dim(spec.head_dim);
+  out->set_dtype(static_cast<v1::DType>(spec.dtype));
+  out->set_tp_rank(spec.tp_rank);
+  out->set_tp_size(spec.tp_size);
+  out->set_chunk_tokens(spec.chunk_tokens);
+  out->set_tenant(spec.tenant);
+}
+
+void ToProto(const PromptRef& prompt, v1::Prompt* out) {
+  out->mutable_tokens()->Add(prompt.tokens.begin(), prompt.tokens.end());
+  for (const std::string& key : prompt.chunk_keys) out->add_chunk_keys(key);
+}
+
+class GrpcLoadSession final : public LoadSession {
+ public:
+  GrpcLoadSession(v1::KvService::Stub* stub, const LoadOptions& options)
+      : region_(options.region), inline_(options.region == nullptr) {
+    stream_ = stub->Load(&context_);
+    reader_ = std::thread([this] { ReadLoop(); });
+  }
+
+  ~GrpcLoadSession() override {
+    if (!finished_) {
+      context_.TryCancel();
+      if (reader_.joinable()) reader_.join();
+      stream_->Finish();
+    }
+    if (reader_.joinable()) reader_.join();
+  }
+
+  bool Send(const v1::LoadRequest& request) {
+    std::lock_guard lock(write_mu_);
+    return stream_->Write(request);
+  }
+
+  absl::StatusOr<LoadPlan> WaitPlan() override {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return plan_.has_value() || ended_; });
+    if (plan_) return *plan_;
+    return Ended();
+  }
+
+  absl::Status ReportProgress(uint32_t computed_through) override {
+    v1::LoadRequest request;
+    request.mutable_progress()->set_computed_through(computed_through);
+    if (!Send(request)) return absl::UnavailableError("the Load stream is closed");
+    return absl::OkStatus();
+  }
+
+  bool IsResident(uint32_t chunk) const override {
+    std::lock_guard lock(mu_);
+    return plan_.has_value() && chunk >= loaded_low_ && chunk < plan_->cached_chunks;
+  }
+
+  uint64_t RegionOffset(uint32_t chunk) const override {
+    std::lock_guard lock(mu_);
+    if (!plan_ || chunk < plan_->lowest_loadable) return 0;
+    return base_offset_ + uint64_t{chunk - plan_->lowest_loadable} * plan_->chunk_bytes;
+  }
+
+  std::string_view InlineChunk(uint32_t chunk) const override {
+    std::lock_guard lock(mu_);
+    auto it = inline_chunks_.find(chunk);
+    return it == inline_chunks_.end() ? std::string_view() : std::string_view(it->second);
+  }
+
+  absl::StatusOr<LoadDone> WaitDone() override {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_.has_value() || ended_; });
+    if (done_) return *done_;
+    return Ended();
+  }
+
+  bool WaitResident(uint32_t chunk) override {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] {
+      return done_.has_value() || ended_ || (plan_ && chunk >= loaded_low_ && chunk < plan_->cached_chunks);
+    });
+    return plan_ && chunk >= loaded_low_ && chunk < plan_->cached_chunks;
+  }
+
+  absl::Status Release() override {
+    if (finished_) return final_status_;
+    v1::LoadRequest request;
+    request.mutable_release();
+    Send(request);
+    {
+      std::lock_guard lock(write_mu_);
+      stream_->WritesDone();
+    }
+    if (reader_.joinable()) reader_.join();
+    finished_ = true;
+    final_status_ = FromGrpc(stream_->Finish());
+    return final_status_;
+  }
+
+  void set_base_offset(uint64_t offset) { base_offset_ = offset; }
+
+ private:
+  void ReadLoop() {
+    v1::LoadResponse response;
+    while (stream_->Read(&response)) {
+      std::lock_guard lock(mu_);
+      switch (response.msg_case()) {
+        case v1::LoadResponse::kPlan: {
+          const v1::LoadPlan& p = response.plan();
+          LoadPlan plan;
+          plan.load_id = p.load_id();
+          plan.total_chunks = p.total_chunks();
+          plan.cached_chunks = p.cached_chunks();
+          plan.lowest_loadable = p.lowest_loadable();
+          plan.chunk_bytes = p.chunk_bytes();
+          if (p.has_predicted_meeting_chunk()) plan.predicted_meeting_chunk = p.predicted_meeting_chunk();
+          for (int t : p.chunk_tiers()) plan.tiers.push_back(static_cast<TierKind>(t));
+          loaded_low_ = plan.cached_chunks;
+          plan_ = std::move(plan);
+          break;
+        }
+        case v1::LoadResponse::kLoaded:
+          // Chunks arrive highest first and each extends the contiguous loaded suffix.
+          loaded_low_ = std::min(loaded_low_, response.loaded().chunk());
+          if (inline_) inline_chunks_[response.loaded().chunk()] = std::move(*response.mutable_loaded()->mutable_data());
+          break;
+        case v1::LoadResponse::kDone:
+          done_ = LoadDone{response.done().meeting_chunk(), response.done().loaded_chunks(),
+                           response.done().failed_chunks()};
+          break;
+        case v1::LoadResponse::MSG_NOT_SET:
+          break;
+      }
+      cv_.notify_all();
+    }
+    std::lock_guard lock(mu_);
+    ended_ = true;
+    cv_.notify_all();
+  }
+
+  // The stream ended before what the caller waited for: finish it to learn why.
+  absl::Status Ended() {
+    return absl::UnavailableError("the Load stream ended early; Release() returns the daemon's status");
+  }
+
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::LoadRequest, v1::LoadResponse>> stream_;
+  const MappedRegion* region_;
+  const bool inline_;
+  uint64_t base_offset_ = 0;
+  std::mutex write_mu_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<LoadPlan> plan_;
+  std::optional<LoadDone> done_;
+  uint32_t loaded_low_ = UINT32_MAX;
+  std::map<uint32_t, std::string> inline_chunks_;
+  bool ended_ = false;
+  bool finished_ = false;
+  absl::Status final_status_;
+  std::thread reader_;
+};
+
+class GrpcClient final : public Client {
+ public:
+  GrpcClient(std::shared_ptr<grpc::Channel> channel, std::string client_id)
+      : channel_(std::move(channel)),
+        kv_(v1::KvService::NewStub(channel_)),
+        admin_(v1::AdminService::NewStub(channel_)),
+        client_id_(std::move(client_id)) {}
+
+  const std::string& client_id() const override { return client_id_; }
+
+  absl::StatusOr<MappedRegion> RegisterRegion(uint64_t bytes) override {
+    v1::RegisterRegionRequest request;
+    request.set_client_id(client_id_);
+    request.set_bytes(bytes);
+    request.set_kind(v1::REGION_HOST_SHM);
+    v1::RegisterRegionResponse response;
+    grpc::ClientContext context;
+    if (auto s = FromGrpc(kv_->RegisterRegion(&context, request, &response)); !s.ok()) return s;
+    auto shm = SharedMemory::Open(response.shm_name(), response.bytes());
+    if (!shm.ok()) return shm.status();
+    return MappedRegion(response.region_id(), std::move(*shm));
+  }
+
+  absl::Status ReleaseRegion(const MappedRegion& region) override {
+    v1::ReleaseRegionRequest request;
+    request.set_client_id(client_id_);
+    request.set_region_id(region.id());
+    v1::ReleaseRegionResponse response;
+    grpc::ClientContext context;
+    return FromGrpc(kv_->ReleaseRegion(&context, request, &response));
+  }
+
+  absl::StatusOr<LookupResult> Lookup(const NamespaceSpec& ns, const PromptRef& prompt) override {
+    v1::LookupRequest request;
+    ToProto(ns, request.mutable_namespace_());
+    ToProto(prompt, request.mutable_prompt());
+    v1::LookupResponse response;
+    grpc::ClientContext context;
+    if (auto s = FromGrpc(kv_->Lookup(&context, request, &response)); !s.ok()) return s;
+    LookupResult result{response.total_chunks(), response.cached_chunks(), {}, response.chunk_bytes()};
+    for (int t : response.chunk_tiers()) result.tiers.push_back(static_cast<TierKind>(t));
+    return result;
+  }
+
+  absl::StatusOr<StoreResult> Store(const NamespaceSpec& ns, const PromptRef& prompt, uint32_t first_chunk,
+                                    uint32_t count, const MappedRegion& region, uint64_t region_offset) override {
+    v1::StoreRequest request;
+    request.set_region_id(region.id());
+    request.set_region_offset(region_offset);
+    return DoStore(ns, prompt, first_chunk, count, &request);
+  }
+
+  absl::StatusOr<StoreResult> StoreInline(const NamespaceSpec& ns, const PromptRef& prompt, uint32_t first_chunk,
+                                          std::span<const std::string_view> chunks) override {
+    v1::StoreRequest request;
+    for (std::string_view chunk : chunks) request.add_inline_chunks(std::string(chunk));
+    return DoStore(ns, prompt, first_chunk, static_cast<uint32_t>(chunks.size()), &request);
+  }
+
+  absl::StatusOr<std::unique_ptr<LoadSession>> StartLoad(const LoadOptions& options) override {
+    v1::LoadRequest request;
+    v1::LoadStart* start = request.mutable_start();
+    start->set_client_id(client_id_);
+    ToProto(options.ns, start->mutable_namespace_());
+    ToProto(options.prompt, start->mutable_prompt());
+    if (options.region != nullptr) {
+      start->set_region_id(options.region->id());
+      start->set_region_offset(options.region_offset);
+      start->set_region_bytes(options.region_bytes);
+    }
+    start->set_mode(options.io_only ? v1::LoadStart::MODE_IO_ONLY : v1::LoadStart::MODE_CAKE);
+    start->set_window(options.window);
+    start->set_compute_first_chunk_s(options.compute_first_chunk_s);
+    start->set_compute_growth_s(options.compute_growth_s);
+    auto session = std::make_unique<GrpcLoadSession>(kv_.get(), options);
+    session->set_base_offset(options.region_offset);
+    // A failed write means the stream already ended; WaitPlan then reports it and Release gives the status.
+    session->Send(request);
+    return session;
+  }
+
+  absl::Status Ping() override {
+    grpc::ClientContext context;
+    v1::PingResponse response;
+    return FromGrpc(admin_->Ping(&context, v1::PingRequest(), &response));
+  }
+
+  absl::StatusOr<std::map<std::string, uint64_t>> Stats() override {
+    grpc::ClientContext context;
+    v1::StatsResponse response;
+    if (auto s = FromGrpc(admin_->Stats(&context, v1::StatsRequest(), &response)); !s.ok()) return s;
+    return std::map<std::string, uint64_t>(response.counters().begin(), response.counters().end());
+  }
+
+  absl::StatusOr<std::string> StatusText() override {
+    grpc::ClientContext context;
+    v1::StatusResponse r;
+    if (auto s = FromGrpc(admin_->Status(&context, v1::StatusRequest(), &r)); !s.ok()) return s;
+    std::string out = absl::StrFormat(
+        "version: %s\npid: %u\nuptime_s: %.1f\nlisten: %s\nregion_backend: %s\nactive_loads: %u\nregions: %u "
+        "(%u bytes)\n",
+        r.version(), r.pid(), r.uptime_s(), r.listen_address(), r.region_backend(), r.active_loads(), r.regions(),
+        r.region_bytes());
+    for (const v1::TierStatus& t : r.tiers()) {
+      absl::StrAppendFormat(&out, "tier %s: %u chunks, %u of %u bytes used%s\n", t.name(), t.chunks(), t.used_bytes(),
+                            t.capacity_bytes(),
+                            t.read_limit_gbps() > 0 ? absl::StrFormat(", reads capped at %g Gbps", t.read_limit_gbps())
+                                                    : "");
+    }
+    return out;
+  }
+
+ private:
+  absl::StatusOr<StoreResult> DoStore(const NamespaceSpec& ns, const PromptRef& prompt, uint32_t first_chunk,
+                                      uint32_t count, v1::StoreRequest* request) {
+    request->set_client_id(client_id_);
+    ToProto(ns, request->mutable_namespace_());
+    ToProto(prompt, request->mutable_prompt());
+    request->set_first_chunk(first_chunk);
+    request->set_chunk_count(count);
+    v1::StoreResponse response;
+    grpc::ClientContext context;
+    if (auto s = FromGrpc(kv_->Store(&context, *request, &response)); !s.ok()) return s;
+    return StoreResult{response.stored_chunks(), response.already_cached()};
+  }
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::KvService::Stub> kv_;
+  std::unique_ptr<v1::AdminService::Stub> admin_;
+  std::string client_id_;
+};
+
+}  // namespace
+
+std::string DefaultSocketPath() {
+  if (geteuid() == 0) return "/run/cake/caked.sock";
+  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg != '\0') {
+    return absl::StrCat(xdg, "/cake/caked.sock");
+  }
+  return absl::StrCat("/tmp/cake-", geteuid(), "/caked.sock");
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  if (options.socket_path.empty()) options.socket_path = DefaultSocketPath();
+  if (options.client_id.empty()) {
+    char host[256] = "host";
+    gethostname(host, sizeof(host) - 1);
+    options.client_id = absl::StrCat(host, "-", getpid());
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(1 << 30);
+  args.SetMaxSendMessageSize(1 << 30);
+  auto channel =
+      grpc::CreateCustomChannel(absl::StrCat("unix:", options.socket_path), grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5))) {
+    return absl::UnavailableError(absl::StrCat("no daemon answers on ", options.socket_path,
+                                               " (is caked running? is the path right?)"));
+  }
+  return std::unique_ptr<Client>(new GrpcClient(std::move(channel), std::move(options.client_id)));
+}
+
+}  // namespace cake

@@ -1,0 +1,131 @@
+// The C++ client library an engine links to use caked: regions, lookups, stores and Cake loads.
+// Blocking calls, safe to use from several threads; a LoadSession is driven by one engine thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cuda/region.h"
+#include "storage/namespace.h"
+#include "storage/tier_manager.h"
+
+namespace cake {
+
+struct ClientOptions {
+  std::string socket_path;  // default: the daemon's default socket for this user
+  std::string client_id;    // default: "<hostname>-<pid>"
+};
+
+// The daemon's default socket path, by the same rule caked uses.
+std::string DefaultSocketPath();
+
+// A region the daemon created for this client, mapped into this process.
+class MappedRegion {
+ public:
+  MappedRegion(std::string id, SharedMemory shm) : id_(std::move(id)), shm_(std::move(shm)) {}
+  const std::string& id() const { return id_; }
+  uint64_t size() const { return shm_.size(); }
+  std::byte* data() const { return shm_.data(); }
+
+ private:
+  std::string id_;
+  SharedMemory shm_;
+};
+
+// The prompt as tokens or as the engine's own 16-byte chunk keys (exactly one of the two).
+struct PromptRef {
+  std::span<const uint32_t> tokens;
+  std::span<const std::string> chunk_keys;
+};
+
+struct LookupResult {
+  uint32_t total_chunks = 0;
+  uint32_t cached_chunks = 0;
+  std::vector<TierKind> tiers;
+  uint64_t chunk_bytes = 0;
+};
+
+struct StoreResult {
+  uint32_t stored_chunks = 0;
+  uint32_t already_cached = 0;
+};
+
+struct LoadOptions {
+  NamespaceSpec ns;
+  PromptRef prompt;
+  const MappedRegion* region = nullptr;  // nullptr: chunk bytes come inline on the stream
+  uint64_t region_offset = 0;
+  uint64_t region_bytes = 0;             // 0: the rest of the region
+  bool io_only = false;                  // load every cached chunk, whatever the engine computes
+  uint32_t window = 0;                   // 0: the daemon's default
+  double compute_first_chunk_s = 0;      // optional hints for the daemon's meeting-point prediction
+  double compute_growth_s = 0;
+};
+
+struct LoadPlan {
+  std::string load_id;
+  uint32_t total_chunks = 0;
+  uint32_t cached_chunks = 0;
+  uint32_t lowest_loadable = 0;
+  uint64_t chunk_bytes = 0;
+  std::optional<uint32_t> predicted_meeting_chunk;
+  std::vector<TierKind> tiers;
+};
+
+struct LoadDone {
+  uint32_t meeting_chunk = 0;  // compute [0, meeting_chunk), use the loaded [meeting_chunk, cached_chunks)
+  uint32_t loaded_chunks = 0;
+  uint32_t failed_chunks = 0;
+};
+
+// One Cake load. After each engine step: ReportProgress(c), then IsResident(c) to decide whether to stop
+// computing. Release() once the loaded chunks have been copied out.
+class LoadSession {
+ public:
+  virtual ~LoadSession() = default;  // cancels the load if it was not released
+
+  virtual absl::StatusOr<LoadPlan> WaitPlan() = 0;
+  virtual absl::Status ReportProgress(uint32_t computed_through) = 0;
+  // Whether chunk's bytes are in the region (or held inline); true means all of [chunk, cached) are.
+  virtual bool IsResident(uint32_t chunk) const = 0;
+  // Where chunk landed in the region (valid once resident).
+  virtual uint64_t RegionOffset(uint32_t chunk) const = 0;
+  // Inline loads: the chunk's bytes (empty unless resident).
+  virtual std::string_view InlineChunk(uint32_t chunk) const = 0;
+  // Blocks until the daemon reports the final split; an error if the stream failed.
+  virtual absl::StatusOr<LoadDone> WaitDone() = 0;
+  // Blocks until chunk is resident or Done arrived; returns IsResident(chunk).
+  virtual bool WaitResident(uint32_t chunk) = 0;
+  // Tells the daemon the chunks were copied out and ends the stream; returns its final status.
+  virtual absl::Status Release() = 0;
+};
+
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options = {});
+  virtual ~Client() = default;
+
+  virtual const std::string& client_id() const = 0;
+  virtual absl::StatusOr<MappedRegion> RegisterRegion(uint64_t bytes) = 0;
+  virtual absl::Status ReleaseRegion(const MappedRegion& region) = 0;
+  virtual absl::StatusOr<LookupResult> Lookup(const NamespaceSpec& ns, const PromptRef& prompt) = 0;
+  // Chunks [first_chunk, first_chunk + count) lie one after another in the region from region_offset.
+  virtual absl::StatusOr<StoreResult> Store(const NamespaceSpec& ns, const PromptRef& prompt, uint32_t first_chunk,
+                                            uint32_t count, const MappedRegion& region, uint64_t region_offset) = 0;
+  virtual absl::StatusOr<StoreResult> StoreInline(const NamespaceSpec& ns, const PromptRef& prompt,
+                                                  uint32_t first_chunk, std::span<const std::string_view> chunks) = 0;
+  virtual absl::StatusOr<std::unique_ptr<LoadSession>> StartLoad(const LoadOptions& options) = 0;
+
+  virtual absl::Status Ping() = 0;
+  virtual absl::StatusOr<std::map<std::string, uint64_t>> Stats() = 0;
+  // The daemon's status as "key: value" lines, for people.
+  virtual absl::StatusOr<std::string> StatusText() = 0;
+};
+
+}  // namespace cake

@@ -1,0 +1,149 @@
+// Host shared-memory regions: the default backend where there is no GPU, and what every CI test exercises.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "cuda/region.h"
+
+namespace cake {
+namespace {
+
+std::string RandomShmName() {
+  // 128 bits from the kernel's generator: another local user cannot guess a live region's name.
+  std::random_device rd("/dev/urandom");
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string name = "/cake-";
+  for (int i = 0; i < 4; ++i) {
+    uint32_t v = rd();
+    for (int j = 0; j < 8; ++j, v >>= 4) name.push_back(kDigits[v & 15]);
+  }
+  return name;
+}
+
+absl::Status ErrnoStatus(const std::string& what, int err) {
+  std::string msg = absl::StrCat(what, ": ", std::strerror(err));
+  if (err == ENOMEM || err == ENOSPC) return absl::ResourceExhaustedError(msg);
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::InternalError(msg);
+}
+
+class HostRegion final : public Region {
+ public:
+  explicit HostRegion(SharedMemory shm) : shm_(std::move(shm)) {}
+
+  RegionBackend backend() const override { return RegionBackend::kHostShm; }
+  uint64_t size() const override { return shm_.size(); }
+  std::byte* host_data() override { return shm_.data(); }
+  absl::Status CopyIn(uint64_t offset, std::span<const std::byte> src) override {
+    if (auto s = CheckRange(size(), offset, src.size()); !s.ok()) return s;
+    std::memcpy(shm_.data() + offset, src.data(), src.size());
+    return absl::OkStatus();
+  }
+  absl::Status CopyOut(uint64_t offset, std::span<std::byte> dst) const override {
+    if (auto s = CheckRange(size(), offset, dst.size()); !s.ok()) return s;
+    std::memcpy(dst.data(), shm_.data() + offset, dst.size());
+    return absl::OkStatus();
+  }
+  std::string export_handle() const override { return shm_.name(); }
+
+ private:
+  SharedMemory shm_;
+};
+
+}  // namespace
+
+absl::Status CheckRange(uint64_t size, uint64_t offset, uint64_t bytes) {
+  if (offset > size || bytes > size - offset) {
+    return absl::OutOfRangeError(
+        absl::StrCat("bytes [", offset, ", ", offset, " + ", bytes, ") do not lie within the region's ", size));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SharedMemory> SharedMemory::Create(uint64_t bytes) {
+  if (bytes == 0) return absl::InvalidArgumentError("a shared-memory region needs at least one byte");
+  SharedMemory shm;
+  int fd = -1;
+  for (int attempt = 0; attempt < 4 && fd < 0; ++attempt) {
+    shm.name_ = RandomShmName();
+    fd = shm_open(shm.name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EEXIST) return ErrnoStatus(absl::StrCat("shm_open ", shm.name_), errno);
+  }
+  if (fd < 0) return absl::InternalError("could not find a free shared-memory name");
+  shm.owner_ = true;  // from here on the destructor unlinks the name
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int err = errno;
+    close(fd);
+    return ErrnoStatus(absl::StrCat("sizing shared memory ", shm.name_, " to ", bytes, " bytes"), err);
+  }
+  // Reserve the pages now: a tmpfs that runs out later would kill the daemon with SIGBUS mid-copy.
+  if (int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
+    close(fd);
+    return ErrnoStatus(absl::StrCat("reserving ", bytes, " bytes of shared memory (is /dev/shm big enough?)"), err);
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);
+  if (p == MAP_FAILED) return ErrnoStatus(absl::StrCat("mapping shared memory ", shm.name_), err);
+  shm.data_ = static_cast<std::byte*>(p);
+  shm.size_ = bytes;
+  return shm;
+}
+
+absl::StatusOr<SharedMemory> SharedMemory::Open(const std::string& name, uint64_t bytes) {
+  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus(absl::StrCat("opening shared memory ", name), errno);
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes) {
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared memory ", name, " holds ", st.st_size, " bytes, fewer than the ", bytes, " expected"));
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);
+  if (p == MAP_FAILED) return ErrnoStatus(absl::StrCat("mapping shared memory ", name), err);
+  SharedMemory shm;
+  shm.name_ = name;
+  shm.data_ = static_cast<std::byte*>(p);
+  shm.size_ = bytes;
+  return shm;
+}
+
+SharedMemory::SharedMemory(SharedMemory&& other) noexcept { *this = std::move(other); }
+
+SharedMemory& SharedMemory::operator=(SharedMemory&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    name_ = std::move(other.name_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    owner_ = std::exchange(other.owner_, false);
+  }
+  return *this;
+}
+
+SharedMemory::~SharedMemory() { Reset(); }
+
+void SharedMemory::Reset() {
+  if (data_ != nullptr) munmap(data_, size_);
+  if (owner_) shm_unlink(name_.c_str());
+  data_ = nullptr;
+  size_ = 0;
+  owner_ = false;
+}
+
+absl::StatusOr<std::unique_ptr<Region>> CreateHostRegion(uint64_t bytes) {
+  auto shm = SharedMemory::Create(bytes);
+  if (!shm.ok()) return shm.status();
+  return std::make_unique<HostRegion>(std::move(*shm));
+}
+
+}  // namespace cake

@@ -1,0 +1,70 @@
+// Memory the daemon and an engine both address: the daemon loads chunks into it, the engine reads them out.
+// Backends: host shared memory (here, the default without a GPU) and CUDA IPC (later, behind this interface).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace cake {
+
+enum class RegionBackend { kHostShm, kCudaIpc };
+
+// Safe to use from several threads at once on disjoint byte ranges.
+class Region {
+ public:
+  virtual ~Region() = default;
+
+  virtual RegionBackend backend() const = 0;
+  virtual uint64_t size() const = 0;
+  // Base address when plain CPU stores reach the memory (host regions), so tiers can read straight into it;
+  // nullptr when bytes must go through CopyIn (device memory).
+  virtual std::byte* host_data() = 0;
+  // OUT_OF_RANGE when [offset, offset + bytes) does not lie inside the region.
+  virtual absl::Status CopyIn(uint64_t offset, std::span<const std::byte> src) = 0;
+  virtual absl::Status CopyOut(uint64_t offset, std::span<std::byte> dst) const = 0;
+  // What the engine needs to open the region: the shm name, or the IPC handle's bytes.
+  virtual std::string export_handle() const = 0;
+};
+
+// OUT_OF_RANGE unless [offset, offset + bytes) lies within [0, size), without overflow.
+absl::Status CheckRange(uint64_t size, uint64_t offset, uint64_t bytes);
+
+// A POSIX shared-memory object with an unguessable name and owner-only permissions, owned by its creator
+// (the name is unlinked when the owner goes) or merely mapped by an opener. Move-only.
+class SharedMemory {
+ public:
+  // Creates a new object of `bytes` bytes under a fresh random name "/cake-<32 hex>", mode 0600.
+  static absl::StatusOr<SharedMemory> Create(uint64_t bytes);
+  // Maps an existing object; FAILED_PRECONDITION if it is smaller than `bytes`.
+  static absl::StatusOr<SharedMemory> Open(const std::string& name, uint64_t bytes);
+
+  SharedMemory(SharedMemory&& other) noexcept;
+  SharedMemory& operator=(SharedMemory&& other) noexcept;
+  SharedMemory(const SharedMemory&) = delete;
+  SharedMemory& operator=(const SharedMemory&) = delete;
+  ~SharedMemory();
+
+  std::byte* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  SharedMemory() = default;
+  void Reset();
+
+  std::string name_;
+  std::byte* data_ = nullptr;
+  uint64_t size_ = 0;
+  bool owner_ = false;
+};
+
+// The daemon's host-memory region backend.
+absl::StatusOr<std::unique_ptr<Region>> CreateHostRegion(uint64_t bytes);
+
+}  // namespace cake

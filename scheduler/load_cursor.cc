@@ -1,0 +1,93 @@
+#include "scheduler/load_cursor.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace cake {
+
+LoadCursor::LoadCursor(const Options& options)
+    : options_(options),
+      state_(options.cached_chunks, State::kUnread),
+      next_(options.cached_chunks),
+      low_(options.cached_chunks) {
+  options_.lowest_loadable = std::min(options_.lowest_loadable, options_.cached_chunks);
+  if (options_.window == 0) options_.window = 1;
+}
+
+uint32_t LoadCursor::Floor() const {
+  uint32_t floor = std::max(options_.lowest_loadable, failure_floor_);
+  if (options_.follow_progress) floor = std::max(floor, computed_);
+  return floor;
+}
+
+std::optional<uint32_t> LoadCursor::NextRead() {
+  if (Meeting().has_value() || in_flight_ >= options_.window || next_ <= Floor()) return std::nullopt;
+  --next_;
+  state_[next_] = State::kReading;
+  ++in_flight_;
+  return next_;
+}
+
+std::vector<uint32_t> LoadCursor::OnReadDone(uint32_t chunk, bool ok) {
+  std::vector<uint32_t> newly_loaded;
+  if (chunk >= state_.size() || state_[chunk] != State::kReading) return newly_loaded;
+  --in_flight_;
+  if (!ok) {
+    state_[chunk] = State::kFailed;
+    ++failed_;
+    failure_floor_ = std::max(failure_floor_, chunk + 1);
+    return newly_loaded;
+  }
+  state_[chunk] = State::kLoaded;
+  // Only a contiguous suffix is usable: the engine computes forward and must find everything above it loaded.
+  while (low_ > failure_floor_ && low_ > 0 && state_[low_ - 1] == State::kLoaded) {
+    --low_;
+    if (!options_.follow_progress || low_ >= computed_) newly_loaded.push_back(low_);
+  }
+  return newly_loaded;
+}
+
+void LoadCursor::OnProgress(uint32_t computed_through) { computed_ = std::max(computed_, computed_through); }
+
+std::optional<uint32_t> LoadCursor::Meeting() const {
+  const uint32_t h = options_.cached_chunks;
+  const uint32_t floor = std::max(options_.lowest_loadable, failure_floor_);
+  const bool engine_caught_up = options_.follow_progress && low_ <= computed_;
+  const bool cursor_bottomed_out = low_ <= floor;
+  if (!engine_caught_up && !cursor_bottomed_out) return std::nullopt;
+  uint32_t m = low_;
+  if (options_.follow_progress) m = std::max(m, std::min(computed_, h));
+  return m;
+}
+
+uint32_t LoadCursor::wasted_reads() const {
+  auto m = Meeting();
+  if (!m) return 0;
+  uint32_t wasted = 0;
+  for (uint32_t i = 0; i < *m && i < state_.size(); ++i) {
+    if (state_[i] == State::kLoaded || state_[i] == State::kReading) ++wasted;
+  }
+  return wasted;
+}
+
+uint32_t PredictMeetingChunk(uint32_t cached_chunks, uint32_t lowest_loadable, const SplitCosts& costs) {
+  const uint32_t h = cached_chunks;
+  lowest_loadable = std::min(lowest_loadable, h);
+  // Walk m upward: compute time grows and load time shrinks, so the best m is where they cross.
+  double compute = 0;
+  for (uint32_t i = 0; i < lowest_loadable; ++i) compute += costs.compute_first_chunk_s + costs.compute_growth_s * i;
+  uint32_t best = lowest_loadable;
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (uint32_t m = lowest_loadable; m <= h; ++m) {
+    const double load = costs.load_chunk_s * (h - m);
+    const double cost = std::max(compute, load);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = m;
+    }
+    compute += costs.compute_first_chunk_s + costs.compute_growth_s * m;
+  }
+  return best;
+}
+
+}  // namespace cake

@@ -1,0 +1,72 @@
+// The per-request Cake loader: a cursor that reads cached chunks from the tail backward, a window of reads in
+// flight, and detection of the point where it meets the engine's forward compute. Pure logic: no threads, no
+// I/O, no clock, so every interleaving can be tested.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace cake {
+
+class LoadCursor {
+ public:
+  struct Options {
+    uint32_t cached_chunks = 0;    // H: chunks [0, H) are in some tier
+    uint32_t lowest_loadable = 0;  // chunks below it have no room in the region: the engine computes them
+    uint32_t window = 4;           // reads in flight at once
+    bool follow_progress = true;   // false for I/O-only loads: load everything, whatever the engine computed
+  };
+
+  explicit LoadCursor(const Options& options);
+
+  // The next chunk to start reading, or nullopt when the window is full or no unread chunk is still useful.
+  // Never returns a chunk the engine has already reported computed.
+  std::optional<uint32_t> NextRead();
+
+  // A read finished. Returns the chunks that just joined the contiguous loaded suffix [loaded_low(), H) and the
+  // engine still needs (not yet computed), highest first. A failed read makes that chunk, and every chunk below
+  // it, the engine's to compute.
+  std::vector<uint32_t> OnReadDone(uint32_t chunk, bool ok);
+
+  // The engine has computed chunks [0, computed_through).
+  void OnProgress(uint32_t computed_through);
+
+  // Once the split is final: the meeting chunk m. The engine computes [0, m) and uses loaded [m, H).
+  std::optional<uint32_t> Meeting() const;
+
+  uint32_t cached_chunks() const { return options_.cached_chunks; }
+  uint32_t loaded_low() const { return low_; }
+  uint32_t computed_through() const { return computed_; }
+  uint32_t in_flight() const { return in_flight_; }
+  uint32_t failed() const { return failed_; }
+  // Reads issued for chunks that ended up computed anyway (wasted I/O), known once the split is final.
+  uint32_t wasted_reads() const;
+
+ private:
+  enum class State : uint8_t { kUnread, kReading, kLoaded, kFailed };
+
+  // Chunks below this are not worth reading: no room, a failed read above them, or already computed.
+  uint32_t Floor() const;
+
+  Options options_;
+  std::vector<State> state_;
+  uint32_t next_;             // chunks [next_, H) have been issued
+  uint32_t low_;              // chunks [low_, H) are loaded
+  uint32_t failure_floor_ = 0;
+  uint32_t computed_ = 0;
+  uint32_t in_flight_ = 0;
+  uint32_t failed_ = 0;
+};
+
+// Cost of computing chunk i on the engine, t(i) = first_chunk_s + growth_s * i (attention over a longer
+// prefix makes later chunks dearer), and of loading one chunk. Predicts the meeting chunk m that minimises
+// max(compute [0, m), load [m, H)).
+struct SplitCosts {
+  double compute_first_chunk_s = 0;
+  double compute_growth_s = 0;
+  double load_chunk_s = 0;
+};
+uint32_t PredictMeetingChunk(uint32_t cached_chunks, uint32_t lowest_loadable, const SplitCosts& costs);
+
+}  // namespace cake

@@ -1,0 +1,169 @@
+#include "server/config.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <set>
+#include <toml++/toml.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace cake {
+
+std::string DaemonConfig::socket_path() const { return socket.empty() ? run_dir + "/caked.sock" : socket; }
+
+DaemonConfig DefaultConfig() {
+  DaemonConfig c;
+  if (geteuid() == 0) {
+    c.run_dir = "/run/cake";
+  } else if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg != '\0') {
+    c.run_dir = absl::StrCat(xdg, "/cake");
+  } else {
+    c.run_dir = absl::StrCat("/tmp/cake-", geteuid());
+  }
+  return c;
+}
+
+namespace {
+
+// Reads one table of the file, remembering which keys it used so the rest can be reported as unknown.
+class TableReader {
+ public:
+  TableReader(const toml::table& root, std::string name) : name_(std::move(name)) {
+    if (const toml::node* n = root.get(name_)) {
+      table_ = n->as_table();
+      if (table_ == nullptr) error_ = absl::InvalidArgumentError(absl::StrCat("[", name_, "] must be a table"));
+    }
+  }
+
+  void String(const char* key, std::string* out) {
+    if (const toml::node* n = Find(key)) {
+      if (auto v = n->value<std::string>()) {
+        *out = *v;
+      } else {
+        Fail(key, "a string");
+      }
+    }
+  }
+  template <typename T>
+  void Unsigned(const char* key, T* out, uint64_t min, uint64_t max) {
+    if (const toml::node* n = Find(key)) {
+      auto v = n->value<int64_t>();
+      if (!v || *v < 0 || static_cast<uint64_t>(*v) < min || static_cast<uint64_t>(*v) > max) {
+        Fail(key, absl::StrCat("an integer from ", min, " to ", max));
+      } else {
+        *out = static_cast<T>(*v);
+      }
+    }
+  }
+  void Double(const char* key, double* out, double min, double max) {
+    if (const toml::node* n = Find(key)) {
+      auto v = n->value<double>();  // integers convert too
+      if (!v || *v < min || *v > max) {
+        Fail(key, absl::StrCat("a number from ", min, " to ", max));
+      } else {
+        *out = *v;
+      }
+    }
+  }
+
+  absl::Status Finish() {
+    if (!error_.ok() || table_ == nullptr) return error_;
+    std::vector<std::string> unknown;
+    for (const auto& [key, value] : *table_) {
+      if (!used_.contains(std::string(key.str()))) unknown.push_back(std::string(key.str()));
+    }
+    if (!unknown.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown key(s) in [", name_, "]: ", absl::StrJoin(unknown, ", "),
+                       " (docs/operations.md lists every key)"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const toml::node* Find(const char* key) {
+    if (table_ == nullptr) return nullptr;
+    used_.insert(key);
+    return table_->get(key);
+  }
+  void Fail(const char* key, const std::string& expected) {
+    if (error_.ok()) {
+      error_ = absl::InvalidArgumentError(absl::StrCat(name_, ".", key, " must be ", expected));
+    }
+  }
+
+  std::string name_;
+  const toml::table* table_ = nullptr;
+  std::set<std::string> used_;
+  absl::Status error_;
+};
+
+}  // namespace
+
+absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    return absl::InvalidArgumentError(absl::StrCat("config ", path, " line ", where.line, " column ",
+                                                   where.column, ": ", std::string(e.description())));
+  }
+  static const std::set<std::string> kTables = {"server", "limits", "dram", "loader", "keys"};
+  for (const auto& [key, value] : root) {
+    if (!kTables.contains(std::string(key.str()))) {
+      return absl::InvalidArgumentError(absl::StrCat("config ", path, ": unknown table [", std::string(key.str()),
+                                                     "]; known: server, limits, dram, loader, keys"));
+    }
+  }
+  constexpr uint64_t kU32 = UINT32_MAX;
+  TableReader server(root, "server");
+  server.String("run_dir", &c.run_dir);
+  server.String("socket", &c.socket);
+  server.Unsigned("socket_mode", &c.socket_mode, 0, 0777);
+  server.Unsigned("max_message_bytes", &c.max_message_bytes, 1 << 20, INT32_MAX);
+  server.Double("shutdown_grace_s", &c.shutdown_grace_s, 0, 3600);
+  server.String("log_level", &c.log_level);
+  TableReader limits(root, "limits");
+  limits.Unsigned("max_prompt_tokens", &c.max_prompt_tokens, 1, uint64_t{1} << 32);
+  limits.Unsigned("max_chunk_bytes", &c.max_chunk_bytes, 1, uint64_t{1} << 40);
+  limits.Unsigned("max_chunk_tokens", &c.max_chunk_tokens, 1, kU32);
+  limits.Unsigned("default_chunk_tokens", &c.default_chunk_tokens, 1, kU32);
+  limits.Unsigned("max_region_bytes", &c.max_region_bytes, 1, uint64_t{1} << 50);
+  limits.Unsigned("max_regions_per_client", &c.max_regions_per_client, 1, kU32);
+  limits.Unsigned("max_concurrent_loads", &c.max_concurrent_loads, 1, 1 << 20);
+  TableReader dram(root, "dram");
+  dram.Unsigned("capacity_bytes", &c.dram_capacity_bytes, 1, uint64_t{1} << 50);
+  dram.Double("read_gbps", &c.dram_read_gbps, 0, 1e6);
+  TableReader loader(root, "loader");
+  loader.Unsigned("window", &c.load_window, 1, 4096);
+  loader.Unsigned("max_window", &c.max_load_window, 1, 4096);
+  loader.Unsigned("io_threads", &c.io_threads, 1, 1024);
+  TableReader keys(root, "keys");
+  keys.String("secret", &c.key_secret);
+  for (TableReader* t : {&server, &limits, &dram, &loader, &keys}) {
+    if (auto s = t->Finish(); !s.ok()) return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
+  }
+  return c;
+}
+
+absl::Status ValidateConfig(const DaemonConfig& c) {
+  if (c.run_dir.empty() && c.socket.empty()) return absl::InvalidArgumentError("server.run_dir or server.socket must be set");
+  if (c.load_window > c.max_load_window) {
+    return absl::InvalidArgumentError(absl::StrCat("loader.window (", c.load_window, ") exceeds loader.max_window (",
+                                                   c.max_load_window, ")"));
+  }
+  if (c.default_chunk_tokens > c.max_chunk_tokens) {
+    return absl::InvalidArgumentError("limits.default_chunk_tokens exceeds limits.max_chunk_tokens");
+  }
+  static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+  if (!kLevels.contains(c.log_level)) {
+    return absl::InvalidArgumentError(absl::StrCat("server.log_level is \"", c.log_level,
+                                                   "\"; accepted: trace, debug, info, warn, error, critical, off"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cake

@@ -1,0 +1,50 @@
+// caked's configuration: embedded defaults, then a TOML file, then command-line flags, in that order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace cake {
+
+struct DaemonConfig {
+  // [server]
+  std::string run_dir;          // holds the socket; default: /run/cake as root, else $XDG_RUNTIME_DIR/cake
+  std::string socket;           // default: <run_dir>/caked.sock
+  uint32_t socket_mode = 0660;  // engines in the socket's group may connect
+  uint64_t max_message_bytes = uint64_t{1} << 30;
+  double shutdown_grace_s = 5;
+  std::string log_level = "info";
+  // [limits]
+  uint64_t max_prompt_tokens = 1u << 20;
+  uint64_t max_chunk_bytes = uint64_t{1} << 30;
+  uint32_t max_chunk_tokens = 1u << 16;
+  uint32_t default_chunk_tokens = 256;
+  uint64_t max_region_bytes = uint64_t{64} << 30;
+  uint32_t max_regions_per_client = 64;
+  uint32_t max_concurrent_loads = 256;
+  // [dram]
+  uint64_t dram_capacity_bytes = uint64_t{4} << 30;
+  double dram_read_gbps = 0;  // 0: not throttled
+  // [loader]
+  uint32_t load_window = 4;   // reads in flight per load
+  uint32_t max_load_window = 64;
+  uint32_t io_threads = 4;
+  // [keys]
+  std::string key_secret;     // mixed into every key root; daemons that share a store must share it
+
+  std::string socket_path() const;
+};
+
+// The embedded defaults, with run_dir resolved for the current user.
+DaemonConfig DefaultConfig();
+
+// Overlays a TOML file onto `base`. A missing key keeps its value; an unknown key, a wrong type or a value out of
+// range is an INVALID_ARGUMENT naming the key, so a typo never silently runs with defaults.
+absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig base);
+
+// Checks cross-field rules (e.g. the window fits the I/O queue).
+absl::Status ValidateConfig(const DaemonConfig& config);
+
+}  // namespace cake

@@ -1,0 +1,125 @@
+#include "server/daemon.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/server_builder.h"
+#include "spdlog/spdlog.h"
+#include "storage/dram_tier.h"
+#include "storage/throttled_tier.h"
+
+namespace cake {
+
+uint64_t LoadTracker::TryAdd(uint32_t max_loads, std::function<void()> cancel) {
+  std::lock_guard lock(mu_);
+  if (cancels_.size() >= max_loads) return 0;
+  const uint64_t ticket = next_++;
+  cancels_.emplace(ticket, std::move(cancel));
+  return ticket;
+}
+
+void LoadTracker::Remove(uint64_t ticket) {
+  std::lock_guard lock(mu_);
+  cancels_.erase(ticket);
+}
+
+void LoadTracker::CancelAll() {
+  std::lock_guard lock(mu_);
+  for (auto& [ticket, cancel] : cancels_) cancel();
+}
+
+uint32_t LoadTracker::active() const {
+  std::lock_guard lock(mu_);
+  return static_cast<uint32_t>(cancels_.size());
+}
+
+namespace {
+
+// A socket file whose daemon died still exists; binding over it needs it gone, but a live daemon's must stay.
+absl::Status ClearStaleSocket(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " exists and is not a socket; choose another server.socket"));
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " is longer than ", sizeof(addr.sun_path) - 1,
+                                                   " bytes"));
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const bool live = fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  if (fd >= 0) close(fd);
+  if (live) {
+    return absl::AlreadyExistsError(absl::StrCat("another daemon is listening on ", path, "; stop it first or choose another socket"));
+  }
+  spdlog::warn("removing stale socket {} left by a daemon that did not stop cleanly", path);
+  unlink(path.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
+  if (auto s = ValidateConfig(config); !s.ok()) return s;
+  std::unique_ptr<Daemon> d(new Daemon());
+  d->socket_path_ = config.socket_path();
+  const std::filesystem::path dir = std::filesystem::path(d->socket_path_).parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  if (auto s = ClearStaleSocket(d->socket_path_); !s.ok()) return s;
+
+  d->state_ = std::make_unique<DaemonState>(config);
+  std::unique_ptr<Tier> dram = std::make_unique<DramTier>(config.dram_capacity_bytes);
+  if (config.dram_read_gbps > 0) dram = std::make_unique<ThrottledTier>(std::move(dram), config.dram_read_gbps);
+  d->state_->tiers.AddTier(TierKind::kDram, std::move(dram));
+
+  d->kv_service_ = std::make_unique<KvServiceImpl>(*d->state_);
+  d->admin_service_ = std::make_unique<AdminServiceImpl>(*d->state_);
+  d->state_->listen_address = absl::StrCat("unix:", d->socket_path_);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(d->state_->listen_address, grpc::InsecureServerCredentials());
+  builder.RegisterService(d->kv_service_.get());
+  builder.RegisterService(d->admin_service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  d->server_ = builder.BuildAndStart();
+  if (d->server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("could not listen on ", d->socket_path_, " (see the gRPC error above)"));
+  }
+  chmod(d->socket_path_.c_str(), config.socket_mode);
+  spdlog::info("caked {} listening on {} (DRAM tier {} MiB{}, {} I/O threads, window {})", CAKE_VERSION,
+               d->socket_path_, config.dram_capacity_bytes >> 20,
+               config.dram_read_gbps > 0 ? absl::StrCat(", reads capped at ", config.dram_read_gbps, " Gbps") : "",
+               config.io_threads, config.load_window);
+  return d;
+}
+
+void Daemon::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  spdlog::info("stopping: {} live loads cancelled, {} regions released", state_->loads.active(), state_->regions.count());
+  state_->loads.CancelAll();
+  const auto grace = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(state_->config.shutdown_grace_s));
+  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  server_->Wait();
+  // Queued Store copies finish before the pool's threads join; then nothing references a region any more.
+  state_.reset();
+  unlink(socket_path_.c_str());
+  spdlog::info("stopped");
+}
+
+Daemon::~Daemon() { Stop(); }
+
+}  // namespace cake

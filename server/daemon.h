@@ -1,0 +1,39 @@
+// A running caked: its state, its gRPC server on the unix socket, and an orderly stop.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/server.h"
+#include "server/config.h"
+#include "server/daemon_state.h"
+#include "server/services.h"
+
+namespace cake {
+
+class Daemon {
+ public:
+  // Builds the tiers, binds the socket (replacing a stale one a crash left behind, refusing a live one) and
+  // starts serving.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonConfig& config);
+  ~Daemon();
+
+  // Stops accepting, cancels live loads, waits up to the grace period for the rest, releases every region and
+  // removes the socket. Idempotent.
+  void Stop();
+
+  DaemonState& state() { return *state_; }
+  const std::string& socket_path() const { return socket_path_; }
+
+ private:
+  Daemon() = default;
+
+  std::string socket_path_;
+  std::unique_ptr<DaemonState> state_;
+  std::unique_ptr<KvServiceImpl> kv_service_;
+  std::unique_ptr<AdminServiceImpl> admin_service_;
+  std::unique_ptr<grpc::Server> server_;
+  bool stopped_ = false;
+};
+
+}  // namespace cake

@@ -1,0 +1,51 @@
+// Everything the RPC handlers share inside one caked process. Owned by Daemon; handlers hold references.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "scheduler/io_pool.h"
+#include "server/config.h"
+#include "server/counters.h"
+#include "server/region_registry.h"
+#include "storage/tier_manager.h"
+
+namespace cake {
+
+// Live loads, so a stopping daemon can cancel them and Status can count them.
+class LoadTracker {
+ public:
+  // Returns a ticket, or 0 when max_concurrent_loads are already running.
+  uint64_t TryAdd(uint32_t max_loads, std::function<void()> cancel);
+  void Remove(uint64_t ticket);
+  void CancelAll();
+  uint32_t active() const;
+
+ private:
+  mutable std::mutex mu_;
+  absl::flat_hash_map<uint64_t, std::function<void()>> cancels_;
+  uint64_t next_ = 1;
+};
+
+struct DaemonState {
+  explicit DaemonState(const DaemonConfig& c)
+      : config(c),
+        regions(RegionRegistry::Limits{c.max_region_bytes, c.max_regions_per_client}),
+        // Room for every live load's full window, so a load that got admitted is never refused a read.
+        pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024) {}
+
+  const DaemonConfig config;
+  const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  TierManager tiers;
+  RegionRegistry regions;
+  Counters counters;
+  LoadTracker loads;
+  std::string listen_address;
+  IoPool pool;  // last member: destroyed first, so queued work never outlives what it touches
+};
+
+}  // namespace cake

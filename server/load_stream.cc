@@ -1,0 +1,428 @@
+// The Load stream's state machine. gRPC callbacks and I/O completions both drive it; one mutex guards the state,
+// and gRPC operations (StartWrite, Finish) are issued outside it, one write at a time, never after Finish.
+#include "server/load_stream.h"
+
+#include <deque>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "scheduler/load_cursor.h"
+#include "server/requests.h"
+#include "storage/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace cake {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class LoadSession;
+
+class LoadReactor final : public grpc::ServerBidiReactor<v1::LoadRequest, v1::LoadResponse> {
+ public:
+  LoadReactor(grpc::CallbackServerContext* context, DaemonState& state);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  v1::LoadRequest request_;
+  std::shared_ptr<LoadSession> session_;
+};
+
+class LoadSession : public std::enable_shared_from_this<LoadSession> {
+ public:
+  LoadSession(LoadReactor* reactor, grpc::CallbackServerContext* context, DaemonState& state)
+      : reactor_(reactor), context_(context), state_(state) {}
+
+  // The window lease ends with the session, once no read can still land in it.
+  ~LoadSession() = default;
+
+  // Returns whether the reactor should read the next message.
+  bool OnRequest(const v1::LoadRequest& request) {
+    bool read_more = true;
+    {
+      std::lock_guard lock(mu_);
+      switch (request.msg_case()) {
+        case v1::LoadRequest::kStart:
+          if (phase_ != Phase::kAwaitStart) {
+            FailLocked(absl::InvalidArgumentError("Start was sent twice on one Load stream"));
+          } else if (auto s = StartLocked(request.start()); !s.ok()) {
+            Bump(state_.counters.invalid_requests);
+            FailLocked(s);
+          }
+          break;
+        case v1::LoadRequest::kProgress:
+          if (phase_ == Phase::kAwaitStart) {
+            FailLocked(absl::FailedPreconditionError("Progress before Start: send Start first"));
+          } else if (auto s = ProgressLocked(request.progress().computed_through()); !s.ok()) {
+            Bump(state_.counters.invalid_requests);
+            FailLocked(s);
+          }
+          break;
+        case v1::LoadRequest::kRelease:
+          FinishLocked(absl::OkStatus());
+          break;
+        case v1::LoadRequest::MSG_NOT_SET:
+          FailLocked(absl::InvalidArgumentError("a LoadRequest carried none of start, progress, release"));
+          break;
+      }
+      read_more = !finishing_;
+    }
+    Pump();
+    return read_more;
+  }
+
+  // The client half-closed (or the stream broke): everything is released, as after Release.
+  void OnClientClosed() {
+    {
+      std::lock_guard lock(mu_);
+      FinishLocked(absl::OkStatus());
+    }
+    Pump();
+  }
+
+  void OnWriteDone(bool ok) {
+    {
+      std::lock_guard lock(mu_);
+      writing_ = false;
+      if (!ok) FinishLocked(absl::CancelledError("the client stopped reading the Load stream"));
+      IssueReadsLocked();
+    }
+    Pump();
+  }
+
+  void OnCancel() {
+    {
+      std::lock_guard lock(mu_);
+      if (!finishing_) Bump(state_.counters.loads_cancelled);
+      FinishLocked(absl::CancelledError("load cancelled"));
+    }
+    Pump();
+  }
+
+  void OnDone() {
+    std::lock_guard lock(mu_);
+    reactor_ = nullptr;
+    // Leaves the tracker before the context dies, so a stopping daemon never cancels a finished RPC.
+    if (ticket_ != 0) state_.loads.Remove(std::exchange(ticket_, 0));
+  }
+
+ private:
+  enum class Phase { kAwaitStart, kLoading, kMet };
+
+  absl::Status StartLocked(const v1::LoadStart& start) {
+    const DaemonConfig& config = state_.config;
+    CAKE_RETURN_IF_ERROR(CheckClientId(start.client_id()));
+    auto ns = ParseNamespace(start.namespace_(), config);
+    if (!ns.ok()) return ns.status();
+    auto keys = PromptKeys(*ns, start.prompt(), config);
+    if (!keys.ok()) return keys.status();
+    if (start.window() > config.max_load_window) {
+      return absl::InvalidArgumentError(absl::StrCat("window ", start.window(), " exceeds loader.max_window (",
+                                                     config.max_load_window, ")"));
+    }
+    if (start.mode() != v1::LoadStart::MODE_CAKE && start.mode() != v1::LoadStart::MODE_IO_ONLY) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown load mode ", static_cast<int>(start.mode())));
+    }
+    if (start.compute_first_chunk_s() < 0 || start.compute_growth_s() < 0) {
+      return absl::InvalidArgumentError("compute hints must not be negative");
+    }
+    keys_ = std::move(*keys);
+    chunk_bytes_ = ns->chunk_bytes();
+    tiers_ = state_.tiers.LookupPrefix(keys_);
+    const uint32_t cached = static_cast<uint32_t>(tiers_.size());
+
+    uint32_t lowest_loadable = 0;
+    inline_ = start.region_id().empty();
+    if (inline_) {
+      if (start.region_offset() != 0 || start.region_bytes() != 0) {
+        return absl::InvalidArgumentError("region_offset and region_bytes need a region_id");
+      }
+      if (chunk_bytes_ > config.max_message_bytes - 4096) {
+        return absl::InvalidArgumentError(absl::StrCat("inline loads carry one chunk per message; a chunk of ",
+                                                       chunk_bytes_, " bytes exceeds server.max_message_bytes"));
+      }
+    } else {
+      auto region_size = state_.regions.Size(start.client_id(), start.region_id());
+      if (!region_size.ok()) return region_size.status();
+      if (start.region_offset() > *region_size) {
+        return absl::OutOfRangeError(absl::StrCat("region_offset ", start.region_offset(), " is past the end of the ",
+                                                  *region_size, "-byte region"));
+      }
+      const uint64_t available = *region_size - start.region_offset();
+      if (start.region_bytes() > available) {
+        return absl::OutOfRangeError(absl::StrCat("region window [", start.region_offset(), ", +",
+                                                  start.region_bytes(), ") runs past the end of the ", *region_size,
+                                                  "-byte region"));
+      }
+      const uint64_t window_bytes = start.region_bytes() == 0 ? available : start.region_bytes();
+      // Too small a window loads what fits, from the tail: the engine computes the rest.
+      const uint64_t fit = std::min<uint64_t>(cached, window_bytes / chunk_bytes_);
+      lowest_loadable = cached - static_cast<uint32_t>(fit);
+      auto lease = state_.regions.ReserveWindow(start.client_id(), start.region_id(), start.region_offset(),
+                                                fit * chunk_bytes_);
+      if (!lease.ok()) return lease.status();
+      lease_ = std::move(*lease);
+      region_ = lease_.region();
+      base_offset_ = start.region_offset();
+    }
+    ticket_ = state_.loads.TryAdd(config.max_concurrent_loads, [ctx = context_] { ctx->TryCancel(); });
+    if (ticket_ == 0) {
+      return absl::ResourceExhaustedError(absl::StrCat("the daemon is running limits.max_concurrent_loads (",
+                                                       config.max_concurrent_loads, ") loads; retry shortly"));
+    }
+    lowest_loadable_ = lowest_loadable;
+    window_ = start.window() == 0 ? config.load_window : start.window();
+    cursor_.emplace(LoadCursor::Options{cached, lowest_loadable, window_, start.mode() == v1::LoadStart::MODE_CAKE});
+    phase_ = Phase::kLoading;
+    started_ = Clock::now();
+    Bump(state_.counters.loads_started);
+
+    v1::LoadResponse response;
+    v1::LoadPlan* plan = response.mutable_plan();
+    load_id_ = absl::StrCat("load-", ticket_);
+    plan->set_load_id(load_id_);
+    plan->set_total_chunks(static_cast<uint32_t>(keys_.size()));
+    plan->set_cached_chunks(cached);
+    for (TierKind kind : tiers_) plan->add_chunk_tiers(static_cast<v1::TierKind>(kind));
+    plan->set_lowest_loadable(lowest_loadable);
+    plan->set_chunk_bytes(chunk_bytes_);
+    if (cached > 0) {
+      const double seconds_per_byte = state_.tiers.LoadSecondsPerByte(tiers_.back());
+      if (start.mode() == v1::LoadStart::MODE_IO_ONLY) {
+        plan->set_predicted_meeting_chunk(lowest_loadable);
+      } else if (seconds_per_byte > 0 && start.compute_first_chunk_s() > 0) {
+        SplitCosts costs{start.compute_first_chunk_s(), start.compute_growth_s(),
+                         seconds_per_byte * static_cast<double>(chunk_bytes_)};
+        plan->set_predicted_meeting_chunk(PredictMeetingChunk(cached, lowest_loadable, costs));
+      }
+    } else {
+      plan->set_predicted_meeting_chunk(0);
+    }
+    outbox_.push_back(std::move(response));
+    spdlog::debug("{}: {} chunks, {} cached, lowest loadable {}, window {}, {}", load_id_, keys_.size(), cached,
+                  lowest_loadable, window_, inline_ ? "inline" : "region");
+    IssueReadsLocked();
+    CheckMeetingLocked();
+    return absl::OkStatus();
+  }
+
+  absl::Status ProgressLocked(uint32_t computed_through) {
+    if (computed_through > keys_.size() + 1) {
+      // One past the full chunks is allowed: the engine may count a partial tail chunk.
+      return absl::InvalidArgumentError(absl::StrCat("computed_through ", computed_through, " exceeds the prompt's ",
+                                                     keys_.size(), " full chunks"));
+    }
+    if (phase_ != Phase::kLoading) return absl::OkStatus();
+    cursor_->OnProgress(computed_through);
+    CheckMeetingLocked();
+    return absl::OkStatus();
+  }
+
+  void IssueReadsLocked() {
+    if (phase_ != Phase::kLoading || finishing_) return;
+    for (;;) {
+      // Inline bytes wait in the outbox until the client reads them: count them against the window so a slow
+      // client holds at most `window` chunks of daemon memory.
+      if (inline_ && cursor_->in_flight() + outbox_.size() >= window_) return;
+      std::optional<uint32_t> chunk = cursor_->NextRead();
+      if (!chunk) return;
+      if (!first_read_) first_read_ = Clock::now();
+      auto self = shared_from_this();
+      const uint32_t c = *chunk;
+      const bool submitted = state_.pool.TrySubmit([self, c] { self->ReadChunk(c); });
+      if (!submitted) {
+        spdlog::warn("{}: the I/O queue is full; chunk {} will be computed", load_id_, c);
+        cursor_->OnReadDone(c, false);
+      }
+    }
+  }
+
+  // Runs on an I/O thread, without the lock: reads one chunk straight into its place.
+  void ReadChunk(uint32_t chunk) {
+    if (cancelled_.load(std::memory_order_relaxed)) return ChunkRead(chunk, absl::CancelledError(""), {});
+    std::string inline_bytes;
+    absl::Status status;
+    if (inline_) {
+      inline_bytes.resize(chunk_bytes_);
+      status = state_.tiers.Read(tiers_[chunk], keys_[chunk],
+                                 std::span(reinterpret_cast<std::byte*>(inline_bytes.data()), chunk_bytes_));
+    } else if (std::byte* base = region_->host_data(); base != nullptr) {
+      status = state_.tiers.Read(tiers_[chunk], keys_[chunk], std::span(base + OffsetOf(chunk), chunk_bytes_));
+    } else {
+      std::vector<std::byte> staging(chunk_bytes_);
+      status = state_.tiers.Read(tiers_[chunk], keys_[chunk], staging);
+      if (status.ok()) status = region_->CopyIn(OffsetOf(chunk), staging);
+    }
+    ChunkRead(chunk, status, std::move(inline_bytes));
+  }
+
+  void ChunkRead(uint32_t chunk, const absl::Status& status, std::string inline_bytes) {
+    {
+      std::lock_guard lock(mu_);
+      if (phase_ != Phase::kLoading || finishing_) return;
+      last_read_ = Clock::now();
+      if (!status.ok()) {
+        Bump(state_.counters.load_chunk_read_failures);
+        spdlog::warn("{}: chunk {} could not be read ({}); the engine computes it", load_id_, chunk,
+                     status.ToString());
+      } else {
+        ++chunks_read_;
+        if (inline_) pending_inline_[chunk] = std::move(inline_bytes);
+      }
+      for (uint32_t loaded : cursor_->OnReadDone(chunk, status.ok())) {
+        v1::LoadResponse response;
+        v1::ChunkLoaded* msg = response.mutable_loaded();
+        msg->set_chunk(loaded);
+        msg->set_bytes(chunk_bytes_);
+        if (inline_) {
+          auto it = pending_inline_.find(loaded);
+          msg->set_data(std::move(it->second));
+          pending_inline_.erase(it);
+        } else {
+          msg->set_region_offset(OffsetOf(loaded));
+        }
+        outbox_.push_back(std::move(response));
+        Bump(state_.counters.load_chunks_loaded);
+        Bump(state_.counters.load_bytes_loaded, chunk_bytes_);
+      }
+      CheckMeetingLocked();
+      IssueReadsLocked();
+    }
+    Pump();
+  }
+
+  void CheckMeetingLocked() {
+    if (phase_ != Phase::kLoading) return;
+    std::optional<uint32_t> meeting = cursor_->Meeting();
+    if (!meeting) return;
+    phase_ = Phase::kMet;
+    pending_inline_.clear();
+    v1::LoadResponse response;
+    v1::LoadDone* done = response.mutable_done();
+    done->set_meeting_chunk(*meeting);
+    done->set_loaded_chunks(cursor_->cached_chunks() - *meeting);
+    done->set_failed_chunks(cursor_->failed());
+    outbox_.push_back(std::move(response));
+    Bump(state_.counters.loads_finished);
+    Bump(state_.counters.load_chunks_computed, *meeting);
+    if (first_read_ && chunks_read_ > 0) {
+      const double seconds = std::chrono::duration<double>(last_read_ - *first_read_).count();
+      state_.tiers.RecordLoadThroughput(tiers_.back(), chunks_read_ * chunk_bytes_, seconds);
+    }
+    spdlog::debug("{}: met at chunk {} of {} ({} loaded, {} failed, {} wasted reads) after {:.3f} ms", load_id_,
+                  *meeting, cursor_->cached_chunks(), cursor_->cached_chunks() - *meeting, cursor_->failed(),
+                  cursor_->wasted_reads(), std::chrono::duration<double, std::milli>(Clock::now() - started_).count());
+  }
+
+  uint64_t OffsetOf(uint32_t chunk) const { return base_offset_ + uint64_t{chunk - lowest_loadable_} * chunk_bytes_; }
+
+  void FailLocked(const absl::Status& status) {
+    spdlog::info("load stream from {} rejected: {}", context_->peer(), status.ToString());
+    FinishLocked(status);
+  }
+
+  // Ends the stream with `status` once the write in progress (if any) is done; later events change nothing.
+  void FinishLocked(const absl::Status& status) {
+    if (finishing_) return;
+    finishing_ = true;
+    finish_status_ = status;
+    cancelled_.store(true, std::memory_order_relaxed);
+    outbox_.clear();
+    pending_inline_.clear();
+  }
+
+  // Issues the next gRPC operation, if one is due. Called without the lock after every event.
+  void Pump() {
+    LoadReactor* reactor = nullptr;
+    v1::LoadResponse* to_write = nullptr;
+    std::optional<grpc::Status> to_finish;
+    {
+      std::lock_guard lock(mu_);
+      if (finished_ || reactor_ == nullptr || writing_) return;
+      if (finishing_) {
+        finished_ = true;
+        to_finish = ToGrpcStatus(finish_status_);
+      } else if (!outbox_.empty()) {
+        writing_ = true;
+        current_ = std::move(outbox_.front());
+        outbox_.pop_front();
+        to_write = &current_;
+      } else {
+        return;
+      }
+      reactor = reactor_;
+    }
+    // The reactor stays alive: OnDone cannot run before Finish, and nothing else writes while writing_ is set.
+    if (to_write != nullptr) {
+      reactor->StartWrite(to_write);
+    } else {
+      reactor->Finish(*to_finish);
+    }
+  }
+
+  LoadReactor* reactor_;
+  grpc::CallbackServerContext* const context_;
+  DaemonState& state_;
+
+  std::mutex mu_;
+  std::atomic<bool> cancelled_{false};
+  Phase phase_ = Phase::kAwaitStart;
+  std::string load_id_ = "load";
+  uint64_t ticket_ = 0;
+  std::vector<ChunkKey> keys_;
+  std::vector<TierKind> tiers_;
+  uint64_t chunk_bytes_ = 0;
+  uint32_t lowest_loadable_ = 0;
+  uint32_t window_ = 1;
+  bool inline_ = false;
+  RegionRegistry::WindowLease lease_;
+  std::shared_ptr<Region> region_;
+  uint64_t base_offset_ = 0;
+  std::optional<LoadCursor> cursor_;
+  absl::flat_hash_map<uint32_t, std::string> pending_inline_;
+  Clock::time_point started_;
+  std::optional<Clock::time_point> first_read_;
+  Clock::time_point last_read_;
+  uint64_t chunks_read_ = 0;
+
+  std::deque<v1::LoadResponse> outbox_;
+  v1::LoadResponse current_;
+  bool writing_ = false;
+  bool finishing_ = false;
+  bool finished_ = false;
+  absl::Status finish_status_;
+};
+
+LoadReactor::LoadReactor(grpc::CallbackServerContext* context, DaemonState& state)
+    : session_(std::make_shared<LoadSession>(this, context, state)) {
+  StartRead(&request_);
+}
+
+void LoadReactor::OnReadDone(bool ok) {
+  if (!ok) {
+    session_->OnClientClosed();
+    return;
+  }
+  if (session_->OnRequest(request_)) StartRead(&request_);
+}
+
+void LoadReactor::OnWriteDone(bool ok) { session_->OnWriteDone(ok); }
+void LoadReactor::OnCancel() { session_->OnCancel(); }
+
+void LoadReactor::OnDone() {
+  session_->OnDone();
+  delete this;
+}
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::LoadRequest, v1::LoadResponse>* NewLoadStream(grpc::CallbackServerContext* context,
+                                                                          DaemonState& state) {
+  return new LoadReactor(context, state);
+}
+
+}  // namespace cake

@@ -1,0 +1,107 @@
+// caked: the Cake KV-cache loader daemon. Configuration: embedded defaults, then --config FILE, then flags.
+#include <signal.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "server/config.h"
+#include "server/daemon.h"
+#include "server/systemd_notify.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  // Block the stop signals in every thread (gRPC's included); the main thread waits for them with sigwait, so
+  // stopping runs as ordinary code instead of inside a signal handler.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  cake::DaemonConfig config = cake::DefaultConfig();
+  CLI::App app{"caked: loads KV-cache chunks of cached prompt prefixes while the engine computes the rest"};
+  std::string config_file;
+  app.add_option("--config", config_file, "TOML configuration file (deploy/caked.toml documents every key)");
+  std::string run_dir, socket, log_level, key_secret;
+  app.add_option("--run-dir", run_dir, "folder for the socket (server.run_dir)");
+  app.add_option("--socket", socket, "unix socket path (server.socket)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error (server.log_level)");
+  std::optional<uint64_t> dram_mib;
+  app.add_option("--dram-capacity-mib", dram_mib, "DRAM tier size in MiB (dram.capacity_bytes)");
+  std::optional<double> dram_gbps;
+  app.add_option("--dram-read-gbps", dram_gbps, "cap DRAM-tier reads at this many Gbit/s, 0 for none (dram.read_gbps)");
+  std::optional<uint32_t> io_threads, window;
+  app.add_option("--io-threads", io_threads, "I/O threads (loader.io_threads)");
+  app.add_option("--window", window, "reads in flight per load (loader.window)");
+  bool check_config = false;
+  app.add_flag("--check-config", check_config, "validate the configuration and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  if (!config_file.empty()) {
+    auto loaded = cake::LoadConfigFile(config_file, config);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "caked: %s\n", std::string(loaded.status().message()).c_str());
+      return 2;
+    }
+    config = *loaded;
+  }
+  if (!run_dir.empty()) {
+    config.run_dir = run_dir;
+    if (socket.empty()) config.socket.clear();
+  }
+  if (!socket.empty()) config.socket = socket;
+  if (!log_level.empty()) config.log_level = log_level;
+  if (dram_mib) config.dram_capacity_bytes = *dram_mib << 20;
+  if (dram_gbps) config.dram_read_gbps = *dram_gbps;
+  if (io_threads) config.io_threads = *io_threads;
+  if (window) config.load_window = *window;
+  if (auto s = cake::ValidateConfig(config); !s.ok()) {
+    std::fprintf(stderr, "caked: invalid configuration: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (check_config) {
+    std::printf("configuration is valid; socket %s\n", config.socket_path().c_str());
+    return 0;
+  }
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ caked: %v");
+
+  auto daemon = cake::Daemon::Start(config);
+  if (!daemon.ok()) {
+    spdlog::critical("cannot start: {}", daemon.status().ToString());
+    return 1;
+  }
+  cake::NotifySystemd("READY=1");
+
+  // The watchdog pings only while the main thread is alive and not stuck in a stop.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::thread watchdog;
+  if (auto interval = cake::SystemdWatchdogInterval()) {
+    watchdog = std::thread([&, period = *interval / 2] {
+      std::unique_lock lock(mu);
+      while (!cv.wait_for(lock, period, [&] { return stopping; })) cake::NotifySystemd("WATCHDOG=1");
+    });
+  }
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  cake::NotifySystemd("STOPPING=1");
+  {
+    std::lock_guard lock(mu);
+    stopping = true;
+  }
+  cv.notify_all();
+  if (watchdog.joinable()) watchdog.join();
+  (*daemon)->Stop();
+  return 0;
+}

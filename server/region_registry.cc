@@ -1,0 +1,148 @@
+#include "server/region_registry.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+
+namespace cake {
+namespace {
+
+std::string NewRegionId() {
+  std::random_device rd("/dev/urandom");
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string id = "r-";
+  for (int i = 0; i < 4; ++i) {
+    uint32_t v = rd();
+    for (int j = 0; j < 8; ++j, v >>= 4) id.push_back(kDigits[v & 15]);
+  }
+  return id;
+}
+
+}  // namespace
+
+absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::string& client_id, uint64_t bytes) {
+  if (client_id.empty()) return absl::InvalidArgumentError("client_id is empty: name the engine that owns the region");
+  if (bytes == 0 || bytes > limits_.max_region_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("region size ", bytes, " bytes; accepted: 1 to ",
+                                                   limits_.max_region_bytes, " (limits.max_region_bytes)"));
+  }
+  {
+    std::lock_guard lock(mu_);
+    uint32_t held = 0;
+    for (const auto& [id, e] : regions_) held += e.client_id == client_id;
+    if (held >= limits_.max_regions_per_client) {
+      return absl::ResourceExhaustedError(absl::StrCat("client ", client_id, " already holds ", held,
+                                                       " regions (limits.max_regions_per_client); release one"));
+    }
+  }
+  auto region = CreateHostRegion(bytes);
+  if (!region.ok()) return region.status();
+  Registered out{NewRegionId(), std::shared_ptr<Region>(std::move(*region))};
+  std::lock_guard lock(mu_);
+  regions_.emplace(out.region_id, Entry{client_id, out.region, {}});
+  return out;
+}
+
+absl::StatusOr<RegionRegistry::Entry*> RegionRegistry::FindOwned(const std::string& client_id,
+                                                                  const std::string& region_id) {
+  auto it = regions_.find(region_id);
+  if (it == regions_.end()) {
+    return absl::NotFoundError(absl::StrCat("region \"", region_id, "\" is not registered (never was, or was released)"));
+  }
+  if (it->second.client_id != client_id) {
+    return absl::PermissionDeniedError(absl::StrCat("region \"", region_id, "\" belongs to another client"));
+  }
+  return &it->second;
+}
+
+absl::Status RegionRegistry::Release(const std::string& client_id, const std::string& region_id) {
+  std::shared_ptr<Region> last_ref;  // destroyed outside the lock: unmapping can take a while
+  std::lock_guard lock(mu_);
+  auto entry = FindOwned(client_id, region_id);
+  if (!entry.ok()) return entry.status();
+  last_ref = std::move((*entry)->region);
+  regions_.erase(region_id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const std::string& client_id,
+                                                                          const std::string& region_id,
+                                                                          uint64_t offset, uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  auto entry = FindOwned(client_id, region_id);
+  if (!entry.ok()) return entry.status();
+  Entry& e = **entry;
+  if (auto s = CheckRange(e.region->size(), offset, bytes); !s.ok()) return s;
+  if (bytes > 0) {
+    for (const auto& [lease, w] : e.windows) {
+      if (offset < w.end && w.begin < offset + bytes) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("bytes [", offset, ", ", offset + bytes, ") of region ", region_id,
+                         " overlap the window [", w.begin, ", ", w.end,
+                         ") of another live load; give each concurrent load its own window"));
+      }
+    }
+  }
+  WindowLease lease;
+  lease.registry_ = this;
+  lease.region_id_ = region_id;
+  lease.lease_id_ = next_lease_++;
+  lease.region_ = e.region;
+  e.windows.emplace(lease.lease_id_, Window{offset, offset + bytes});
+  return lease;
+}
+
+absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Get(const std::string& client_id, const std::string& region_id) {
+  std::lock_guard lock(mu_);
+  auto entry = FindOwned(client_id, region_id);
+  if (!entry.ok()) return entry.status();
+  return (*entry)->region;
+}
+
+absl::StatusOr<uint64_t> RegionRegistry::Size(const std::string& client_id, const std::string& region_id) {
+  auto region = Get(client_id, region_id);
+  if (!region.ok()) return region.status();
+  return (*region)->size();
+}
+
+void RegionRegistry::EndLease(const std::string& region_id, uint64_t lease_id) {
+  std::lock_guard lock(mu_);
+  if (auto it = regions_.find(region_id); it != regions_.end()) it->second.windows.erase(lease_id);
+}
+
+RegionRegistry::WindowLease& RegionRegistry::WindowLease::operator=(WindowLease&& o) noexcept {
+  if (this != &o) {
+    if (registry_ != nullptr) registry_->EndLease(region_id_, lease_id_);
+    registry_ = std::exchange(o.registry_, nullptr);
+    region_id_ = std::move(o.region_id_);
+    lease_id_ = o.lease_id_;
+    region_ = std::move(o.region_);
+  }
+  return *this;
+}
+
+RegionRegistry::WindowLease::~WindowLease() {
+  if (registry_ != nullptr) registry_->EndLease(region_id_, lease_id_);
+}
+
+void RegionRegistry::Clear() {
+  absl::flat_hash_map<std::string, Entry> doomed;
+  {
+    std::lock_guard lock(mu_);
+    doomed.swap(regions_);
+  }
+}
+
+size_t RegionRegistry::count() const {
+  std::lock_guard lock(mu_);
+  return regions_.size();
+}
+
+uint64_t RegionRegistry::total_bytes() const {
+  std::lock_guard lock(mu_);
+  uint64_t total = 0;
+  for (const auto& [id, e] : regions_) total += e.region->size();
+  return total;
+}
+
+}  // namespace cake

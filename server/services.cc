@@ -1,0 +1,202 @@
+#include "server/services.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/load_stream.h"
+#include "server/requests.h"
+#include "spdlog/spdlog.h"
+#include "storage/throttled_tier.h"
+
+namespace cake {
+namespace {
+
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerContext* context,
+                                                        const v1::RegisterRegionRequest* request,
+                                                        v1::RegisterRegionResponse* response) {
+  if (auto s = CheckClientId(request->client_id()); !s.ok()) return Reply(context, s);
+  if (request->kind() == v1::REGION_CUDA_IPC) {
+    return Reply(context, absl::FailedPreconditionError(
+                              "this daemon has no CUDA region backend; register a REGION_HOST_SHM or REGION_AUTO region"));
+  }
+  if (request->kind() != v1::REGION_AUTO && request->kind() != v1::REGION_HOST_SHM) {
+    return Reply(context, absl::InvalidArgumentError(absl::StrCat("unknown region kind ", request->kind())));
+  }
+  auto registered = state_.regions.Register(request->client_id(), request->bytes());
+  if (!registered.ok()) return Reply(context, registered.status());
+  response->set_region_id(registered->region_id);
+  response->set_kind(v1::REGION_HOST_SHM);
+  response->set_bytes(registered->region->size());
+  response->set_shm_name(registered->region->export_handle());
+  Bump(state_.counters.regions_registered);
+  spdlog::info("region {} ({} bytes) registered for client {}", registered->region_id, request->bytes(),
+               request->client_id());
+  return Reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KvServiceImpl::ReleaseRegion(grpc::CallbackServerContext* context,
+                                                       const v1::ReleaseRegionRequest* request,
+                                                       v1::ReleaseRegionResponse* response) {
+  if (auto s = CheckClientId(request->client_id()); !s.ok()) return Reply(context, s);
+  absl::Status status = state_.regions.Release(request->client_id(), request->region_id());
+  if (status.ok()) {
+    Bump(state_.counters.regions_released);
+    spdlog::info("region {} released by client {}", request->region_id(), request->client_id());
+  }
+  return Reply(context, status);
+}
+
+grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* context, const v1::LookupRequest* request,
+                                                v1::LookupResponse* response) {
+  Bump(state_.counters.lookups);
+  auto ns = ParseNamespace(request->namespace_(), state_.config);
+  if (!ns.ok()) return Reply(context, ns.status());
+  auto keys = PromptKeys(*ns, request->prompt(), state_.config);
+  if (!keys.ok()) return Reply(context, keys.status());
+  std::vector<TierKind> tiers = state_.tiers.LookupPrefix(*keys);
+  response->set_total_chunks(static_cast<uint32_t>(keys->size()));
+  response->set_cached_chunks(static_cast<uint32_t>(tiers.size()));
+  response->mutable_chunk_tiers()->Reserve(static_cast<int>(tiers.size()));
+  for (TierKind kind : tiers) response->add_chunk_tiers(static_cast<v1::TierKind>(kind));
+  response->set_chunk_bytes(ns->chunk_bytes());
+  Bump(state_.counters.lookup_chunks, keys->size());
+  Bump(state_.counters.lookup_cached_chunks, tiers.size());
+  return Reply(context, absl::OkStatus());
+}
+
+grpc::ServerBidiReactor<v1::LoadRequest, v1::LoadResponse>* KvServiceImpl::Load(grpc::CallbackServerContext* context) {
+  return NewLoadStream(context, state_);
+}
+
+grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* context, const v1::StoreRequest* request,
+                                               v1::StoreResponse* response) {
+  Bump(state_.counters.stores);
+  auto reject = [&](const absl::Status& s) {
+    Bump(state_.counters.invalid_requests);
+    return Reply(context, s);
+  };
+  if (auto s = CheckClientId(request->client_id()); !s.ok()) return reject(s);
+  auto ns = ParseNamespace(request->namespace_(), state_.config);
+  if (!ns.ok()) return reject(ns.status());
+  auto keys = PromptKeys(*ns, request->prompt(), state_.config);
+  if (!keys.ok()) return reject(keys.status());
+  const uint64_t first = request->first_chunk();
+  const uint64_t count = request->chunk_count();
+  if (count == 0) return reject(absl::InvalidArgumentError("chunk_count is 0: name the chunks to store"));
+  if (first + count > keys->size()) {
+    return reject(absl::OutOfRangeError(absl::StrCat("chunks [", first, ", ", first + count, ") are not all full chunks of a ",
+                                                     keys->size(), "-chunk prompt")));
+  }
+  const uint64_t chunk_bytes = ns->chunk_bytes();
+  std::shared_ptr<Region> region;
+  if (request->region_id().empty()) {
+    if (static_cast<uint64_t>(request->inline_chunks_size()) != count) {
+      return reject(absl::InvalidArgumentError(absl::StrCat("without a region_id, inline_chunks must hold chunk_count (",
+                                                            count, ") chunks; it holds ", request->inline_chunks_size())));
+    }
+    for (int i = 0; i < request->inline_chunks_size(); ++i) {
+      if (request->inline_chunks(i).size() != chunk_bytes) {
+        return reject(absl::InvalidArgumentError(absl::StrCat("inline chunk ", i, " is ", request->inline_chunks(i).size(),
+                                                              " bytes; this namespace's chunks are ", chunk_bytes)));
+      }
+    }
+  } else {
+    if (request->inline_chunks_size() > 0) {
+      return reject(absl::InvalidArgumentError("send chunks in a region or inline, not both"));
+    }
+    auto got = state_.regions.Get(request->client_id(), request->region_id());
+    if (!got.ok()) return reject(got.status());
+    region = std::move(*got);
+    if (count > UINT64_MAX / chunk_bytes) return reject(absl::OutOfRangeError("chunk_count * chunk_bytes overflows"));
+    if (auto s = CheckRange(region->size(), request->region_offset(), count * chunk_bytes); !s.ok()) return reject(s);
+  }
+  // The copies run on an I/O thread: a gRPC thread never waits on memory traffic of this size.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const bool submitted = state_.pool.TrySubmit([this, reactor, request, response, keys = std::move(*keys), first, count,
+                                                chunk_bytes, region] {
+    std::vector<std::byte> staging;
+    absl::Status status;
+    for (uint64_t i = 0; i < count; ++i) {
+      const ChunkKey& key = keys[first + i];
+      if (state_.tiers.Contains(key)) {
+        response->set_already_cached(response->already_cached() + 1);
+        Bump(state_.counters.store_chunks_already_cached);
+        continue;
+      }
+      std::span<const std::byte> bytes;
+      if (region == nullptr) {
+        const std::string& data = request->inline_chunks(static_cast<int>(i));
+        bytes = std::span(reinterpret_cast<const std::byte*>(data.data()), data.size());
+      } else if (std::byte* base = region->host_data(); base != nullptr) {
+        bytes = std::span(base + request->region_offset() + i * chunk_bytes, chunk_bytes);
+      } else {
+        staging.resize(chunk_bytes);
+        status = region->CopyOut(request->region_offset() + i * chunk_bytes, staging);
+        if (!status.ok()) break;
+        bytes = staging;
+      }
+      status = state_.tiers.Write(key, bytes);
+      if (!status.ok()) {
+        Bump(state_.counters.store_chunks_rejected, count - i);
+        break;
+      }
+      response->set_stored_chunks(response->stored_chunks() + 1);
+      Bump(state_.counters.store_chunks_stored);
+      Bump(state_.counters.store_bytes_stored, chunk_bytes);
+    }
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  if (!submitted) {
+    reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError("the daemon's I/O queue is full; retry the Store shortly")));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::Ping(grpc::CallbackServerContext* context, const v1::PingRequest*,
+                                                 v1::PingResponse*) {
+  return Reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::Status(grpc::CallbackServerContext* context, const v1::StatusRequest*,
+                                                   v1::StatusResponse* response) {
+  response->set_version(CAKE_VERSION);
+  response->set_pid(static_cast<uint32_t>(getpid()));
+  response->set_uptime_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - state_.started).count());
+  response->set_listen_address(state_.listen_address);
+  response->set_region_backend("host-shm");
+  for (const auto& entry : state_.tiers.tiers()) {
+    v1::TierStatus* t = response->add_tiers();
+    const TierUsage usage = entry->tier->Usage();
+    t->set_name(std::string(TierKindName(entry->kind)));
+    t->set_used_bytes(usage.used_bytes);
+    t->set_capacity_bytes(usage.capacity_bytes);
+    t->set_chunks(usage.chunks);
+    if (auto* throttled = dynamic_cast<ThrottledTier*>(entry->tier.get())) t->set_read_limit_gbps(throttled->read_gbps());
+  }
+  response->set_active_loads(state_.loads.active());
+  response->set_regions(static_cast<uint32_t>(state_.regions.count()));
+  response->set_region_bytes(state_.regions.total_bytes());
+  return Reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* context, const v1::StatsRequest*,
+                                                  v1::StatsResponse* response) {
+  for (const auto& [name, value] : state_.counters.Snapshot()) (*response->mutable_counters())[name] = value;
+  for (const auto& entry : state_.tiers.tiers()) {
+    const TierUsage usage = entry->tier->Usage();
+    const std::string prefix = absl::StrCat("tier_", TierKindName(entry->kind), "_");
+    (*response->mutable_counters())[prefix + "used_bytes"] = usage.used_bytes;
+    (*response->mutable_counters())[prefix + "chunks"] = usage.chunks;
+  }
+  return Reply(context, absl::OkStatus());
+}
+
+}  // namespace cake

@@ -1,0 +1,44 @@
+// The gRPC services: thin translation between cake.v1 messages and the daemon's modules.
+#pragma once
+
+#include "cake/v1/admin.grpc.pb.h"
+#include "cake/v1/kv.grpc.pb.h"
+#include "server/daemon_state.h"
+
+namespace cake {
+
+class KvServiceImpl final : public v1::KvService::CallbackService {
+ public:
+  explicit KvServiceImpl(DaemonState& state) : state_(state) {}
+
+  grpc::ServerUnaryReactor* RegisterRegion(grpc::CallbackServerContext* context,
+                                           const v1::RegisterRegionRequest* request,
+                                           v1::RegisterRegionResponse* response) override;
+  grpc::ServerUnaryReactor* ReleaseRegion(grpc::CallbackServerContext* context, const v1::ReleaseRegionRequest* request,
+                                          v1::ReleaseRegionResponse* response) override;
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context, const v1::LookupRequest* request,
+                                   v1::LookupResponse* response) override;
+  grpc::ServerBidiReactor<v1::LoadRequest, v1::LoadResponse>* Load(grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* Store(grpc::CallbackServerContext* context, const v1::StoreRequest* request,
+                                  v1::StoreResponse* response) override;
+
+ private:
+  DaemonState& state_;
+};
+
+class AdminServiceImpl final : public v1::AdminService::CallbackService {
+ public:
+  explicit AdminServiceImpl(DaemonState& state) : state_(state) {}
+
+  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context, const v1::PingRequest* request,
+                                 v1::PingResponse* response) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context, const v1::StatusRequest* request,
+                                   v1::StatusResponse* response) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context, const v1::StatsRequest* request,
+                                  v1::StatsResponse* response) override;
+
+ private:
+  DaemonState& state_;
+};
+
+}  // namespace cake

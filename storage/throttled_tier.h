@@ -1,0 +1,47 @@
+// Bandwidth caps: a token bucket shared by all readers of a tier, and the decorator that applies it, so
+// experiments can reproduce a given disk or network speed (the paper's 7 to 100 Gbps settings).
+#pragma once
+
+#include <mutex>
+
+#include "storage/clock.h"
+#include "storage/tier.h"
+
+namespace cake {
+
+// Lets `rate` bytes per second through on average, with bursts of up to `burst` bytes. Concurrent callers
+// queue up in arrival order, so the cap holds for their sum.
+class TokenBucket {
+ public:
+  // rate_bytes_per_s == 0 means unlimited.
+  TokenBucket(double rate_bytes_per_s, double burst_bytes, Clock* clock = Clock::Real());
+
+  // Blocks until n bytes may pass.
+  void Acquire(uint64_t n);
+  void SetRate(double rate_bytes_per_s);
+  double rate() const;
+
+ private:
+  Clock* const clock_;
+  mutable std::mutex mu_;
+  double rate_;
+  double burst_bytes_;
+  TimePoint next_free_{};  // when the bytes already granted will all have passed
+};
+
+inline double GbpsToBytesPerSecond(double gbps) { return gbps * 1e9 / 8; }
+
+class ThrottledTier final : public TierDecorator {
+ public:
+  // Caps reads at read_gbps (0: unlimited); writes pass untouched, since the load path is what is modelled.
+  ThrottledTier(std::unique_ptr<Tier> inner, double read_gbps, Clock* clock = Clock::Real());
+
+  absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override;
+  void SetReadGbps(double gbps);
+  double read_gbps() const;
+
+ private:
+  TokenBucket bucket_;
+};
+
+}  // namespace cake

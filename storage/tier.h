@@ -1,0 +1,65 @@
+// The one narrow interface every storage tier implements (DRAM, disk, remote), plus the base for decorators
+// (throttling, fault injection) that wrap any tier. One contract test suite runs against every implementation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "storage/namespace.h"
+
+namespace cake {
+
+struct TierUsage {
+  uint64_t used_bytes = 0;
+  uint64_t capacity_bytes = 0;
+  uint64_t chunks = 0;
+};
+
+// Every method may be called concurrently from any thread.
+class Tier {
+ public:
+  virtual ~Tier() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual bool Contains(const ChunkKey& key) const = 0;
+  // Copies the stored value into dst, whose size must equal the value's.
+  // NOT_FOUND: absent. INVALID_ARGUMENT: dst has the wrong size. DATA_LOSS: the stored value is corrupt (and
+  // has been removed). UNAVAILABLE: the medium failed; the caller treats every error as a miss.
+  virtual absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) = 0;
+  // Stores a copy of src under key; a key names its content, so writing an existing key keeps one copy.
+  // RESOURCE_EXHAUSTED: it does not fit, even after evicting everything evictable.
+  virtual absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) = 0;
+  // NOT_FOUND: absent.
+  virtual absl::Status Remove(const ChunkKey& key) = 0;
+  virtual TierUsage Usage() const = 0;
+  // Visits every stored key with its value's size (used to rebuild indexes); fn must not call back into the tier.
+  virtual void ForEach(const std::function<void(const ChunkKey&, uint64_t bytes)>& fn) const = 0;
+};
+
+// Forwards everything to the wrapped tier; decorators override only what they change.
+class TierDecorator : public Tier {
+ public:
+  explicit TierDecorator(std::unique_ptr<Tier> inner) : inner_(std::move(inner)) {}
+
+  std::string_view name() const override { return inner_->name(); }
+  bool Contains(const ChunkKey& key) const override { return inner_->Contains(key); }
+  absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override { return inner_->Read(key, dst); }
+  absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override {
+    return inner_->Write(key, src);
+  }
+  absl::Status Remove(const ChunkKey& key) override { return inner_->Remove(key); }
+  TierUsage Usage() const override { return inner_->Usage(); }
+  void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override { inner_->ForEach(fn); }
+
+  Tier& inner() { return *inner_; }
+
+ private:
+  std::unique_ptr<Tier> inner_;
+};
+
+}  // namespace cake
