@@ -12,6 +12,7 @@ LoadCursor::LoadCursor(const Options& options)
       low_(options.cached_chunks) {
   options_.lowest_loadable = std::min(options_.lowest_loadable, options_.cached_chunks);
   if (options_.window == 0) options_.window = 1;
+  SettleMeeting();
 }
 
 uint32_t LoadCursor::Floor() const {
@@ -36,6 +37,7 @@ std::vector<uint32_t> LoadCursor::OnReadDone(uint32_t chunk, bool ok) {
     state_[chunk] = State::kFailed;
     ++failed_;
     failure_floor_ = std::max(failure_floor_, chunk + 1);
+    SettleMeeting();
     return newly_loaded;
   }
   state_[chunk] = State::kLoaded;
@@ -44,20 +46,27 @@ std::vector<uint32_t> LoadCursor::OnReadDone(uint32_t chunk, bool ok) {
     --low_;
     if (!options_.follow_progress || low_ >= computed_) newly_loaded.push_back(low_);
   }
+  SettleMeeting();
   return newly_loaded;
 }
 
-void LoadCursor::OnProgress(uint32_t computed_through) { computed_ = std::max(computed_, computed_through); }
+void LoadCursor::OnProgress(uint32_t computed_through) {
+  computed_ = std::max(computed_, computed_through);
+  SettleMeeting();
+}
 
-std::optional<uint32_t> LoadCursor::Meeting() const {
+std::optional<uint32_t> LoadCursor::Meeting() const { return meeting_; }
+
+void LoadCursor::SettleMeeting() {
+  if (meeting_) return;
   const uint32_t h = options_.cached_chunks;
   const uint32_t floor = std::max(options_.lowest_loadable, failure_floor_);
   const bool engine_caught_up = options_.follow_progress && low_ <= computed_;
   const bool cursor_bottomed_out = low_ <= floor;
-  if (!engine_caught_up && !cursor_bottomed_out) return std::nullopt;
+  if (!engine_caught_up && !cursor_bottomed_out) return;
   uint32_t m = low_;
   if (options_.follow_progress) m = std::max(m, std::min(computed_, h));
-  return m;
+  meeting_ = m;
 }
 
 uint32_t LoadCursor::wasted_reads() const {

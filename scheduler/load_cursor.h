@@ -48,6 +48,8 @@ class LoadCursor {
 
   // Chunks below this are not worth reading: no room, a failed read above them, or already computed.
   uint32_t Floor() const;
+  // Fixes the meeting the first time the split is final, so later progress or completions cannot move it.
+  void SettleMeeting();
 
   Options options_;
   std::vector<State> state_;
@@ -57,6 +59,7 @@ class LoadCursor {
   uint32_t computed_ = 0;
   uint32_t in_flight_ = 0;
   uint32_t failed_ = 0;
+  std::optional<uint32_t> meeting_;
 };
 
 // Cost of computing chunk i on the engine, t(i) = first_chunk_s + growth_s * i (attention over a longer

@@ -49,7 +49,8 @@ class TableReader {
   template <typename T>
   void Unsigned(const char* key, T* out, uint64_t min, uint64_t max) {
     if (const toml::node* n = Find(key)) {
-      auto v = n->value<int64_t>();
+      // Only a TOML integer: value<int64_t>() alone would also turn `true` or `4.0` into a number.
+      auto v = n->is_integer() ? n->value<int64_t>() : std::nullopt;
       if (!v || *v < 0 || static_cast<uint64_t>(*v) < min || static_cast<uint64_t>(*v) > max) {
         Fail(key, absl::StrCat("an integer from ", min, " to ", max));
       } else {
@@ -59,8 +60,8 @@ class TableReader {
   }
   void Double(const char* key, double* out, double min, double max) {
     if (const toml::node* n = Find(key)) {
-      auto v = n->value<double>();  // integers convert too
-      if (!v || *v < min || *v > max) {
+      auto v = n->is_number() ? n->value<double>() : std::nullopt;  // integers convert too; booleans do not
+      if (!v || !(*v >= min && *v <= max)) {  // written so that nan fails too
         Fail(key, absl::StrCat("a number from ", min, " to ", max));
       } else {
         *out = *v;

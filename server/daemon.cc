@@ -106,7 +106,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
 }
 
 void Daemon::Stop() {
-  if (stopped_) return;
+  if (stopped_ || server_ == nullptr) return;  // a daemon that never started serving has nothing to stop
   stopped_ = true;
   spdlog::info("stopping: {} live loads cancelled, {} regions released", state_->loads.active(), state_->regions.count());
   state_->loads.CancelAll();

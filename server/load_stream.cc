@@ -75,11 +75,16 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     return read_more;
   }
 
-  // The client half-closed (or the stream broke): everything is released, as after Release.
+  // The client half-closed (everything is released, as after Release) or cancelled the stream.
   void OnClientClosed() {
     {
       std::lock_guard lock(mu_);
-      FinishLocked(absl::OkStatus());
+      if (context_->IsCancelled()) {
+        if (!finishing_) Bump(state_.counters.loads_cancelled);
+        FinishLocked(absl::CancelledError("load cancelled"));
+      } else {
+        FinishLocked(absl::OkStatus());
+      }
     }
     Pump();
   }
@@ -234,6 +239,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       auto self = shared_from_this();
       const uint32_t c = *chunk;
       const bool submitted = state_.pool.TrySubmit([self, c] { self->ReadChunk(c); });
+      if (submitted) ++reads_outstanding_;
       if (!submitted) {
         spdlog::warn("{}: the I/O queue is full; chunk {} will be computed", load_id_, c);
         cursor_->OnReadDone(c, false);
@@ -263,36 +269,39 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   void ChunkRead(uint32_t chunk, const absl::Status& status, std::string inline_bytes) {
     {
       std::lock_guard lock(mu_);
-      if (phase_ != Phase::kLoading || finishing_) return;
-      last_read_ = Clock::now();
-      if (!status.ok()) {
-        Bump(state_.counters.load_chunk_read_failures);
-        spdlog::warn("{}: chunk {} could not be read ({}); the engine computes it", load_id_, chunk,
-                     status.ToString());
-      } else {
-        ++chunks_read_;
-        if (inline_) pending_inline_[chunk] = std::move(inline_bytes);
-      }
-      for (uint32_t loaded : cursor_->OnReadDone(chunk, status.ok())) {
-        v1::LoadResponse response;
-        v1::ChunkLoaded* msg = response.mutable_loaded();
-        msg->set_chunk(loaded);
-        msg->set_bytes(chunk_bytes_);
-        if (inline_) {
-          auto it = pending_inline_.find(loaded);
-          msg->set_data(std::move(it->second));
-          pending_inline_.erase(it);
-        } else {
-          msg->set_region_offset(OffsetOf(loaded));
-        }
-        outbox_.push_back(std::move(response));
-        Bump(state_.counters.load_chunks_loaded);
-        Bump(state_.counters.load_bytes_loaded, chunk_bytes_);
-      }
-      CheckMeetingLocked();
-      IssueReadsLocked();
+      --reads_outstanding_;
+      if (phase_ == Phase::kLoading && !finishing_) ChunkReadLocked(chunk, status, std::move(inline_bytes));
     }
     Pump();
+  }
+
+  void ChunkReadLocked(uint32_t chunk, const absl::Status& status, std::string inline_bytes) {
+    last_read_ = Clock::now();
+    if (!status.ok()) {
+      Bump(state_.counters.load_chunk_read_failures);
+      spdlog::warn("{}: chunk {} could not be read ({}); the engine computes it", load_id_, chunk, status.ToString());
+    } else {
+      ++chunks_read_;
+      if (inline_) pending_inline_[chunk] = std::move(inline_bytes);
+    }
+    for (uint32_t loaded : cursor_->OnReadDone(chunk, status.ok())) {
+      v1::LoadResponse response;
+      v1::ChunkLoaded* msg = response.mutable_loaded();
+      msg->set_chunk(loaded);
+      msg->set_bytes(chunk_bytes_);
+      if (inline_) {
+        auto it = pending_inline_.find(loaded);
+        msg->set_data(std::move(it->second));
+        pending_inline_.erase(it);
+      } else {
+        msg->set_region_offset(OffsetOf(loaded));
+      }
+      outbox_.push_back(std::move(response));
+      Bump(state_.counters.load_chunks_loaded);
+      Bump(state_.counters.load_bytes_loaded, chunk_bytes_);
+    }
+    CheckMeetingLocked();
+    IssueReadsLocked();
   }
 
   void CheckMeetingLocked() {
@@ -340,10 +349,15 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     LoadReactor* reactor = nullptr;
     v1::LoadResponse* to_write = nullptr;
     std::optional<grpc::Status> to_finish;
+    RegionRegistry::WindowLease ended_lease;  // freed after the lock is dropped
     {
       std::lock_guard lock(mu_);
       if (finished_ || reactor_ == nullptr || writing_) return;
       if (finishing_) {
+        // The window is free for the engine's next load the moment it hears the stream end, so every read
+        // that could still land in it must have drained first.
+        if (reads_outstanding_ > 0) return;
+        ended_lease = std::move(lease_);
         finished_ = true;
         to_finish = ToGrpcStatus(finish_status_);
       } else if (!outbox_.empty()) {
@@ -360,6 +374,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     if (to_write != nullptr) {
       reactor->StartWrite(to_write);
     } else {
+      { RegionRegistry::WindowLease ended = std::move(ended_lease); }  // before the client can hear the end
       reactor->Finish(*to_finish);
     }
   }
@@ -392,6 +407,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   std::deque<v1::LoadResponse> outbox_;
   v1::LoadResponse current_;
   bool writing_ = false;
+  uint32_t reads_outstanding_ = 0;  // submitted to the I/O pool and not yet back
   bool finishing_ = false;
   bool finished_ = false;
   absl::Status finish_status_;

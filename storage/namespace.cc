@@ -97,10 +97,11 @@ absl::StatusOr<Namespace> Namespace::Create(NamespaceSpec spec, const NamespaceL
   }
   Namespace ns;
   ns.bytes_per_token_ = uint64_t{2} * spec.num_layers * spec.num_kv_heads * spec.head_dim * dtype_bytes;
-  if (ns.bytes_per_token_ * spec.chunk_tokens > limits.max_chunk_bytes) {
+  // Divide rather than multiply: with a large limits.max_chunk_tokens the product can wrap past 2^64.
+  if (spec.chunk_tokens > limits.max_chunk_bytes / ns.bytes_per_token_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "a chunk of this namespace would be ", ns.bytes_per_token_ * spec.chunk_tokens,
-        " bytes (chunk_tokens * 2 * num_layers * num_kv_heads * head_dim * dtype bytes); this daemon accepts at most ",
+        "a chunk of this namespace would be ", spec.chunk_tokens, " tokens * ", ns.bytes_per_token_,
+        " bytes per token (2 * num_layers * num_kv_heads * head_dim * dtype bytes); this daemon accepts at most ",
         limits.max_chunk_bytes, " (limits.max_chunk_bytes): use smaller chunks"));
   }
   KeyHasher h;

@@ -18,15 +18,17 @@ void TokenBucket::Acquire(uint64_t n) {
     // An idle bucket refills up to the burst, never beyond: credit older than `burst` is forgotten.
     next_free_ = std::max(next_free_, now - burst);
     next_free_ += cost;
-    ready = next_free_ - burst;
+    // The clamp above already grants the burst as credit; subtracting it here again would let 2 * burst through.
+    ready = next_free_;
   }
   if (ready > clock_->Now()) clock_->SleepUntil(ready);
 }
 
-void TokenBucket::SetRate(double rate_bytes_per_s) {
+void TokenBucket::SetRate(double rate_bytes_per_s, double burst_bytes) {
   std::lock_guard lock(mu_);
   rate_ = rate_bytes_per_s;
-  next_free_ = clock_->Now();
+  burst_bytes_ = burst_bytes;
+  next_free_ = TimePoint::min();  // a full bucket at the new rate, as after construction
 }
 
 double TokenBucket::rate() const {
@@ -35,15 +37,18 @@ double TokenBucket::rate() const {
 }
 
 ThrottledTier::ThrottledTier(std::unique_ptr<Tier> inner, double read_gbps, Clock* clock)
-    // A burst of 1 MiB keeps small reads smooth without letting a chunk-sized read skip the cap.
-    : TierDecorator(std::move(inner)), bucket_(GbpsToBytesPerSecond(read_gbps), 1 << 20, clock) {}
+    // A burst of 1 ms worth of bandwidth: the cap holds at every time scale a load can notice.
+    : TierDecorator(std::move(inner)),
+      bucket_(GbpsToBytesPerSecond(read_gbps), GbpsToBytesPerSecond(read_gbps) * 1e-3, clock) {}
 
 absl::Status ThrottledTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   bucket_.Acquire(dst.size());
   return TierDecorator::Read(key, dst);
 }
 
-void ThrottledTier::SetReadGbps(double gbps) { bucket_.SetRate(GbpsToBytesPerSecond(gbps)); }
+void ThrottledTier::SetReadGbps(double gbps) {
+  bucket_.SetRate(GbpsToBytesPerSecond(gbps), GbpsToBytesPerSecond(gbps) * 1e-3);
+}
 
 double ThrottledTier::read_gbps() const { return bucket_.rate() * 8 / 1e9; }
 

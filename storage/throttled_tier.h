@@ -18,7 +18,7 @@ class TokenBucket {
 
   // Blocks until n bytes may pass.
   void Acquire(uint64_t n);
-  void SetRate(double rate_bytes_per_s);
+  void SetRate(double rate_bytes_per_s, double burst_bytes);
   double rate() const;
 
  private:
@@ -26,7 +26,8 @@ class TokenBucket {
   mutable std::mutex mu_;
   double rate_;
   double burst_bytes_;
-  TimePoint next_free_{};  // when the bytes already granted will all have passed
+  // When the bytes already granted will all have passed; min() makes a new bucket start full, whatever the clock.
+  TimePoint next_free_ = TimePoint::min();
 };
 
 inline double GbpsToBytesPerSecond(double gbps) { return gbps * 1e9 / 8; }

@@ -1,0 +1,132 @@
+// Shared set-up for the integration suites: a real caked on a temporary socket, a connected client, and
+// prompts whose KV bytes follow a pattern every test can check byte for byte.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "cake/v1/admin.grpc.pb.h"
+#include "cake/v1/kv.grpc.pb.h"
+#include "client/client.h"
+#include "client/spawned_daemon.h"
+#include "grpcpp/grpcpp.h"
+
+namespace cake::testing {
+
+inline SpawnedDaemon StartDaemon(const std::vector<std::string>& args = {}) {
+  auto d = SpawnedDaemon::Start(CAKE_CAKED_PATH, args);
+  if (!d.ok()) FAIL("caked did not start: " << d.status().ToString());
+  return std::move(*d);
+}
+
+inline std::unique_ptr<Client> Connect(const SpawnedDaemon& d, const std::string& client_id = "engine-a") {
+  auto c = Client::Connect({d.socket_path(), client_id});
+  if (!c.ok()) FAIL("cannot connect: " << c.status().ToString());
+  return std::move(*c);
+}
+
+// 2 layers x 2 KV heads x head_dim 64 x BF16: 1 KiB per token.
+inline NamespaceSpec SmallNamespace(uint32_t chunk_tokens = 16, std::string tenant = "tenant-a") {
+  NamespaceSpec ns;
+  ns.model_id = "test/small";
+  ns.num_layers = 2;
+  ns.num_kv_heads = 2;
+  ns.head_dim = 64;
+  ns.dtype = DType::kBf16;
+  ns.chunk_tokens = chunk_tokens;
+  ns.tenant = std::move(tenant);
+  return ns;
+}
+inline constexpr uint64_t kSmallBytesPerToken = 1024;
+
+inline std::vector<uint32_t> Tokens(size_t n, uint32_t seed = 1) {
+  std::vector<uint32_t> t(n);
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& v : t) {
+    x = x * 1664525u + 1013904223u;
+    v = x % 128000;
+  }
+  return t;
+}
+
+// The KV bytes of chunk i of a prompt: every 8-byte word names the seed, the chunk and its position.
+inline void FillChunk(std::byte* dst, uint64_t chunk_bytes, uint32_t seed, uint32_t chunk) {
+  for (uint64_t w = 0; w < chunk_bytes / 8; ++w) {
+    const uint64_t v = (uint64_t{seed} << 48) ^ (uint64_t{chunk} << 32) ^ w;
+    std::memcpy(dst + 8 * w, &v, 8);
+  }
+}
+
+inline bool ChunkMatches(const std::byte* src, uint64_t chunk_bytes, uint32_t seed, uint32_t chunk) {
+  std::vector<std::byte> expected(chunk_bytes);
+  FillChunk(expected.data(), chunk_bytes, seed, chunk);
+  return std::memcmp(src, expected.data(), chunk_bytes) == 0;
+}
+
+// Stores chunks [0, count) of the prompt through a scratch region.
+inline void StorePrompt(Client& client, const NamespaceSpec& ns, const std::vector<uint32_t>& tokens, uint32_t seed,
+                        uint32_t count, uint64_t chunk_bytes) {
+  auto region = client.RegisterRegion(count * chunk_bytes);
+  REQUIRE(region.ok());
+  for (uint32_t i = 0; i < count; ++i) FillChunk(region->data() + i * chunk_bytes, chunk_bytes, seed, i);
+  auto stored = client.Store(ns, PromptRef{tokens, {}}, 0, count, *region, 0);
+  REQUIRE(stored.ok());
+  REQUIRE(stored->stored_chunks + stored->already_cached == count);
+  REQUIRE(client.ReleaseRegion(*region).ok());
+}
+
+// Raw stubs, for requests the client library would never send.
+struct RawStubs {
+  explicit RawStubs(const SpawnedDaemon& d) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(1 << 30);
+    args.SetMaxSendMessageSize(1 << 30);
+    channel = grpc::CreateCustomChannel("unix:" + d.socket_path(), grpc::InsecureChannelCredentials(), args);
+    kv = v1::KvService::NewStub(channel);
+    admin = v1::AdminService::NewStub(channel);
+  }
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::KvService::Stub> kv;
+  std::unique_ptr<v1::AdminService::Stub> admin;
+
+  v1::StatusResponse Status() {
+    grpc::ClientContext context;
+    v1::StatusResponse response;
+    REQUIRE(admin->Status(&context, v1::StatusRequest(), &response).ok());
+    return response;
+  }
+};
+
+inline void ToProto(const NamespaceSpec& spec, v1::Namespace* out) {
+  out->set_model_id(spec.model_id);
+  out->set_num_layers(spec.num_layers);
+  out->set_num_kv_heads(spec.num_kv_heads);
+  out->set_head_dim(spec.head_dim);
+  out->set_dtype(static_cast<v1::DType>(spec.dtype));
+  out->set_chunk_tokens(spec.chunk_tokens);
+  out->set_tenant(spec.tenant);
+}
+
+// Polls until pred() holds or 10 s pass.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  for (int i = 0; i < 1000; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+inline std::string WriteFile(const std::string& dir, const std::string& name, const std::string& text) {
+  std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace cake::testing

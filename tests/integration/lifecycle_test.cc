@@ -1,0 +1,107 @@
+// The daemon's life cycle as an operator sees it: start-up checks, cakectl, a clean stop that leaves nothing
+// behind, and recovery from a crash's stale socket.
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "tests/integration/fixture.h"
+
+using namespace cake;
+using namespace cake::testing;
+
+namespace {
+
+struct CommandResult {
+  int exit_code;
+  std::string output;
+};
+
+CommandResult Run(const std::string& command) {
+  CommandResult result{-1, ""};
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) result.output.append(buf, n);
+  int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM stops cleanly: live loads cancelled, regions released, socket removed, exit 0", "[lifecycle]") {
+  auto daemon = StartDaemon({"--dram-read-gbps", "0.01"});
+  auto client = Connect(daemon);
+  const auto ns = SmallNamespace(256);
+  const uint64_t chunk_bytes = 256 * kSmallBytesPerToken;
+  const auto tokens = Tokens(256 * 16);  // 16 chunks at 0.2 s each: still loading when SIGTERM comes
+  StorePrompt(*client, ns, tokens, 1, 16, chunk_bytes);
+  auto region = client->RegisterRegion(16 * chunk_bytes);
+  REQUIRE(region.ok());
+  LoadOptions options{ns, {tokens, {}}, &*region};
+  options.io_only = true;
+  auto session = client->StartLoad(options);
+  REQUIRE(session.ok());
+  REQUIRE((*session)->WaitPlan().ok());
+
+  // The region's shared-memory name is visible until the daemon releases it.
+  bool found_shm = false;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    found_shm |= entry.path().filename().string().rfind("cake-", 0) == 0;
+  }
+  CHECK(found_shm);
+
+  const std::string socket = daemon.socket_path();
+  CHECK(daemon.Stop() == 0);
+  CHECK(!std::filesystem::exists(socket));
+  CHECK(!(*session)->WaitDone().ok());  // the load was cancelled, not left hanging
+  CHECK(daemon.log().find("stopped") != std::string::npos);
+}
+
+TEST_CASE("cakectl reports status and stats", "[lifecycle]") {
+  auto daemon = StartDaemon({"--dram-read-gbps", "25"});
+  auto status = Run(std::string(CAKE_CAKECTL_PATH) + " --socket " + daemon.socket_path() + " status");
+  CHECK(status.exit_code == 0);
+  CHECK(status.output.find("tier dram") != std::string::npos);
+  CHECK(status.output.find("reads capped at 25 Gbps") != std::string::npos);
+  auto stats = Run(std::string(CAKE_CAKECTL_PATH) + " --socket " + daemon.socket_path() + " stats");
+  CHECK(stats.exit_code == 0);
+  CHECK(stats.output.find("lookups 0") != std::string::npos);
+  auto nobody = Run(std::string(CAKE_CAKECTL_PATH) + " --socket /tmp/cake-nonexistent.sock ping");
+  CHECK(nobody.exit_code == 1);
+  CHECK(nobody.output.find("no daemon answers") != std::string::npos);
+}
+
+TEST_CASE("start-up refuses bad configuration and a second daemon on a live socket", "[lifecycle]") {
+  auto bad = WriteFile("/tmp", "cake-bad-" + std::to_string(getpid()) + ".toml", "[dram]\ncapacity_gib = 4\n");
+  auto result = Run(std::string(CAKE_CAKED_PATH) + " --config " + bad + " --check-config");
+  std::remove(bad.c_str());
+  CHECK(result.exit_code == 2);
+  CHECK(result.output.find("unknown key(s) in [dram]: capacity_gib") != std::string::npos);
+
+  auto syntax = WriteFile("/tmp", "cake-syntax-" + std::to_string(getpid()) + ".toml", "[server\n");
+  result = Run(std::string(CAKE_CAKED_PATH) + " --config " + syntax + " --check-config");
+  std::remove(syntax.c_str());
+  CHECK(result.exit_code == 2);
+  CHECK(result.output.find("line 1") != std::string::npos);
+
+  auto daemon = StartDaemon();
+  result = Run(std::string(CAKE_CAKED_PATH) + " --socket " + daemon.socket_path());
+  CHECK(result.exit_code == 1);
+  CHECK(result.output.find("another daemon is listening") != std::string::npos);
+  CHECK(Connect(daemon)->Ping().ok());  // the first daemon is unharmed
+}
+
+TEST_CASE("a daemon killed with SIGKILL leaves a stale socket the next start replaces", "[lifecycle]") {
+  auto daemon = StartDaemon();
+  const std::string socket = daemon.socket_path();
+  daemon.Kill();
+  REQUIRE(std::filesystem::exists(socket));
+  auto again = SpawnedDaemon::Start(CAKE_CAKED_PATH, {"--socket", socket});
+  REQUIRE(again.ok());
+  CHECK(again->log().find("stale socket") != std::string::npos);
+  CHECK(Connect(*again)->Ping().ok());
+}

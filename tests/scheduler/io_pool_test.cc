@@ -1,0 +1,127 @@
+// IoPool: tasks run on its threads, a full queue refuses work instead of growing, and shutdown drains the queue.
+#include "scheduler/io_pool.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <latch>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace cake {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A gate the test opens; tasks wait on it so the workers stay busy for as long as the test needs.
+class Gate {
+ public:
+  void Wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return open_; });
+  }
+  void Open() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+bool Eventually(const std::function<bool()>& pred) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(200us);
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("io pool: submitted tasks run on the pool's threads", "[io_pool]") {
+  std::atomic<int> ran{0};
+  std::mutex mu;
+  std::set<std::thread::id> ids;
+  {
+    IoPool pool(2, 100);
+    for (int i = 0; i < 50; ++i) {
+      REQUIRE(pool.TrySubmit([&] {
+        ran++;
+        std::lock_guard lock(mu);
+        ids.insert(std::this_thread::get_id());
+      }));
+    }
+    CHECK(Eventually([&] { return ran == 50; }));
+    CHECK(pool.queued() == 0);
+  }
+  CHECK(ran == 50);
+  CHECK_FALSE(ids.contains(std::this_thread::get_id()));
+  CHECK(ids.size() <= 2);
+}
+
+TEST_CASE("io pool: a full queue refuses submissions", "[io_pool]") {
+  Gate gate;
+  std::latch workers_busy(2);
+  std::atomic<int> ran{0};
+  {
+    IoPool pool(2, 3);
+    // Occupy both workers first, so the queue's contents are exactly what the test puts there next.
+    for (int i = 0; i < 2; ++i) {
+      REQUIRE(pool.TrySubmit([&] {
+        workers_busy.count_down();
+        gate.Wait();
+        ran++;
+      }));
+    }
+    workers_busy.wait();
+    CHECK(pool.queued() == 0);
+    for (int i = 0; i < 3; ++i) CHECK(pool.TrySubmit([&] { ran++; }));
+    CHECK(pool.queued() == 3);
+    CHECK_FALSE(pool.TrySubmit([&] { ran += 1000; }));
+    CHECK(pool.queued() == 3);
+
+    gate.Open();
+    CHECK(Eventually([&] { return ran == 5; }));
+    // Room again once the queue drains.
+    CHECK(pool.TrySubmit([&] { ran++; }));
+    CHECK(Eventually([&] { return ran == 6; }));
+  }
+  CHECK(ran == 6);
+}
+
+TEST_CASE("io pool: the destructor runs what is queued before joining", "[io_pool]") {
+  Gate gate;
+  std::latch worker_busy(1);
+  std::atomic<int> ran{0};
+  std::thread opener;
+  {
+    IoPool pool(1, 10);
+    REQUIRE(pool.TrySubmit([&] {
+      worker_busy.count_down();
+      gate.Wait();
+      ran++;
+    }));
+    worker_busy.wait();
+    for (int i = 0; i < 5; ++i) REQUIRE(pool.TrySubmit([&] { ran++; }));
+    CHECK(pool.queued() == 5);
+    // Open the gate only once the destructor is under way, so the queued tasks are still queued when it starts.
+    opener = std::thread([&] {
+      std::this_thread::sleep_for(20ms);
+      gate.Open();
+    });
+  }
+  opener.join();
+  CHECK(ran == 6);
+}
+
+}  // namespace cake

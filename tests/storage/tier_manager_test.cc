@@ -1,0 +1,118 @@
+// TierManager: prefix lookup across tiers, where writes land, and the load-throughput average the planner reads.
+#include "storage/tier_manager.h"
+
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <vector>
+
+#include "storage/dram_tier.h"
+#include "tests/storage/tier_test_util.h"
+
+namespace cake {
+namespace {
+
+using testing::TestKey;
+using testing::TestValue;
+
+constexpr size_t kBytes = 256;
+
+struct TwoTiers {
+  TwoTiers() {
+    auto fast = std::make_unique<DramTier>(1 << 20);
+    auto slow = std::make_unique<DramTier>(1 << 20);
+    dram = fast.get();
+    disk = slow.get();
+    manager.AddTier(TierKind::kDram, std::move(fast));
+    manager.AddTier(TierKind::kDisk, std::move(slow));
+  }
+  TierManager manager;
+  DramTier* dram;
+  DramTier* disk;  // a second DRAM tier standing in for the disk: lookups only care about kinds and order
+};
+
+std::vector<ChunkKey> Keys(uint32_t n) {
+  std::vector<ChunkKey> keys;
+  for (uint32_t i = 0; i < n; ++i) keys.push_back(TestKey(i));
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("tier manager: LookupPrefix reports the fastest holder and stops at the first miss", "[tier_manager]") {
+  TwoTiers t;
+  const auto keys = Keys(6);
+  REQUIRE(t.dram->Write(keys[0], TestValue(0, kBytes)).ok());
+  REQUIRE(t.disk->Write(keys[1], TestValue(1, kBytes)).ok());
+  REQUIRE(t.dram->Write(keys[2], TestValue(2, kBytes)).ok());
+  REQUIRE(t.disk->Write(keys[2], TestValue(2, kBytes)).ok());  // in both: the faster one wins
+  // keys[3] is nowhere; keys[4] is cached but unreachable behind the gap.
+  REQUIRE(t.dram->Write(keys[4], TestValue(4, kBytes)).ok());
+
+  CHECK(t.manager.LookupPrefix(keys) == std::vector<TierKind>{TierKind::kDram, TierKind::kDisk, TierKind::kDram});
+  CHECK(t.manager.LookupPrefix({}).empty());
+  CHECK(t.manager.LookupPrefix(std::span(keys).subspan(3)).empty());
+  CHECK(t.manager.Contains(keys[4]));
+  CHECK_FALSE(t.manager.Contains(keys[3]));
+}
+
+TEST_CASE("tier manager: Write goes to the fastest tier; Read goes to the named one", "[tier_manager]") {
+  TwoTiers t;
+  const auto value = TestValue(9, kBytes);
+  REQUIRE(t.manager.Write(TestKey(9), value).ok());
+  CHECK(t.dram->Contains(TestKey(9)));
+  CHECK_FALSE(t.disk->Contains(TestKey(9)));
+
+  std::vector<std::byte> out(kBytes);
+  REQUIRE(t.manager.Read(TierKind::kDram, TestKey(9), out).ok());
+  CHECK(out == value);
+  CHECK(t.manager.Read(TierKind::kDisk, TestKey(9), out).code() == absl::StatusCode::kNotFound);
+  CHECK(t.manager.Read(TierKind::kRemote, TestKey(9), out).code() == absl::StatusCode::kNotFound);
+
+  CHECK(t.manager.tier(TierKind::kDram) == t.dram);
+  CHECK(t.manager.tier(TierKind::kDisk) == t.disk);
+  CHECK(t.manager.tier(TierKind::kRemote) == nullptr);
+  REQUIRE(t.manager.tiers().size() == 2);
+  CHECK(t.manager.tiers()[0]->kind == TierKind::kDram);
+}
+
+TEST_CASE("tier manager: with no tiers, writes fail and nothing is found", "[tier_manager]") {
+  TierManager manager;
+  const auto value = TestValue(1, kBytes);
+  CHECK(manager.Write(TestKey(1), value).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(manager.LookupPrefix(Keys(2)).empty());
+  CHECK_FALSE(manager.Contains(TestKey(1)));
+}
+
+TEST_CASE("tier manager: load throughput is a moving average per tier", "[tier_manager]") {
+  TwoTiers t;
+  CHECK(t.manager.LoadSecondsPerByte(TierKind::kDram) == 0);
+
+  t.manager.RecordLoadThroughput(TierKind::kDram, 1000, 1.0);  // the first sample is taken as is
+  CHECK(t.manager.LoadSecondsPerByte(TierKind::kDram) == Approx(1e-3));
+  t.manager.RecordLoadThroughput(TierKind::kDram, 1000, 2.0);  // 0.7 * old + 0.3 * new
+  CHECK(t.manager.LoadSecondsPerByte(TierKind::kDram) == Approx(0.7e-3 + 0.3 * 2e-3));
+  t.manager.RecordLoadThroughput(TierKind::kDram, 1000, 2.0);
+  CHECK(t.manager.LoadSecondsPerByte(TierKind::kDram) == Approx(0.7 * 1.3e-3 + 0.3 * 2e-3));
+
+  // Samples that say nothing are ignored rather than dragging the average to 0 or infinity.
+  const double before = t.manager.LoadSecondsPerByte(TierKind::kDram);
+  t.manager.RecordLoadThroughput(TierKind::kDram, 0, 1.0);
+  t.manager.RecordLoadThroughput(TierKind::kDram, 1000, 0);
+  t.manager.RecordLoadThroughput(TierKind::kDram, 1000, -1);
+  CHECK(t.manager.LoadSecondsPerByte(TierKind::kDram) == before);
+
+  // Tiers are measured separately; an absent tier records nothing and reads 0.
+  CHECK(t.manager.LoadSecondsPerByte(TierKind::kDisk) == 0);
+  t.manager.RecordLoadThroughput(TierKind::kRemote, 1000, 1.0);
+  CHECK(t.manager.LoadSecondsPerByte(TierKind::kRemote) == 0);
+}
+
+TEST_CASE("tier manager: kind names", "[tier_manager]") {
+  CHECK(std::string(TierKindName(TierKind::kDram)) == "dram");
+  CHECK(std::string(TierKindName(TierKind::kDisk)) == "disk");
+  CHECK(std::string(TierKindName(TierKind::kRemote)) == "remote");
+  CHECK(std::string(TierKindName(TierKind::kNone)) == "none");
+}
+
+}  // namespace cake

@@ -1,0 +1,29 @@
+// Keys and values shared by the storage tests: deterministic, so a wrong byte anywhere is caught.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "storage/namespace.h"
+
+namespace cake::testing {
+
+inline ChunkKey TestKey(uint32_t i) {
+  ChunkKey k;
+  for (size_t b = 0; b < k.bytes.size(); ++b) k.bytes[b] = static_cast<uint8_t>((i >> (8 * (b % 4))) + b * 31);
+  return k;
+}
+
+// Differs per key and per offset, so swapped or shifted values do not compare equal.
+inline std::vector<std::byte> TestValue(uint32_t i, size_t bytes) {
+  std::vector<std::byte> v(bytes);
+  uint32_t x = i * 2654435761u + 1;
+  for (size_t j = 0; j < bytes; ++j) {
+    x = x * 1103515245u + 12345u;
+    v[j] = static_cast<std::byte>(x >> 24);
+  }
+  return v;
+}
+
+}  // namespace cake::testing
