@@ -88,6 +88,10 @@ TEST_CASE("start-up refuses bad configuration and a second daemon on a live sock
   CHECK(result.exit_code == 2);
   CHECK(result.output.find("line 1") != std::string::npos);
 
+  // The shipped configuration documents every key with its default, so it must always pass the same checks.
+  result = Run(std::string(CAKE_CAKED_PATH) + " --config " CAKE_SOURCE_DIR "/deploy/caked.toml --check-config");
+  CHECK(result.exit_code == 0);
+
   auto daemon = StartDaemon();
   result = Run(std::string(CAKE_CAKED_PATH) + " --socket " + daemon.socket_path());
   CHECK(result.exit_code == 1);

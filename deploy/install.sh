@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs caked, cakectl, the default configuration and the systemd unit from a build in build/.
+# Idempotent: an existing /etc/cake/caked.toml is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+prefix=${PREFIX:-/usr/local}
+[ -x build/bin/caked ] || { echo "install.sh: build first (scripts/test or scripts/demo builds into build/)" >&2; exit 1; }
+install -d "$prefix/bin" /etc/cake "$prefix/share/doc/cake"
+install -m 0755 build/bin/caked build/bin/cakectl "$prefix/bin/"
+[ -f /etc/cake/caked.toml ] || install -m 0644 deploy/caked.toml /etc/cake/caked.toml
+install -m 0644 docs/*.md "$prefix/share/doc/cake/"
+if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+  getent group cake >/dev/null || groupadd --system cake
+  getent passwd cake >/dev/null || useradd --system --gid cake --no-create-home --shell /usr/sbin/nologin cake
+  install -m 0644 deploy/caked.service /etc/systemd/system/caked.service
+  systemctl daemon-reload
+  echo "installed; start with: systemctl enable --now caked"
+else
+  echo "installed (no systemd here: run $prefix/bin/caked --config /etc/cake/caked.toml)"
+fi
