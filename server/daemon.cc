@@ -31,8 +31,13 @@ void LoadTracker::Remove(uint64_t ticket) {
 }
 
 void LoadTracker::CancelAll() {
-  std::lock_guard lock(mu_);
-  for (auto& [ticket, cancel] : cancels_) cancel();
+  std::vector<std::function<void()>> cancels;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [ticket, cancel] : cancels_) cancels.push_back(cancel);
+  }
+  // Outside the lock: a cancelled load leaves the tracker on its way out.
+  for (auto& cancel : cancels) cancel();
 }
 
 uint32_t LoadTracker::active() const {

@@ -108,6 +108,15 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     Pump();
   }
 
+  void StopForShutdown() {
+    {
+      std::lock_guard lock(mu_);
+      if (!finishing_) Bump(state_.counters.loads_cancelled);
+      FinishLocked(absl::CancelledError("the daemon is stopping; compute the rest of the prompt"));
+    }
+    Pump();
+  }
+
   void OnDone() {
     std::lock_guard lock(mu_);
     reactor_ = nullptr;
@@ -174,7 +183,11 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       region_ = lease_.region();
       base_offset_ = start.region_offset();
     }
-    ticket_ = state_.loads.TryAdd(config.max_concurrent_loads, [ctx = context_] { ctx->TryCancel(); });
+    // A stopping daemon ends the stream itself (CANCELLED) rather than cancel the context: the weak reference
+    // is safe whenever it runs, even after the RPC is gone.
+    ticket_ = state_.loads.TryAdd(config.max_concurrent_loads, [weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->StopForShutdown();
+    });
     if (ticket_ == 0) {
       return absl::ResourceExhaustedError(absl::StrCat("the daemon is running limits.max_concurrent_loads (",
                                                        config.max_concurrent_loads, ") loads; retry shortly"));
