@@ -46,7 +46,7 @@ absl::Status DramTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   }
   // The copy runs outside the lock so concurrent readers proceed in parallel; the reader count keeps the
   // entry out of eviction, and the shared buffer keeps the bytes alive even if it is removed meanwhile.
-  std::memcpy(dst.data(), buffer->data, dst.size());
+  if (!dst.empty()) std::memcpy(dst.data(), buffer->data, dst.size());
   std::lock_guard lock(mu_);
   auto it = entries_.find(key);
   if (it != entries_.end() && it->second.buffer == buffer) --it->second.readers;
@@ -76,7 +76,7 @@ absl::Status DramTier::Write(const ChunkKey& key, std::span<const std::byte> src
   // Copy before taking the lock: writers of large chunks must not stall readers.
   auto buffer = std::make_shared<Buffer>(src.size());
   if (buffer->data == nullptr) return absl::ResourceExhaustedError("out of host memory for a DRAM chunk");
-  std::memcpy(buffer->data, src.data(), src.size());
+  if (!src.empty()) std::memcpy(buffer->data, src.data(), src.size());
 
   std::lock_guard lock(mu_);
   if (auto it = entries_.find(key); it != entries_.end()) {

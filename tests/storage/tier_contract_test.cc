@@ -47,12 +47,6 @@ TEMPLATE_TEST_CASE("tier contract", "[tier]", DramFactory, ThrottledDramFactory)
     CHECK_FALSE(tier->name().empty());
   }
 
-  SECTION("an empty value is a value") {
-    REQUIRE(tier->Write(a, {}).ok());
-    CHECK(tier->Contains(a));
-    CHECK(tier->Read(a, {}).ok());
-  }
-
   SECTION("reading a missing key is NOT_FOUND") {
     std::vector<std::byte> out(kValueBytes);
     CHECK(tier->Read(a, out).code() == absl::StatusCode::kNotFound);
