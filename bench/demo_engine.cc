@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,8 @@ struct LoadRunResult {
   std::optional<uint32_t> predicted_meeting_chunk;
 };
 
+enum class LoadMode { kIoOnly, kCake };
+
 class DemoEngine {
  public:
   DemoEngine(Client& client, NamespaceSpec ns, std::vector<uint32_t> tokens, const MappedRegion& region,
@@ -48,9 +51,7 @@ class DemoEngine {
 
   // Writes every chunk's KV pattern into the region and stores the whole prompt in the daemon.
   absl::Status StorePrompt() {
-    auto T0 = Clock::now();
     for (uint32_t c = 0; c < chunks(); ++c) FillChunkPattern(ChunkBytes(c * chunk_bytes_), c);
-    std::fprintf(stderr, "PHASE fill %.3f\n", SecondsSince(T0));
     auto stored = client_.Store(ns_, Prompt(), 0, chunks(), region_, 0);
     if (!stored.ok()) return stored.status();
     auto found = client_.Lookup(ns_, Prompt());
@@ -70,20 +71,19 @@ class DemoEngine {
     return SecondsSince(start);
   }
 
-  // io_only: the daemon loads every chunk while the engine waits. Otherwise Cake: the engine computes forward
-  // and stops at the first chunk the daemon has loaded.
-  absl::StatusOr<LoadRunResult> RunLoad(bool io_only, double first_chunk_s, double growth_s) {
+  // I/O-only: the daemon loads every chunk while the engine waits. Cake: the engine computes forward and stops
+  // at the first chunk the daemon has loaded.
+  absl::StatusOr<LoadRunResult> RunLoad(LoadMode mode) {
     // Zeroed first, so the check afterwards sees only what this load wrote.
-    auto T0 = Clock::now();
     std::memset(region_.data(), 0, region_.size());
-    std::fprintf(stderr, "PHASE zero %.3f\n", SecondsSince(T0));
     LoadOptions load;
     load.ns = ns_;
     load.prompt = Prompt();
     load.region = &region_;
-    load.io_only = io_only;
-    load.compute_first_chunk_s = first_chunk_s;
-    load.compute_growth_s = growth_s;
+    load.io_only = mode == LoadMode::kIoOnly;
+    // The model's per-chunk cost is exactly linear in the chunk index, which is the daemon's hint format.
+    load.compute_first_chunk_s = chunk_compute_s_[0];
+    load.compute_growth_s = chunks() > 1 ? chunk_compute_s_[1] - chunk_compute_s_[0] : 0;
 
     const Clock::time_point start = Clock::now();
     auto started = client_.StartLoad(load);
@@ -91,7 +91,7 @@ class DemoEngine {
     LoadSession& session = **started;
     absl::Cleanup release = [&] { session.Release().IgnoreError(); };
     uint32_t engine_stop = 0;
-    if (!io_only) {
+    if (mode == LoadMode::kCake) {
       Clock::time_point gpu_free = start;
       // One residency check per engine step, as the paper's engine does.
       while (engine_stop < chunks() && !session.IsResident(engine_stop)) {
@@ -113,7 +113,6 @@ class DemoEngine {
     for (uint32_t c = done->meeting_chunk; c < chunks(); ++c) {
       if (absl::Status s = CheckChunkPattern(ChunkBytes(session.RegionOffset(c)), c); !s.ok()) return s;
     }
-    std::fprintf(stderr, "PHASE verified %.3f\n", SecondsSince(T0));
     LoadRunResult result{ttft, done->meeting_chunk, engine_stop, std::nullopt};
     if (auto plan = session.WaitPlan(); plan.ok()) result.predicted_meeting_chunk = plan->predicted_meeting_chunk;
     std::move(release).Cancel();
@@ -162,7 +161,9 @@ absl::Status RunDemo(const DemoOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("unknown --model ", options.model, "; known: ", known));
   }
   if (options.read_gbps <= 0) return absl::InvalidArgumentError("--read-gbps must be positive");
-  if (options.gpu_tflops && *options.gpu_tflops <= 0) return absl::InvalidArgumentError("--gpu-tflops must be positive");
+  if (options.gpu_tflops && *options.gpu_tflops <= 0) {
+    return absl::InvalidArgumentError("--gpu-tflops must be positive");
+  }
   const NamespaceSpec ns = KvNamespace(*model);
   auto layout = Namespace::Create(ns);
   if (!layout.ok()) return layout.status();
@@ -185,9 +186,6 @@ absl::Status RunDemo(const DemoOptions& options) {
     const double begin = static_cast<double>(c) * chunk_tokens;
     chunk_compute_s[c] = cost.PrefixSeconds(begin + chunk_tokens) - cost.PrefixSeconds(begin);
   }
-  // The model's per-chunk cost is exactly linear in the chunk index: the daemon's hint format.
-  const double first_chunk_s = chunk_compute_s[0];
-  const double growth_s = chunks > 1 ? chunk_compute_s[1] - chunk_compute_s[0] : 0;
 
   auto target = OpenDaemon(options.common.socket_path,
                            {"--dram-read-gbps", absl::StrCat(options.read_gbps), "--dram-capacity-mib",
@@ -198,21 +196,18 @@ absl::Status RunDemo(const DemoOptions& options) {
   if (!region.ok()) return region.status();
   absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
 
-  auto T0 = Clock::now();
-  auto PH = [&](const char* what) { std::fprintf(stderr, "PHASE %s %.3f\n", what, SecondsSince(T0)); };
-  PH("connected");
   DemoEngine engine(client, ns, SyntheticPrompt(options.tokens, 8), *region, chunk_bytes, chunk_compute_s);
   if (absl::Status s = engine.StorePrompt(); !s.ok()) return s;
-  PH("stored");
+  // An untimed load first, as an engine's region serves many loads: the daemon's first writes into a fresh
+  // region take a page fault per 4 KiB (seconds per GiB on a VM, see docs/benchmarks.md), a one-time cost of
+  // the region, not of a load. It also gives the daemon's planner a measured bandwidth to predict with.
+  if (auto warmup = engine.RunLoad(LoadMode::kIoOnly); !warmup.ok()) return warmup.status();
   const double compute_only_s = engine.RunComputeOnly();
-  // I/O-only runs before Cake, as it would in a deployment: the daemon's planner learns the tier's bandwidth.
-  auto io_only = engine.RunLoad(true, first_chunk_s, growth_s);
+  auto io_only = engine.RunLoad(LoadMode::kIoOnly);
   if (!io_only.ok()) return io_only.status();
-  PH("io");
-  auto cake = engine.RunLoad(false, first_chunk_s, growth_s);
+  auto cake = engine.RunLoad(LoadMode::kCake);
   if (!cake.ok()) return cake.status();
 
-  PH("cake");
   const double optimum_s = ModelOptimumSeconds(chunk_compute_s, static_cast<double>(chunk_bytes) / read_bytes_per_s);
   const double io_only_gbit_per_s = static_cast<double>(prompt_bytes) * 8 / io_only->ttft_s / 1e9;
   const double over_compute = compute_only_s / cake->ttft_s;
