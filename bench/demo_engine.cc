@@ -198,9 +198,8 @@ absl::Status RunDemo(const DemoOptions& options) {
 
   DemoEngine engine(client, ns, SyntheticPrompt(options.tokens, 8), *region, chunk_bytes, chunk_compute_s);
   if (absl::Status s = engine.StorePrompt(); !s.ok()) return s;
-  // An untimed load first, as an engine's region serves many loads: the daemon's first writes into a fresh
-  // region take a page fault per 4 KiB (seconds per GiB on a VM, see docs/benchmarks.md), a one-time cost of
-  // the region, not of a load. It also gives the daemon's planner a measured bandwidth to predict with.
+  // An untimed load first: it gives the daemon's planner a measured bandwidth to predict the meeting with, as
+  // an engine that has served a few requests would have given it.
   if (auto warmup = engine.RunLoad(LoadMode::kIoOnly); !warmup.ok()) return warmup.status();
   const double compute_only_s = engine.RunComputeOnly();
   auto io_only = engine.RunLoad(LoadMode::kIoOnly);

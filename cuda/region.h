@@ -39,7 +39,9 @@ absl::Status CheckRange(uint64_t size, uint64_t offset, uint64_t bytes);
 // (the name is unlinked when the owner goes) or merely mapped by an opener. Move-only.
 class SharedMemory {
  public:
-  // Creates a new object of `bytes` bytes under a fresh random name "/cake-<32 hex>", mode 0600.
+  // Creates a new object of `bytes` bytes under a fresh random name "/cake-<32 hex>", mode 0600. Its pages are
+  // reserved and mapped up front (Open maps them too), so copies never fault: this takes time in proportion
+  // to the size.
   static absl::StatusOr<SharedMemory> Create(uint64_t bytes);
   // Maps an existing object; FAILED_PRECONDITION if it is smaller than `bytes`.
   static absl::StatusOr<SharedMemory> Open(const std::string& name, uint64_t bytes);

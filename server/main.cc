@@ -1,4 +1,5 @@
 // caked: the Cake KV-cache loader daemon. Configuration: embedded defaults, then --config FILE, then flags.
+#include <malloc.h>
 #include <signal.h>
 
 #include <condition_variable>
@@ -19,6 +20,10 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Keep freed request buffers (a 128K-token prompt is 512 KiB) in the heap instead of handing them back to the
+  // kernel after every call: re-faulting them cost more than hashing the prompt (docs/benchmarks.md, Lookup).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
   signal(SIGPIPE, SIG_IGN);
 
   cake::DaemonConfig config = cake::DefaultConfig();

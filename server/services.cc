@@ -30,16 +30,25 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
   if (request->kind() != v1::REGION_AUTO && request->kind() != v1::REGION_HOST_SHM) {
     return Reply(context, absl::InvalidArgumentError(absl::StrCat("unknown region kind ", request->kind())));
   }
-  auto registered = state_.regions.Register(request->client_id(), request->bytes());
-  if (!registered.ok()) return Reply(context, registered.status());
-  response->set_region_id(registered->region_id);
-  response->set_kind(v1::REGION_HOST_SHM);
-  response->set_bytes(registered->region->size());
-  response->set_shm_name(registered->region->export_handle());
-  Bump(state_.counters.regions_registered);
-  spdlog::info("region {} ({} bytes) registered for client {}", registered->region_id, request->bytes(),
-               request->client_id());
-  return Reply(context, absl::OkStatus());
+  // Creating a region maps every page of it, which takes a while for large ones: an I/O thread does it.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const bool submitted = state_.pool.TrySubmit([this, reactor, request, response] {
+    auto registered = state_.regions.Register(request->client_id(), request->bytes());
+    if (registered.ok()) {
+      response->set_region_id(registered->region_id);
+      response->set_kind(v1::REGION_HOST_SHM);
+      response->set_bytes(registered->region->size());
+      response->set_shm_name(registered->region->export_handle());
+      Bump(state_.counters.regions_registered);
+      spdlog::info("region {} ({} bytes) registered for client {}", registered->region_id, request->bytes(),
+                   request->client_id());
+    }
+    reactor->Finish(ToGrpcStatus(registered.status()));
+  });
+  if (!submitted) {
+    reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError("the daemon's I/O queue is full; retry shortly")));
+  }
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* KvServiceImpl::ReleaseRegion(grpc::CallbackServerContext* context,
