@@ -14,18 +14,6 @@
 namespace cake {
 namespace {
 
-std::string RandomShmName() {
-  // 128 bits from the kernel's generator: another local user cannot guess a live region's name.
-  std::random_device rd("/dev/urandom");
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string name = "/cake-";
-  for (int i = 0; i < 4; ++i) {
-    uint32_t v = rd();
-    for (int j = 0; j < 8; ++j, v >>= 4) name.push_back(kDigits[v & 15]);
-  }
-  return name;
-}
-
 // Maps every page now, so the first load into a region does not pay a page fault per 4 KiB (on some VMs that
 // costs seconds per GiB: docs/benchmarks.md). A read is enough: the pages already exist in the shm object.
 void TouchPages(const std::byte* data, uint64_t bytes) {
@@ -70,6 +58,18 @@ class HostRegion final : public Region {
 
 }  // namespace
 
+std::string RandomHex128() {
+  // From the kernel's generator: another local user cannot guess a live region's name or id.
+  std::random_device rd("/dev/urandom");
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (int i = 0; i < 4; ++i) {
+    uint32_t v = rd();
+    for (int j = 0; j < 8; ++j, v >>= 4) hex.push_back(kDigits[v & 15]);
+  }
+  return hex;
+}
+
 absl::Status CheckRange(uint64_t size, uint64_t offset, uint64_t bytes) {
   if (offset > size || bytes > size - offset) {
     return absl::OutOfRangeError(
@@ -83,7 +83,7 @@ absl::StatusOr<SharedMemory> SharedMemory::Create(uint64_t bytes) {
   SharedMemory shm;
   int fd = -1;
   for (int attempt = 0; attempt < 4 && fd < 0; ++attempt) {
-    shm.name_ = RandomShmName();
+    shm.name_ = "/cake-" + RandomHex128();
     fd = shm_open(shm.name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0 && errno != EEXIST) return ErrnoStatus(absl::StrCat("shm_open ", shm.name_), errno);
   }

@@ -1,24 +1,8 @@
 #include "server/region_registry.h"
 
-#include <random>
-
 #include "absl/strings/str_cat.h"
 
 namespace cake {
-namespace {
-
-std::string NewRegionId() {
-  std::random_device rd("/dev/urandom");
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string id = "r-";
-  for (int i = 0; i < 4; ++i) {
-    uint32_t v = rd();
-    for (int j = 0; j < 8; ++j, v >>= 4) id.push_back(kDigits[v & 15]);
-  }
-  return id;
-}
-
-}  // namespace
 
 absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::string& client_id, uint64_t bytes) {
   if (client_id.empty()) return absl::InvalidArgumentError("client_id is empty: name the engine that owns the region");
@@ -37,7 +21,7 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::s
   }
   auto region = CreateHostRegion(bytes);
   if (!region.ok()) return region.status();
-  Registered out{NewRegionId(), std::shared_ptr<Region>(std::move(*region))};
+  Registered out{"r-" + RandomHex128(), std::shared_ptr<Region>(std::move(*region))};
   std::lock_guard lock(mu_);
   regions_.emplace(out.region_id, Entry{client_id, out.region, {}});
   return out;
