@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cakectl: %s\n", counters.status().ToString().c_str());
       return 1;
     }
-    for (const auto& [name, value] : *counters) std::printf("%s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
+    for (const auto& [name, value] : *counters)
+      std::printf("%s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
   } else if (ping->parsed()) {
     if (auto s = (*client)->Ping(); !s.ok()) {
       std::fprintf(stderr, "cakectl: %s\n", s.ToString().c_str());

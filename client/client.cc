@@ -146,7 +146,8 @@ class GrpcLoadSession final : public LoadSession {
         case v1::LoadResponse::kLoaded:
           // Chunks arrive highest first and each extends the contiguous loaded suffix.
           loaded_low_ = std::min(loaded_low_, response.loaded().chunk());
-          if (inline_) inline_chunks_[response.loaded().chunk()] = std::move(*response.mutable_loaded()->mutable_data());
+          if (inline_)
+            inline_chunks_[response.loaded().chunk()] = std::move(*response.mutable_loaded()->mutable_data());
           break;
         case v1::LoadResponse::kDone:
           done_ = LoadDone{response.done().meeting_chunk(), response.done().loaded_chunks(),
@@ -289,10 +290,9 @@ class GrpcClient final : public Client {
         r.version(), r.pid(), r.uptime_s(), r.listen_address(), r.region_backend(), r.active_loads(), r.regions(),
         r.region_bytes());
     for (const v1::TierStatus& t : r.tiers()) {
-      absl::StrAppendFormat(&out, "tier %s: %u chunks, %u of %u bytes used%s\n", t.name(), t.chunks(), t.used_bytes(),
-                            t.capacity_bytes(),
-                            t.read_limit_gbps() > 0 ? absl::StrFormat(", reads capped at %g Gbps", t.read_limit_gbps())
-                                                    : "");
+      absl::StrAppendFormat(
+          &out, "tier %s: %u chunks, %u of %u bytes used%s\n", t.name(), t.chunks(), t.used_bytes(), t.capacity_bytes(),
+          t.read_limit_gbps() > 0 ? absl::StrFormat(", reads capped at %g Gbps", t.read_limit_gbps()) : "");
     }
     return out;
   }
@@ -340,8 +340,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   auto channel =
       grpc::CreateCustomChannel(absl::StrCat("unix:", options.socket_path), grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5))) {
-    return absl::UnavailableError(absl::StrCat("no daemon answers on ", options.socket_path,
-                                               " (is caked running? is the path right?)"));
+    return absl::UnavailableError(
+        absl::StrCat("no daemon answers on ", options.socket_path, " (is caked running? is the path right?)"));
   }
   return std::unique_ptr<Client>(new GrpcClient(std::move(channel), std::move(options.client_id)));
 }

@@ -61,10 +61,10 @@ struct LoadOptions {
   PromptRef prompt;
   const MappedRegion* region = nullptr;  // nullptr: chunk bytes come inline on the stream
   uint64_t region_offset = 0;
-  uint64_t region_bytes = 0;             // 0: the rest of the region
-  bool io_only = false;                  // load every cached chunk, whatever the engine computes
-  uint32_t window = 0;                   // 0: the daemon's default
-  double compute_first_chunk_s = 0;      // optional hints for the daemon's meeting-point prediction
+  uint64_t region_bytes = 0;         // 0: the rest of the region
+  bool io_only = false;              // load every cached chunk, whatever the engine computes
+  uint32_t window = 0;               // 0: the daemon's default
+  double compute_first_chunk_s = 0;  // optional hints for the daemon's meeting-point prediction
   double compute_growth_s = 0;
 };
 

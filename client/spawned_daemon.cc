@@ -17,8 +17,10 @@
 
 namespace cake {
 
-absl::StatusOr<SpawnedDaemon> SpawnedDaemon::Start(const std::string& caked_path, const std::vector<std::string>& extra_args) {
-  if (access(caked_path.c_str(), X_OK) != 0) return absl::NotFoundError(absl::StrCat("no executable caked at ", caked_path));
+absl::StatusOr<SpawnedDaemon> SpawnedDaemon::Start(const std::string& caked_path,
+                                                   const std::vector<std::string>& extra_args) {
+  if (access(caked_path.c_str(), X_OK) != 0)
+    return absl::NotFoundError(absl::StrCat("no executable caked at ", caked_path));
   char tmpl[] = "/tmp/cake-run-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   SpawnedDaemon d;

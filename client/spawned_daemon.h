@@ -15,7 +15,8 @@ class SpawnedDaemon {
  public:
   // Runs `caked_path` with --run-dir <fresh temporary folder> plus extra_args (which may name another
   // --socket), and waits until it answers Ping (up to 20 s). Its output goes to <run dir>/caked.log.
-  static absl::StatusOr<SpawnedDaemon> Start(const std::string& caked_path, const std::vector<std::string>& extra_args = {});
+  static absl::StatusOr<SpawnedDaemon> Start(const std::string& caked_path,
+                                             const std::vector<std::string>& extra_args = {});
 
   SpawnedDaemon(SpawnedDaemon&& other) noexcept;
   SpawnedDaemon& operator=(SpawnedDaemon&& other) noexcept;

@@ -53,8 +53,8 @@ class LoadCursor {
 
   Options options_;
   std::vector<State> state_;
-  uint32_t next_;             // chunks [next_, H) have been issued
-  uint32_t low_;              // chunks [low_, H) are loaded
+  uint32_t next_;  // chunks [next_, H) have been issued
+  uint32_t low_;   // chunks [low_, H) are loaded
   uint32_t failure_floor_ = 0;
   uint32_t computed_ = 0;
   uint32_t in_flight_ = 0;

@@ -1,10 +1,10 @@
 #include "server/config.h"
 
+#include <toml++/toml.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <set>
-#include <toml++/toml.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -61,7 +61,7 @@ class TableReader {
   void Double(const char* key, double* out, double min, double max) {
     if (const toml::node* n = Find(key)) {
       auto v = n->is_number() ? n->value<double>() : std::nullopt;  // integers convert too; booleans do not
-      if (!v || !(*v >= min && *v <= max)) {  // written so that nan fails too
+      if (!v || !(*v >= min && *v <= max)) {                        // written so that nan fails too
         Fail(key, absl::StrCat("a number from ", min, " to ", max));
       } else {
         *out = *v;
@@ -76,9 +76,8 @@ class TableReader {
       if (!used_.contains(std::string(key.str()))) unknown.push_back(std::string(key.str()));
     }
     if (!unknown.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown key(s) in [", name_, "]: ", absl::StrJoin(unknown, ", "),
-                       " (docs/operations.md lists every key)"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown key(s) in [", name_, "]: ", absl::StrJoin(unknown, ", "),
+                                                     " (docs/operations.md lists every key)"));
     }
     return absl::OkStatus();
   }
@@ -109,8 +108,8 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
     const auto& where = e.source().begin;
-    return absl::InvalidArgumentError(absl::StrCat("config ", path, " line ", where.line, " column ",
-                                                   where.column, ": ", std::string(e.description())));
+    return absl::InvalidArgumentError(absl::StrCat("config ", path, " line ", where.line, " column ", where.column,
+                                                   ": ", std::string(e.description())));
   }
   static const std::set<std::string> kTables = {"server", "limits", "dram", "loader", "keys"};
   for (const auto& [key, value] : root) {
@@ -145,16 +144,18 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   TableReader keys(root, "keys");
   keys.String("secret", &c.key_secret);
   for (TableReader* t : {&server, &limits, &dram, &loader, &keys}) {
-    if (auto s = t->Finish(); !s.ok()) return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
+    if (auto s = t->Finish(); !s.ok())
+      return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
   }
   return c;
 }
 
 absl::Status ValidateConfig(const DaemonConfig& c) {
-  if (c.run_dir.empty() && c.socket.empty()) return absl::InvalidArgumentError("server.run_dir or server.socket must be set");
+  if (c.run_dir.empty() && c.socket.empty())
+    return absl::InvalidArgumentError("server.run_dir or server.socket must be set");
   if (c.load_window > c.max_load_window) {
-    return absl::InvalidArgumentError(absl::StrCat("loader.window (", c.load_window, ") exceeds loader.max_window (",
-                                                   c.max_load_window, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("loader.window (", c.load_window, ") exceeds loader.max_window (", c.max_load_window, ")"));
   }
   if (c.default_chunk_tokens > c.max_chunk_tokens) {
     return absl::InvalidArgumentError("limits.default_chunk_tokens exceeds limits.max_chunk_tokens");

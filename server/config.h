@@ -28,11 +28,11 @@ struct DaemonConfig {
   uint64_t dram_capacity_bytes = uint64_t{4} << 30;
   double dram_read_gbps = 0;  // 0: not throttled
   // [loader]
-  uint32_t load_window = 4;   // reads in flight per load
+  uint32_t load_window = 4;  // reads in flight per load
   uint32_t max_load_window = 64;
   uint32_t io_threads = 4;
   // [keys]
-  std::string key_secret;     // mixed into every key root; daemons that share a store must share it
+  std::string key_secret;  // mixed into every key root; daemons that share a store must share it
 
   std::string socket_path() const;
 };

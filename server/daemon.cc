@@ -52,20 +52,22 @@ absl::Status ClearStaleSocket(const std::string& path) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();
   if (!S_ISSOCK(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(path, " exists and is not a socket; choose another server.socket"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " exists and is not a socket; choose another server.socket"));
   }
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " is longer than ", sizeof(addr.sun_path) - 1,
-                                                   " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket path ", path, " is longer than ", sizeof(addr.sun_path) - 1, " bytes"));
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const bool live = fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   if (fd >= 0) close(fd);
   if (live) {
-    return absl::AlreadyExistsError(absl::StrCat("another daemon is listening on ", path, "; stop it first or choose another socket"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("another daemon is listening on ", path, "; stop it first or choose another socket"));
   }
   spdlog::warn("removing stale socket {} left by a daemon that did not stop cleanly", path);
   unlink(path.c_str());
@@ -113,7 +115,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
 void Daemon::Stop() {
   if (stopped_ || server_ == nullptr) return;  // a daemon that never started serving has nothing to stop
   stopped_ = true;
-  spdlog::info("stopping: {} live loads cancelled, {} regions released", state_->loads.active(), state_->regions.count());
+  spdlog::info("stopping: {} live loads cancelled, {} regions released", state_->loads.active(),
+               state_->regions.count());
   state_->loads.CancelAll();
   const auto grace = std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::duration<double>(state_->config.shutdown_grace_s));

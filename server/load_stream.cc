@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "scheduler/load_cursor.h"
 #include "server/requests.h"
-#include "storage/status_macros.h"
 #include "spdlog/spdlog.h"
+#include "storage/status_macros.h"
 
 namespace cake {
 namespace {
@@ -77,14 +77,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   // The client half-closed (everything is released, as after Release) or cancelled the stream.
   void OnClientClosed() {
+    if (context_->IsCancelled()) return Cancel(absl::CancelledError("load cancelled"));
     {
       std::lock_guard lock(mu_);
-      if (context_->IsCancelled()) {
-        if (!finishing_) Bump(state_.counters.loads_cancelled);
-        FinishLocked(absl::CancelledError("load cancelled"));
-      } else {
-        FinishLocked(absl::OkStatus());
-      }
+      FinishLocked(absl::OkStatus());
     }
     Pump();
   }
@@ -99,20 +95,12 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     Pump();
   }
 
-  void OnCancel() {
+  // The client cancelled, or the daemon is stopping: the engine computes whatever was not loaded.
+  void Cancel(const absl::Status& why) {
     {
       std::lock_guard lock(mu_);
       if (!finishing_) Bump(state_.counters.loads_cancelled);
-      FinishLocked(absl::CancelledError("load cancelled"));
-    }
-    Pump();
-  }
-
-  void StopForShutdown() {
-    {
-      std::lock_guard lock(mu_);
-      if (!finishing_) Bump(state_.counters.loads_cancelled);
-      FinishLocked(absl::CancelledError("the daemon is stopping; compute the rest of the prompt"));
+      FinishLocked(why);
     }
     Pump();
   }
@@ -120,7 +108,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   void OnDone() {
     std::lock_guard lock(mu_);
     reactor_ = nullptr;
-    // Leaves the tracker before the context dies, so a stopping daemon never cancels a finished RPC.
+    // A finished RPC no longer counts as a live load, even while its last reads drain.
     if (ticket_ != 0) state_.loads.Remove(std::exchange(ticket_, 0));
   }
 
@@ -135,8 +123,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     auto keys = PromptKeys(*ns, start.prompt(), config);
     if (!keys.ok()) return keys.status();
     if (start.window() > config.max_load_window) {
-      return absl::InvalidArgumentError(absl::StrCat("window ", start.window(), " exceeds loader.max_window (",
-                                                     config.max_load_window, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("window ", start.window(), " exceeds loader.max_window (", config.max_load_window, ")"));
     }
     if (start.mode() != v1::LoadStart::MODE_CAKE && start.mode() != v1::LoadStart::MODE_IO_ONLY) {
       return absl::InvalidArgumentError(absl::StrCat("unknown load mode ", static_cast<int>(start.mode())));
@@ -168,16 +156,15 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       }
       const uint64_t available = *region_size - start.region_offset();
       if (start.region_bytes() > available) {
-        return absl::OutOfRangeError(absl::StrCat("region window [", start.region_offset(), ", +",
-                                                  start.region_bytes(), ") runs past the end of the ", *region_size,
-                                                  "-byte region"));
+        return absl::OutOfRangeError(absl::StrCat("region window [", start.region_offset(), ", +", start.region_bytes(),
+                                                  ") runs past the end of the ", *region_size, "-byte region"));
       }
       const uint64_t window_bytes = start.region_bytes() == 0 ? available : start.region_bytes();
       // Too small a window loads what fits, from the tail: the engine computes the rest.
       const uint64_t fit = std::min<uint64_t>(cached, window_bytes / chunk_bytes_);
       lowest_loadable = cached - static_cast<uint32_t>(fit);
-      auto lease = state_.regions.ReserveWindow(start.client_id(), start.region_id(), start.region_offset(),
-                                                fit * chunk_bytes_);
+      auto lease =
+          state_.regions.ReserveWindow(start.client_id(), start.region_id(), start.region_offset(), fit * chunk_bytes_);
       if (!lease.ok()) return lease.status();
       lease_ = std::move(*lease);
       region_ = lease_.region();
@@ -186,7 +173,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     // A stopping daemon ends the stream itself (CANCELLED) rather than cancel the context: the weak reference
     // is safe whenever it runs, even after the RPC is gone.
     ticket_ = state_.loads.TryAdd(config.max_concurrent_loads, [weak = weak_from_this()] {
-      if (auto self = weak.lock()) self->StopForShutdown();
+      if (auto self = weak.lock())
+        self->Cancel(absl::CancelledError("the daemon is stopping; compute the rest of the prompt"));
     });
     if (ticket_ == 0) {
       return absl::ResourceExhaustedError(absl::StrCat("the daemon is running limits.max_concurrent_loads (",
@@ -231,8 +219,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   absl::Status ProgressLocked(uint32_t computed_through) {
     if (computed_through > keys_.size() + 1) {
       // One past the full chunks is allowed: the engine may count a partial tail chunk.
-      return absl::InvalidArgumentError(absl::StrCat("computed_through ", computed_through, " exceeds the prompt's ",
-                                                     keys_.size(), " full chunks"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("computed_through ", computed_through, " exceeds the prompt's ", keys_.size(), " full chunks"));
     }
     if (phase_ != Phase::kLoading) return absl::OkStatus();
     cursor_->OnProgress(computed_through);
@@ -440,7 +428,7 @@ void LoadReactor::OnReadDone(bool ok) {
 }
 
 void LoadReactor::OnWriteDone(bool ok) { session_->OnWriteDone(ok); }
-void LoadReactor::OnCancel() { session_->OnCancel(); }
+void LoadReactor::OnCancel() { session_->Cancel(absl::CancelledError("load cancelled")); }
 
 void LoadReactor::OnDone() {
   session_->OnDone();

@@ -28,10 +28,11 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::s
 }
 
 absl::StatusOr<RegionRegistry::Entry*> RegionRegistry::FindOwned(const std::string& client_id,
-                                                                  const std::string& region_id) {
+                                                                 const std::string& region_id) {
   auto it = regions_.find(region_id);
   if (it == regions_.end()) {
-    return absl::NotFoundError(absl::StrCat("region \"", region_id, "\" is not registered (never was, or was released)"));
+    return absl::NotFoundError(
+        absl::StrCat("region \"", region_id, "\" is not registered (never was, or was released)"));
   }
   if (it->second.client_id != client_id) {
     return absl::PermissionDeniedError(absl::StrCat("region \"", region_id, "\" belongs to another client"));
@@ -50,8 +51,8 @@ absl::Status RegionRegistry::Release(const std::string& client_id, const std::st
 }
 
 absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const std::string& client_id,
-                                                                          const std::string& region_id,
-                                                                          uint64_t offset, uint64_t bytes) {
+                                                                          const std::string& region_id, uint64_t offset,
+                                                                          uint64_t bytes) {
   std::lock_guard lock(mu_);
   auto entry = FindOwned(client_id, region_id);
   if (!entry.ok()) return entry.status();
@@ -61,9 +62,8 @@ absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const 
     for (const auto& [lease, w] : e.windows) {
       if (offset < w.end && w.begin < offset + bytes) {
         return absl::FailedPreconditionError(
-            absl::StrCat("bytes [", offset, ", ", offset + bytes, ") of region ", region_id,
-                         " overlap the window [", w.begin, ", ", w.end,
-                         ") of another live load; give each concurrent load its own window"));
+            absl::StrCat("bytes [", offset, ", ", offset + bytes, ") of region ", region_id, " overlap the window [",
+                         w.begin, ", ", w.end, ") of another live load; give each concurrent load its own window"));
       }
     }
   }
@@ -76,7 +76,8 @@ absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const 
   return lease;
 }
 
-absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Get(const std::string& client_id, const std::string& region_id) {
+absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Get(const std::string& client_id,
+                                                            const std::string& region_id) {
   std::lock_guard lock(mu_);
   auto entry = FindOwned(client_id, region_id);
   if (!entry.ok()) return entry.status();

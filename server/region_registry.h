@@ -50,8 +50,8 @@ class RegionRegistry {
   // Checks ownership and reserves [offset, offset + bytes) of the region for one load.
   // NOT_FOUND / PERMISSION_DENIED as above; OUT_OF_RANGE outside the region; FAILED_PRECONDITION when the
   // range overlaps a window another live load holds.
-  absl::StatusOr<WindowLease> ReserveWindow(const std::string& client_id, const std::string& region_id,
-                                            uint64_t offset, uint64_t bytes);
+  absl::StatusOr<WindowLease> ReserveWindow(const std::string& client_id, const std::string& region_id, uint64_t offset,
+                                            uint64_t bytes);
   // Ownership check only, for Store (which reads the region once and holds nothing).
   absl::StatusOr<std::shared_ptr<Region>> Get(const std::string& client_id, const std::string& region_id);
   // Size of a region (for window defaults) after the same checks.

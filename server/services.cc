@@ -24,8 +24,9 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
                                                         v1::RegisterRegionResponse* response) {
   if (auto s = CheckClientId(request->client_id()); !s.ok()) return Reply(context, s);
   if (request->kind() == v1::REGION_CUDA_IPC) {
-    return Reply(context, absl::FailedPreconditionError(
-                              "this daemon has no CUDA region backend; register a REGION_HOST_SHM or REGION_AUTO region"));
+    return Reply(context,
+                 absl::FailedPreconditionError(
+                     "this daemon has no CUDA region backend; register a REGION_HOST_SHM or REGION_AUTO region"));
   }
   if (request->kind() != v1::REGION_AUTO && request->kind() != v1::REGION_HOST_SHM) {
     return Reply(context, absl::InvalidArgumentError(absl::StrCat("unknown region kind ", request->kind())));
@@ -101,20 +102,22 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
   const uint64_t count = request->chunk_count();
   if (count == 0) return reject(absl::InvalidArgumentError("chunk_count is 0: name the chunks to store"));
   if (first + count > keys->size()) {
-    return reject(absl::OutOfRangeError(absl::StrCat("chunks [", first, ", ", first + count, ") are not all full chunks of a ",
-                                                     keys->size(), "-chunk prompt")));
+    return reject(absl::OutOfRangeError(absl::StrCat(
+        "chunks [", first, ", ", first + count, ") are not all full chunks of a ", keys->size(), "-chunk prompt")));
   }
   const uint64_t chunk_bytes = ns->chunk_bytes();
   std::shared_ptr<Region> region;
   if (request->region_id().empty()) {
     if (static_cast<uint64_t>(request->inline_chunks_size()) != count) {
-      return reject(absl::InvalidArgumentError(absl::StrCat("without a region_id, inline_chunks must hold chunk_count (",
-                                                            count, ") chunks; it holds ", request->inline_chunks_size())));
+      return reject(
+          absl::InvalidArgumentError(absl::StrCat("without a region_id, inline_chunks must hold chunk_count (", count,
+                                                  ") chunks; it holds ", request->inline_chunks_size())));
     }
     for (int i = 0; i < request->inline_chunks_size(); ++i) {
       if (request->inline_chunks(i).size() != chunk_bytes) {
-        return reject(absl::InvalidArgumentError(absl::StrCat("inline chunk ", i, " is ", request->inline_chunks(i).size(),
-                                                              " bytes; this namespace's chunks are ", chunk_bytes)));
+        return reject(
+            absl::InvalidArgumentError(absl::StrCat("inline chunk ", i, " is ", request->inline_chunks(i).size(),
+                                                    " bytes; this namespace's chunks are ", chunk_bytes)));
       }
     }
   } else {
@@ -129,42 +132,43 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
   }
   // The copies run on an I/O thread: a gRPC thread never waits on memory traffic of this size.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const bool submitted = state_.pool.TrySubmit([this, reactor, request, response, keys = std::move(*keys), first, count,
-                                                chunk_bytes, region] {
-    std::vector<std::byte> staging;
-    absl::Status status;
-    for (uint64_t i = 0; i < count; ++i) {
-      const ChunkKey& key = keys[first + i];
-      if (state_.tiers.Contains(key)) {
-        response->set_already_cached(response->already_cached() + 1);
-        Bump(state_.counters.store_chunks_already_cached);
-        continue;
-      }
-      std::span<const std::byte> bytes;
-      if (region == nullptr) {
-        const std::string& data = request->inline_chunks(static_cast<int>(i));
-        bytes = std::span(reinterpret_cast<const std::byte*>(data.data()), data.size());
-      } else if (std::byte* base = region->host_data(); base != nullptr) {
-        bytes = std::span(base + request->region_offset() + i * chunk_bytes, chunk_bytes);
-      } else {
-        staging.resize(chunk_bytes);
-        status = region->CopyOut(request->region_offset() + i * chunk_bytes, staging);
-        if (!status.ok()) break;
-        bytes = staging;
-      }
-      status = state_.tiers.Write(key, bytes);
-      if (!status.ok()) {
-        Bump(state_.counters.store_chunks_rejected, count - i);
-        break;
-      }
-      response->set_stored_chunks(response->stored_chunks() + 1);
-      Bump(state_.counters.store_chunks_stored);
-      Bump(state_.counters.store_bytes_stored, chunk_bytes);
-    }
-    reactor->Finish(ToGrpcStatus(status));
-  });
+  const bool submitted = state_.pool.TrySubmit(
+      [this, reactor, request, response, keys = std::move(*keys), first, count, chunk_bytes, region] {
+        std::vector<std::byte> staging;
+        absl::Status status;
+        for (uint64_t i = 0; i < count; ++i) {
+          const ChunkKey& key = keys[first + i];
+          if (state_.tiers.Contains(key)) {
+            response->set_already_cached(response->already_cached() + 1);
+            Bump(state_.counters.store_chunks_already_cached);
+            continue;
+          }
+          std::span<const std::byte> bytes;
+          if (region == nullptr) {
+            const std::string& data = request->inline_chunks(static_cast<int>(i));
+            bytes = std::span(reinterpret_cast<const std::byte*>(data.data()), data.size());
+          } else if (std::byte* base = region->host_data(); base != nullptr) {
+            bytes = std::span(base + request->region_offset() + i * chunk_bytes, chunk_bytes);
+          } else {
+            staging.resize(chunk_bytes);
+            status = region->CopyOut(request->region_offset() + i * chunk_bytes, staging);
+            if (!status.ok()) break;
+            bytes = staging;
+          }
+          status = state_.tiers.Write(key, bytes);
+          if (!status.ok()) {
+            Bump(state_.counters.store_chunks_rejected, count - i);
+            break;
+          }
+          response->set_stored_chunks(response->stored_chunks() + 1);
+          Bump(state_.counters.store_chunks_stored);
+          Bump(state_.counters.store_bytes_stored, chunk_bytes);
+        }
+        reactor->Finish(ToGrpcStatus(status));
+      });
   if (!submitted) {
-    reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError("the daemon's I/O queue is full; retry the Store shortly")));
+    reactor->Finish(
+        ToGrpcStatus(absl::ResourceExhaustedError("the daemon's I/O queue is full; retry the Store shortly")));
   }
   return reactor;
 }
@@ -188,7 +192,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Status(grpc::CallbackServerContext* 
     t->set_used_bytes(usage.used_bytes);
     t->set_capacity_bytes(usage.capacity_bytes);
     t->set_chunks(usage.chunks);
-    if (auto* throttled = dynamic_cast<ThrottledTier*>(entry->tier.get())) t->set_read_limit_gbps(throttled->read_gbps());
+    if (auto* throttled = dynamic_cast<ThrottledTier*>(entry->tier.get()))
+      t->set_read_limit_gbps(throttled->read_gbps());
   }
   response->set_active_loads(state_.loads.active());
   response->set_regions(static_cast<uint32_t>(state_.regions.count()));

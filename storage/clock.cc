@@ -7,9 +7,7 @@ namespace {
 
 class RealClock final : public Clock {
  public:
-  TimePoint Now() const override {
-    return std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
-  }
+  TimePoint Now() const override { return std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now()); }
   void SleepUntil(TimePoint t) override { std::this_thread::sleep_until(t); }
 };
 

@@ -37,8 +37,8 @@ absl::Status DramTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
     if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in DRAM"));
     Entry& e = it->second;
     if (e.buffer->size != dst.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk ", key.Hex(), " holds ", e.buffer->size,
-                                                     " bytes; the destination has ", dst.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", key.Hex(), " holds ", e.buffer->size, " bytes; the destination has ", dst.size()));
     }
     lru_.splice(lru_.begin(), lru_, e.lru_position);
     ++e.readers;
@@ -70,8 +70,8 @@ bool DramTier::MakeRoom(uint64_t bytes) {
 
 absl::Status DramTier::Write(const ChunkKey& key, std::span<const std::byte> src) {
   if (src.size() > capacity_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat("a chunk of ", src.size(), " bytes exceeds the DRAM tier's ",
-                                                     capacity_bytes_, "-byte capacity"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a chunk of ", src.size(), " bytes exceeds the DRAM tier's ", capacity_bytes_, "-byte capacity"));
   }
   // Copy before taking the lock: writers of large chunks must not stall readers.
   auto buffer = std::make_shared<Buffer>(src.size());

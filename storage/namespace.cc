@@ -78,8 +78,7 @@ std::string ChunkKey::Hex() const {
 absl::StatusOr<Namespace> Namespace::Create(NamespaceSpec spec, const NamespaceLimits& limits,
                                             std::string_view key_secret) {
   auto bad = [](const char* field, uint64_t value, const std::string& accepted) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("namespace.", field, " is ", value, "; accepted: ", accepted));
+    return absl::InvalidArgumentError(absl::StrCat("namespace.", field, " is ", value, "; accepted: ", accepted));
   };
   if (spec.model_id.empty() || spec.model_id.size() > 256) {
     return absl::InvalidArgumentError("namespace.model_id must be 1 to 256 bytes long");
@@ -107,8 +106,8 @@ absl::StatusOr<Namespace> Namespace::Create(NamespaceSpec spec, const NamespaceL
   KeyHasher h;
   h.Update("cake.v1.namespace");
   h.UpdateString(spec.model_id);
-  for (uint32_t v : {spec.num_layers, spec.num_kv_heads, spec.head_dim, static_cast<uint32_t>(spec.dtype),
-                     spec.tp_rank, spec.tp_size, spec.chunk_tokens}) {
+  for (uint32_t v : {spec.num_layers, spec.num_kv_heads, spec.head_dim, static_cast<uint32_t>(spec.dtype), spec.tp_rank,
+                     spec.tp_size, spec.chunk_tokens}) {
     h.UpdateU32(v);
   }
   h.UpdateString(spec.tenant);
@@ -142,15 +141,15 @@ std::vector<ChunkKey> Namespace::KeysForTokens(std::span<const uint32_t> tokens)
   return keys;
 }
 
-absl::StatusOr<std::vector<ChunkKey>> Namespace::KeysForEngineKeys(std::span<const std::string_view> engine_keys) const {
+absl::StatusOr<std::vector<ChunkKey>> Namespace::KeysForEngineKeys(
+    std::span<const std::string_view> engine_keys) const {
   std::vector<ChunkKey> keys;
   keys.reserve(engine_keys.size());
   KeyHasher h;
   for (size_t i = 0; i < engine_keys.size(); ++i) {
     if (engine_keys[i].size() != kChunkKeyBytes) {
       return absl::InvalidArgumentError(absl::StrCat("chunk key ", i, " is ", engine_keys[i].size(),
-                                                     " bytes long; chunk keys are exactly ", kChunkKeyBytes,
-                                                     " bytes"));
+                                                     " bytes long; chunk keys are exactly ", kChunkKeyBytes, " bytes"));
     }
     h.Update(root_.bytes.data(), kChunkKeyBytes);
     h.Update("engine-key");

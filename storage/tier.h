@@ -49,9 +49,7 @@ class TierDecorator : public Tier {
   std::string_view name() const override { return inner_->name(); }
   bool Contains(const ChunkKey& key) const override { return inner_->Contains(key); }
   absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override { return inner_->Read(key, dst); }
-  absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override {
-    return inner_->Write(key, src);
-  }
+  absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override { return inner_->Write(key, src); }
   absl::Status Remove(const ChunkKey& key) override { return inner_->Remove(key); }
   TierUsage Usage() const override { return inner_->Usage(); }
   void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override { inner_->ForEach(fn); }
