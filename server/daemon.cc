@@ -122,6 +122,10 @@ void Daemon::Stop() {
       std::chrono::duration<double>(state_->config.shutdown_grace_s));
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   server_->Wait();
+  // Every Store has answered; what it queued for the slower tiers gets the same grace to land.
+  if (const size_t left = state_->tiers.FlushWriteBack(grace); left > 0) {
+    spdlog::warn("{} chunk write-backs did not finish within the grace period; those chunks stay in DRAM only", left);
+  }
   // Queued Store copies finish before the pool's threads join; then nothing references a region any more.
   state_.reset();
   unlink(socket_path_.c_str());

@@ -250,28 +250,42 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   // Runs on an I/O thread, without the lock: reads one chunk straight into its place.
   void ReadChunk(uint32_t chunk) {
-    if (cancelled_.load(std::memory_order_relaxed)) return ChunkRead(chunk, absl::CancelledError(""), {});
+    if (cancelled_.load(std::memory_order_relaxed)) return ChunkRead(chunk, absl::CancelledError(""), {}, {});
     std::string inline_bytes;
+    std::vector<std::byte> staging;
+    std::span<std::byte> landed;  // where the bytes are once read, for promotion into DRAM
     absl::Status status;
     if (inline_) {
       inline_bytes.resize(chunk_bytes_);
-      status = state_.tiers.Read(tiers_[chunk], keys_[chunk],
-                                 std::span(reinterpret_cast<std::byte*>(inline_bytes.data()), chunk_bytes_));
+      landed = std::span(reinterpret_cast<std::byte*>(inline_bytes.data()), chunk_bytes_);
+      status = state_.tiers.Read(tiers_[chunk], keys_[chunk], landed);
     } else if (std::byte* base = region_->host_data(); base != nullptr) {
-      status = state_.tiers.Read(tiers_[chunk], keys_[chunk], std::span(base + OffsetOf(chunk), chunk_bytes_));
+      landed = std::span(base + OffsetOf(chunk), chunk_bytes_);
+      status = state_.tiers.Read(tiers_[chunk], keys_[chunk], landed);
     } else {
-      std::vector<std::byte> staging(chunk_bytes_);
+      staging.resize(chunk_bytes_);
+      landed = staging;
       status = state_.tiers.Read(tiers_[chunk], keys_[chunk], staging);
       if (status.ok()) status = region_->CopyIn(OffsetOf(chunk), staging);
     }
-    ChunkRead(chunk, status, std::move(inline_bytes));
+    // The promotion copy reads `landed`; for inline loads, it must happen before the bytes move to the message.
+    const bool promote = status.ok() && tiers_[chunk] != TierKind::kDram;
+    if (promote && inline_) state_.tiers.Promote(keys_[chunk], landed);
+    ChunkRead(chunk, status, std::move(inline_bytes), promote && !inline_ ? landed : std::span<std::byte>());
   }
 
-  void ChunkRead(uint32_t chunk, const absl::Status& status, std::string inline_bytes) {
+  // Reports the read; then promotes it (off the engine's critical path, while the window is still held).
+  void ChunkRead(uint32_t chunk, const absl::Status& status, std::string inline_bytes,
+                 std::span<const std::byte> promote_from) {
+    {
+      std::lock_guard lock(mu_);
+      if (phase_ == Phase::kLoading && !finishing_) ChunkReadLocked(chunk, status, std::move(inline_bytes));
+    }
+    Pump();
+    if (!promote_from.empty()) state_.tiers.Promote(keys_[chunk], promote_from);
     {
       std::lock_guard lock(mu_);
       --reads_outstanding_;
-      if (phase_ == Phase::kLoading && !finishing_) ChunkReadLocked(chunk, status, std::move(inline_bytes));
     }
     Pump();
   }

@@ -1,0 +1,119 @@
+// TierManager's write path: Store lands in the fastest tier and is written back to the slower ones in the
+// background, bounded in memory; reads from a slower tier are promoted into the fastest.
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "storage/dram_tier.h"
+#include "storage/tier_manager.h"
+#include "tests/storage/tier_test_util.h"
+
+using namespace cake;
+using namespace cake::testing;
+
+namespace {
+
+constexpr size_t kChunk = 64 << 10;
+
+// A tier whose writes take `delay`: a disk that cannot keep up with the writers.
+class SlowWriteTier final : public TierDecorator {
+ public:
+  SlowWriteTier(std::unique_ptr<Tier> inner, std::chrono::milliseconds delay)
+      : TierDecorator(std::move(inner)), delay_(delay) {}
+  absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override {
+    std::this_thread::sleep_for(delay_);
+    return TierDecorator::Write(key, src);
+  }
+
+ private:
+  std::chrono::milliseconds delay_;
+};
+
+// Two real tiers: a small fast one and a larger one standing where the disk tier goes.
+struct TwoTiers {
+  explicit TwoTiers(TierManager::Options options = {}, uint64_t fast_bytes = 4 * kChunk,
+                    std::chrono::milliseconds slow_write = {})
+      : manager(options) {
+    auto fast = std::make_unique<DramTier>(fast_bytes);
+    std::unique_ptr<Tier> slow_tier = std::make_unique<DramTier>(64 * kChunk);
+    if (slow_write.count() > 0) slow_tier = std::make_unique<SlowWriteTier>(std::move(slow_tier), slow_write);
+    fast_tier = fast.get();
+    slow = slow_tier.get();
+    manager.AddTier(TierKind::kDram, std::move(fast));
+    manager.AddTier(TierKind::kDisk, std::move(slow_tier));
+  }
+  TierManager manager;
+  DramTier* fast_tier;
+  Tier* slow;
+};
+
+}  // namespace
+
+TEST_CASE("write-back: a write reaches every tier, the fastest at once", "[storage][write-back]") {
+  TwoTiers t;
+  for (uint32_t i = 0; i < 8; ++i) REQUIRE(t.manager.Write(TestKey(i), TestValue(i, kChunk)).ok());
+  CHECK(t.manager.FlushWriteBack(std::chrono::seconds(10)) == 0);
+  for (uint32_t i = 0; i < 8; ++i) {
+    std::vector<std::byte> out(kChunk);
+    REQUIRE(t.slow->Read(TestKey(i), out).ok());
+    CHECK(out == TestValue(i, kChunk));
+  }
+  // The fast tier holds 4 chunks: the older ones were evicted there but survive in the slower tier.
+  CHECK(t.fast_tier->Usage().chunks == 4);
+  CHECK(t.manager.LookupPrefix(std::vector{TestKey(0), TestKey(7)}) ==
+        std::vector{TierKind::kDisk, TierKind::kDram});
+  CHECK(t.manager.write_back_stats().written == 8);
+  CHECK(t.manager.write_back_stats().queued_bytes == 0);
+}
+
+TEST_CASE("write-back: a full queue makes the writer copy itself, nothing is dropped", "[storage][write-back]") {
+  // Room for one queued chunk and a second tier that takes 300 ms per write: while the first write-back is
+  // under way the queue is full, so the next writer copies itself.
+  TwoTiers t(TierManager::Options{kChunk}, 4 * kChunk, std::chrono::milliseconds(300));
+  for (uint32_t i = 0; i < 4; ++i) REQUIRE(t.manager.Write(TestKey(i), TestValue(i, kChunk)).ok());
+  CHECK(t.manager.write_back_stats().inline_writes >= 1);
+  CHECK(t.manager.write_back_stats().queued_bytes <= kChunk);
+  CHECK(t.manager.FlushWriteBack(std::chrono::seconds(10)) == 0);
+  for (uint32_t i = 0; i < 4; ++i) CHECK(t.slow->Contains(TestKey(i)));
+  CHECK(t.manager.write_back_stats().written == 4);
+}
+
+TEST_CASE("write-back: a slower tier's refusal is counted, the write still succeeds", "[storage][write-back]") {
+  TierManager manager;
+  manager.AddTier(TierKind::kDram, std::make_unique<DramTier>(8 * kChunk));
+  manager.AddTier(TierKind::kDisk, std::make_unique<DramTier>(kChunk / 2));  // too small for any chunk
+  REQUIRE(manager.Write(TestKey(1), TestValue(1, kChunk)).ok());
+  CHECK(manager.FlushWriteBack(std::chrono::seconds(10)) == 0);
+  CHECK(manager.write_back_stats().failed == 1);
+  CHECK(manager.LookupPrefix(std::vector{TestKey(1)}) == std::vector{TierKind::kDram});
+}
+
+TEST_CASE("write-back: the fastest tier's refusal is the write's error", "[storage][write-back]") {
+  TwoTiers t({}, kChunk / 2);
+  CHECK(t.manager.Write(TestKey(1), TestValue(1, kChunk)).code() == absl::StatusCode::kResourceExhausted);
+  CHECK(t.manager.FlushWriteBack(std::chrono::seconds(10)) == 0);
+  CHECK(!t.slow->Contains(TestKey(1)));
+}
+
+TEST_CASE("promotion copies a chunk read from a slower tier into the fastest", "[storage][write-back]") {
+  TwoTiers t;
+  REQUIRE(t.slow->Write(TestKey(3), TestValue(3, kChunk)).ok());
+  std::vector<std::byte> out(kChunk);
+  REQUIRE(t.manager.Read(TierKind::kDisk, TestKey(3), out).ok());
+  t.manager.Promote(TestKey(3), out);
+  CHECK(t.manager.LookupPrefix(std::vector{TestKey(3)}) == std::vector{TierKind::kDram});
+  t.manager.Promote(TestKey(3), out);  // already there: no second copy
+  CHECK(t.manager.write_back_stats().promotions == 1);
+}
+
+TEST_CASE("a manager destroyed with write-backs queued does not wait for them", "[storage][write-back]") {
+  const auto start = std::chrono::steady_clock::now();
+  {
+    // One second per write-back: waiting for all six would take six.
+    TwoTiers t({}, 8 * kChunk, std::chrono::milliseconds(1000));
+    for (uint32_t i = 0; i < 6; ++i) REQUIRE(t.manager.Write(TestKey(i), TestValue(i, kChunk)).ok());
+    CHECK(t.manager.FlushWriteBack(std::chrono::milliseconds(10)) > 0);
+  }
+  // Only the write-back already under way is finished.
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(4500));
+}
