@@ -46,6 +46,15 @@ class TableReader {
       }
     }
   }
+  void Bool(const char* key, bool* out) {
+    if (const toml::node* n = Find(key)) {
+      if (auto v = n->value_exact<bool>()) {
+        *out = *v;
+      } else {
+        Fail(key, "true or false");
+      }
+    }
+  }
   template <typename T>
   void Unsigned(const char* key, T* out, uint64_t min, uint64_t max) {
     if (const toml::node* n = Find(key)) {
@@ -111,11 +120,11 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
     return absl::InvalidArgumentError(absl::StrCat("config ", path, " line ", where.line, " column ", where.column,
                                                    ": ", std::string(e.description())));
   }
-  static const std::set<std::string> kTables = {"server", "limits", "dram", "loader", "keys"};
+  static const std::set<std::string> kTables = {"server", "limits", "dram", "disk", "writeback", "loader", "keys"};
   for (const auto& [key, value] : root) {
     if (!kTables.contains(std::string(key.str()))) {
       return absl::InvalidArgumentError(absl::StrCat("config ", path, ": unknown table [", std::string(key.str()),
-                                                     "]; known: server, limits, dram, loader, keys"));
+                                                     "]; known: server, limits, dram, disk, writeback, loader, keys"));
     }
   }
   constexpr uint64_t kU32 = UINT32_MAX;
@@ -137,13 +146,21 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   TableReader dram(root, "dram");
   dram.Unsigned("capacity_bytes", &c.dram_capacity_bytes, 1, uint64_t{1} << 50);
   dram.Double("read_gbps", &c.dram_read_gbps, 0, 1e6);
+  TableReader disk(root, "disk");
+  disk.String("root", &c.disk_root);
+  disk.Unsigned("capacity_bytes", &c.disk_capacity_bytes, 1, uint64_t{1} << 56);
+  disk.Unsigned("queue_depth", &c.disk_queue_depth, 1, 4096);
+  disk.String("io_backend", &c.disk_io_backend);
+  disk.Bool("allow_buffered", &c.disk_allow_buffered);
+  TableReader writeback(root, "writeback");
+  writeback.Unsigned("queue_bytes", &c.write_back_queue_bytes, 0, uint64_t{1} << 44);
   TableReader loader(root, "loader");
   loader.Unsigned("window", &c.load_window, 1, 4096);
   loader.Unsigned("max_window", &c.max_load_window, 1, 4096);
   loader.Unsigned("io_threads", &c.io_threads, 1, 1024);
   TableReader keys(root, "keys");
   keys.String("secret", &c.key_secret);
-  for (TableReader* t : {&server, &limits, &dram, &loader, &keys}) {
+  for (TableReader* t : {&server, &limits, &dram, &disk, &writeback, &loader, &keys}) {
     if (auto s = t->Finish(); !s.ok())
       return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
   }
@@ -159,6 +176,10 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   }
   if (c.default_chunk_tokens > c.max_chunk_tokens) {
     return absl::InvalidArgumentError("limits.default_chunk_tokens exceeds limits.max_chunk_tokens");
+  }
+  if (c.disk_io_backend != "auto" && c.disk_io_backend != "uring" && c.disk_io_backend != "pread") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("disk.io_backend is \"", c.disk_io_backend, "\"; accepted: auto, uring, pread"));
   }
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
   if (!kLevels.contains(c.log_level)) {

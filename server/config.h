@@ -27,6 +27,14 @@ struct DaemonConfig {
   // [dram]
   uint64_t dram_capacity_bytes = uint64_t{4} << 30;
   double dram_read_gbps = 0;  // 0: not throttled
+  // [disk]
+  std::string disk_root;  // empty: no disk tier
+  uint64_t disk_capacity_bytes = uint64_t{64} << 30;
+  uint32_t disk_queue_depth = 32;
+  std::string disk_io_backend = "auto";  // auto (io_uring, else pread, logged), uring, pread
+  bool disk_allow_buffered = false;      // accept a filesystem without O_DIRECT (page cache in the way)
+  // [writeback]
+  uint64_t write_back_queue_bytes = uint64_t{1} << 30;
   // [loader]
   uint32_t load_window = 4;  // reads in flight per load
   uint32_t max_load_window = 64;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/server_builder.h"
 #include "spdlog/spdlog.h"
+#include "storage/disk_tier.h"
 #include "storage/dram_tier.h"
 #include "storage/throttled_tier.h"
 
@@ -90,6 +91,19 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   std::unique_ptr<Tier> dram = std::make_unique<DramTier>(config.dram_capacity_bytes);
   if (config.dram_read_gbps > 0) dram = std::make_unique<ThrottledTier>(std::move(dram), config.dram_read_gbps);
   d->state_->tiers.AddTier(TierKind::kDram, std::move(dram));
+  if (!config.disk_root.empty()) {
+    DiskTier::Options disk;
+    disk.root = config.disk_root;
+    disk.capacity_bytes = config.disk_capacity_bytes;
+    disk.queue_depth = config.disk_queue_depth;
+    disk.io_backend = config.disk_io_backend == "uring"   ? IoBackend::kUring
+                      : config.disk_io_backend == "pread" ? IoBackend::kPread
+                                                          : IoBackend::kAuto;
+    disk.allow_buffered = config.disk_allow_buffered;
+    auto tier = DiskTier::Open(disk);
+    if (!tier.ok()) return tier.status();
+    d->state_->tiers.AddTier(TierKind::kDisk, std::move(*tier));
+  }
 
   d->kv_service_ = std::make_unique<KvServiceImpl>(*d->state_);
   d->admin_service_ = std::make_unique<AdminServiceImpl>(*d->state_);

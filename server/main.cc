@@ -38,6 +38,12 @@ int main(int argc, char** argv) {
   app.add_option("--dram-capacity-mib", dram_mib, "DRAM tier size in MiB (dram.capacity_bytes)");
   std::optional<double> dram_gbps;
   app.add_option("--dram-read-gbps", dram_gbps, "cap DRAM-tier reads at this many Gbit/s, 0 for none (dram.read_gbps)");
+  std::string disk_root;
+  app.add_option("--disk-root", disk_root, "folder of the disk tier; enables it (disk.root)");
+  std::optional<uint64_t> disk_mib;
+  app.add_option("--disk-capacity-mib", disk_mib, "disk tier size in MiB (disk.capacity_bytes)");
+  std::string io_backend;
+  app.add_option("--disk-io-backend", io_backend, "auto, uring or pread (disk.io_backend)");
   std::optional<uint32_t> io_threads, window;
   app.add_option("--io-threads", io_threads, "I/O threads (loader.io_threads)");
   app.add_option("--window", window, "reads in flight per load (loader.window)");
@@ -65,6 +71,9 @@ int main(int argc, char** argv) {
   if (!log_level.empty()) config.log_level = log_level;
   if (dram_mib) config.dram_capacity_bytes = *dram_mib << 20;
   if (dram_gbps) config.dram_read_gbps = *dram_gbps;
+  if (!disk_root.empty()) config.disk_root = disk_root;
+  if (disk_mib) config.disk_capacity_bytes = *disk_mib << 20;
+  if (!io_backend.empty()) config.disk_io_backend = io_backend;
   if (io_threads) config.io_threads = *io_threads;
   if (window) config.load_window = *window;
   if (auto s = cake::ValidateConfig(config); !s.ok()) {

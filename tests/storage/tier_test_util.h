@@ -1,8 +1,13 @@
 // Keys and values shared by the storage tests: deterministic, so a wrong byte anywhere is caught.
 #pragma once
 
+#include <stdlib.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "storage/namespace.h"
@@ -25,5 +30,26 @@ inline std::vector<std::byte> TestValue(uint32_t i, size_t bytes) {
   }
   return v;
 }
+
+// A fresh folder under /tmp (ext4 here, so O_DIRECT works), removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "cake-test-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace cake::testing

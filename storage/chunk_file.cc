@@ -1,0 +1,112 @@
+#include "storage/chunk_file.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace cake {
+namespace {
+
+constexpr size_t kMagicOffset = 0;
+constexpr size_t kVersionOffset = 8;
+constexpr size_t kHeaderSizeOffset = 12;
+constexpr size_t kKeyOffset = 16;
+constexpr size_t kLengthOffset = 32;
+constexpr size_t kPayloadChecksumOffset = 40;
+constexpr size_t kHeaderChecksumOffset = 48;
+constexpr size_t kCheckedHeaderBytes = kHeaderChecksumOffset;  // the checksum covers everything before it
+
+// Explicit little-endian encoding: the files must read back the same on any host that mounts them.
+template <typename T>
+void PutLe(std::span<std::byte> out, size_t offset, T value) {
+  for (size_t i = 0; i < sizeof(T); ++i) out[offset + i] = static_cast<std::byte>((value >> (8 * i)) & 0xff);
+}
+
+template <typename T>
+T GetLe(std::span<const std::byte> in, size_t offset) {
+  T value = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) value |= static_cast<T>(std::to_integer<uint8_t>(in[offset + i])) << (8 * i);
+  return value;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;  // upper case is not produced by ChunkKey::Hex, so such a name is not ours
+}
+
+}  // namespace
+
+uint64_t PayloadChecksum(std::span<const std::byte> payload) { return XXH3_64bits(payload.data(), payload.size()); }
+
+void EncodeChunkHeader(const ChunkHeader& header, std::span<std::byte> out) {
+  std::memset(out.data(), 0, kChunkHeaderBytes);
+  std::memcpy(out.data() + kMagicOffset, kChunkMagic.data(), kChunkMagic.size());
+  PutLe<uint32_t>(out, kVersionOffset, kChunkFormatVersion);
+  PutLe<uint32_t>(out, kHeaderSizeOffset, kChunkHeaderBytes);
+  std::memcpy(out.data() + kKeyOffset, header.key.bytes.data(), kChunkKeyBytes);
+  PutLe<uint64_t>(out, kLengthOffset, header.payload_length);
+  PutLe<uint64_t>(out, kPayloadChecksumOffset, header.payload_checksum);
+  PutLe<uint64_t>(out, kHeaderChecksumOffset, XXH3_64bits(out.data(), kCheckedHeaderBytes));
+}
+
+absl::StatusOr<ChunkHeader> ParseChunkHeader(std::span<const std::byte> bytes) {
+  if (bytes.size() < kChunkHeaderBytes) {
+    return absl::DataLossError(absl::StrCat("chunk header is ", bytes.size(), " bytes; expected ", kChunkHeaderBytes));
+  }
+  if (std::memcmp(bytes.data() + kMagicOffset, kChunkMagic.data(), kChunkMagic.size()) != 0) {
+    return absl::DataLossError("chunk header has a bad magic (not a Cake chunk file)");
+  }
+  const uint32_t version = GetLe<uint32_t>(bytes, kVersionOffset);
+  if (version != kChunkFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat("chunk file format version ", version,
+                                                      " is not supported (this daemon reads version ",
+                                                      kChunkFormatVersion, "); it was written by another daemon"));
+  }
+  const uint32_t header_size = GetLe<uint32_t>(bytes, kHeaderSizeOffset);
+  if (header_size != kChunkHeaderBytes) {
+    return absl::DataLossError(
+        absl::StrCat("chunk header declares ", header_size, " bytes; version 1 uses ", kChunkHeaderBytes));
+  }
+  const uint64_t stored = GetLe<uint64_t>(bytes, kHeaderChecksumOffset);
+  const uint64_t computed = XXH3_64bits(bytes.data(), kCheckedHeaderBytes);
+  if (stored != computed) return absl::DataLossError("chunk header checksum mismatch");
+  ChunkHeader header;
+  std::memcpy(header.key.bytes.data(), bytes.data() + kKeyOffset, kChunkKeyBytes);
+  header.payload_length = GetLe<uint64_t>(bytes, kLengthOffset);
+  header.payload_checksum = GetLe<uint64_t>(bytes, kPayloadChecksumOffset);
+  return header;
+}
+
+uint64_t ChunkFileBytes(uint64_t payload_length) {
+  return kChunkHeaderBytes + (payload_length + kChunkHeaderBytes - 1) / kChunkHeaderBytes * kChunkHeaderBytes;
+}
+
+std::filesystem::path ChunkFolder(const std::filesystem::path& root, const ChunkKey& key) {
+  return root / std::string(kChunkLayoutFolder) / key.Hex().substr(0, 2);
+}
+
+std::filesystem::path ChunkPath(const std::filesystem::path& root, const ChunkKey& key) {
+  return ChunkFolder(root, key) / (key.Hex() + std::string(kChunkFileSuffix));
+}
+
+absl::StatusOr<ChunkKey> ChunkKeyFromFileName(std::string_view file_name) {
+  constexpr size_t kHexDigits = 2 * kChunkKeyBytes;
+  if (file_name.size() != kHexDigits + kChunkFileSuffix.size() || file_name.substr(kHexDigits) != kChunkFileSuffix) {
+    return absl::InvalidArgumentError(absl::StrCat("'", std::string(file_name), "' is not a chunk file name"));
+  }
+  ChunkKey key;
+  for (size_t i = 0; i < kChunkKeyBytes; ++i) {
+    const int hi = HexDigit(file_name[2 * i]);
+    const int lo = HexDigit(file_name[2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("'", std::string(file_name), "' is not a chunk file name"));
+    }
+    key.bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return key;
+}
+
+}  // namespace cake

@@ -1,0 +1,613 @@
+#include "storage/disk_tier.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <tuple>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "storage/aligned_buffer.h"
+#include "storage/chunk_file.h"
+#include "storage/status_macros.h"
+#include "storage/unique_fd.h"
+
+namespace cake {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Writes go through a staging buffer of at most this size, so a large chunk does not need a second full copy
+// in memory; a multiple of the block size, so every pwrite stays aligned.
+constexpr size_t kWriteStagingBytes = size_t{4} << 20;
+// Readers beyond this many idle ones are closed rather than kept: bounds the rings and bounce buffers a burst
+// of concurrent reads leaves behind.
+constexpr size_t kMaxIdleReaders = 16;
+// A bounce buffer larger than this is freed after its read rather than kept for the next one.
+constexpr size_t kMaxRetainedBounceBytes = size_t{64} << 20;
+constexpr uint32_t kMaxQueueDepth = 4096;
+
+// The code a caller should act on: a full disk is "does not fit" (the tier contract's RESOURCE_EXHAUSTED),
+// anything else the medium failing.
+absl::Status ErrnoStatus(int err, std::string_view what, const fs::path& path) {
+  std::string message = absl::StrCat(std::string(what), " ", path.string(), ": ", std::strerror(err));
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(std::move(message));
+    default:
+      return absl::UnavailableError(std::move(message));
+  }
+}
+
+absl::Status Annotate(const absl::Status& s, const fs::path& path) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(path.string(), ": ", s.message()));
+}
+
+// Random enough that concurrent writers (threads, or daemons sharing the folder) never pick the same name.
+std::string RandomHex() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kDigits[] = "0123456789abcdef";
+  uint64_t x = rng();
+  std::string out(16, '0');
+  for (char& c : out) {
+    c = kDigits[x & 15];
+    x >>= 4;
+  }
+  return out;
+}
+
+bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kDirectIoAlignment == 0; }
+
+absl::Status WriteFull(int fd, uint64_t offset, std::span<const std::byte> data, const fs::path& path) {
+  while (!data.empty()) {
+    const ssize_t n = ::pwrite(fd, data.data(), data.size(), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "writing", path);
+    }
+    if (n == 0) return absl::UnavailableError(absl::StrCat("writing ", path.string(), ": pwrite wrote nothing"));
+    data = data.subspan(static_cast<size_t>(n));
+    offset += static_cast<uint64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+// Makes a rename in `folder` durable: without it a crash can lose the new name even though the data is synced.
+absl::Status SyncFolder(const fs::path& folder) {
+  UniqueFd fd(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(errno, "opening folder", folder);
+  if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "syncing folder", folder);
+  return absl::OkStatus();
+}
+
+bool IsTwoHexDigits(std::string_view name) {
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
+  return name.size() == 2 && hex(name[0]) && hex(name[1]);
+}
+
+// Creates, writes, reads back and removes one block with O_DIRECT. EINVAL anywhere means the filesystem does
+// not do direct I/O (some accept the open flag and refuse the I/O); other errors mean the folder is unusable.
+// Returns whether O_DIRECT works, or FAILED_PRECONDITION.
+absl::StatusOr<bool> ProbeDirectIo(const fs::path& folder) {
+  const fs::path probe = folder / absl::StrCat(std::string(kTempFilePrefix), "probe-", RandomHex());
+  auto unusable = [&](int err) {
+    return absl::FailedPreconditionError(absl::StrCat("disk tier folder ", folder.string(),
+                                                      " is not usable: cannot create and write ",
+                                                      probe.filename().string(), ": ", std::strerror(err)));
+  };
+  // Some filesystems (ramfs) create the file before refusing O_DIRECT with EINVAL: remove it in every case.
+  absl::Cleanup remove_probe = [&] { ::unlink(probe.c_str()); };
+  UniqueFd fd(::open(probe.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_DIRECT, 0644));
+  if (!fd.valid()) return errno == EINVAL ? absl::StatusOr<bool>(false) : unusable(errno);
+  AlignedBuffer block(kDirectIoAlignment);
+  if (!block.ok()) return absl::ResourceExhaustedError("out of memory for a 4 KiB probe buffer");
+  std::memset(block.data(), 0, block.size());
+  if (::pwrite(fd.get(), block.data(), block.size(), 0) != static_cast<ssize_t>(block.size())) {
+    return errno == EINVAL ? absl::StatusOr<bool>(false) : unusable(errno);
+  }
+  if (::pread(fd.get(), block.data(), block.size(), 0) != static_cast<ssize_t>(block.size())) {
+    return errno == EINVAL ? absl::StatusOr<bool>(false) : unusable(errno);
+  }
+  return true;
+}
+
+absl::Status ProbeBufferedWrite(const fs::path& folder) {
+  const fs::path probe = folder / absl::StrCat(std::string(kTempFilePrefix), "probe-", RandomHex());
+  UniqueFd fd(::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644));
+  if (!fd.valid()) {
+    return absl::FailedPreconditionError(absl::StrCat("disk tier folder ", folder.string(),
+                                                      " is not usable: cannot create files: ", std::strerror(errno)));
+  }
+  ::unlink(probe.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const Options& options) {
+  if (options.root.empty()) return absl::InvalidArgumentError("disk tier: the root folder is empty");
+  if (options.queue_depth == 0 || options.queue_depth > kMaxQueueDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("disk tier: queue_depth ", options.queue_depth, " is outside [1, ", kMaxQueueDepth, "]"));
+  }
+  const fs::path layout = options.root / std::string(kChunkLayoutFolder);
+  std::error_code ec;
+  fs::create_directories(layout, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("disk tier: cannot create ", layout.string(), ": ", ec.message()));
+  }
+  if (!fs::is_directory(layout, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat("disk tier: ", layout.string(), " is not a folder"));
+  }
+
+  CAKE_ASSIGN_OR_RETURN(const bool direct_io, ProbeDirectIo(layout));
+  if (!direct_io) {
+    if (!options.allow_buffered) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "disk tier: the filesystem of ", options.root.string(),
+          " does not support O_DIRECT (EINVAL; e.g. ramfs, some FUSE or network mounts); put the disk tier on a "
+          "filesystem that does, or set allow_buffered to read and write through the page cache"));
+    }
+    CAKE_RETURN_IF_ERROR(ProbeBufferedWrite(layout));
+    spdlog::warn("disk tier at {}: the filesystem does not support O_DIRECT; using buffered I/O (allow_buffered)",
+                 options.root.string());
+  }
+
+  const IoEngineFactory factory = options.engine_factory ? options.engine_factory : IoEngineFactory(MakeIoEngine);
+  IoBackend backend = options.io_backend;
+  std::unique_ptr<IoEngine> first_engine;
+  if (backend == IoBackend::kAuto || backend == IoBackend::kUring) {
+    absl::StatusOr<std::unique_ptr<IoEngine>> uring = factory(IoBackend::kUring, options.queue_depth);
+    if (uring.ok()) {
+      first_engine = std::move(uring).value();
+      backend = IoBackend::kUring;
+    } else if (backend == IoBackend::kUring) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("disk tier: io_uring was requested but is unavailable: ", uring.status().message()));
+    } else {
+      spdlog::warn("disk tier at {}: io_uring is unavailable ({}); falling back to pread", options.root.string(),
+                   std::string(uring.status().message()));
+      backend = IoBackend::kPread;
+    }
+  }
+  if (backend == IoBackend::kPread) {
+    CAKE_ASSIGN_OR_RETURN(first_engine, factory(IoBackend::kPread, options.queue_depth));
+  }
+
+  std::unique_ptr<DiskTier> tier(new DiskTier(options, backend, direct_io, std::move(first_engine)));
+  CAKE_RETURN_IF_ERROR(tier->Recover());
+  const RecoveryStats& r = tier->recovery_;
+  spdlog::info(
+      "disk tier at {}: {} backend, queue depth {}, {}; recovered {} chunks ({} bytes) in {:.1f} ms; removed {} "
+      "temporary and {} corrupt files; skipped {} newer-format and {} foreign files; evicted {} over capacity",
+      options.root.string(), IoBackendName(backend), options.queue_depth, direct_io ? "O_DIRECT" : "buffered I/O",
+      r.chunks_recovered, r.bytes_recovered, r.duration.count() / 1000.0, r.temp_files_removed, r.corrupt_files_removed,
+      r.newer_version_files_skipped, r.foreign_files_ignored, r.evicted_over_capacity);
+  return tier;
+}
+
+DiskTier::DiskTier(const Options& options, IoBackend backend, bool direct_io, std::unique_ptr<IoEngine> first_engine)
+    : root_(options.root),
+      capacity_bytes_(options.capacity_bytes),
+      queue_depth_(options.queue_depth),
+      backend_(backend),
+      direct_io_(direct_io),
+      engine_factory_(options.engine_factory ? options.engine_factory : IoEngineFactory(MakeIoEngine)) {
+  idle_readers_.push_back(Reader{AlignedBuffer(), std::move(first_engine)});
+}
+
+DiskTier::~DiskTier() = default;
+
+int DiskTier::OpenFlags(int access) const { return access | O_CLOEXEC | (direct_io_ ? O_DIRECT : 0); }
+
+absl::Status DiskTier::Recover() {
+  const auto start = std::chrono::steady_clock::now();
+  const fs::path layout = root_ / std::string(kChunkLayoutFolder);
+  struct Found {
+    ChunkKey key;
+    uint64_t bytes;
+    timespec mtime;
+  };
+  std::vector<Found> found;
+  AlignedBuffer header(kChunkHeaderBytes);
+  if (!header.ok()) return absl::ResourceExhaustedError("out of memory for a 4 KiB header buffer");
+
+  auto remove_file = [](const fs::path& path, const char* why) {
+    spdlog::warn("disk tier: removing {}: {}", path.string(), why);
+    ::unlink(path.c_str());
+  };
+  // Validates one "<key>.chunk" file; returns its entry, or nothing after dealing with it.
+  auto inspect = [&](const fs::path& path, const ChunkKey& named) -> std::optional<Found> {
+    UniqueFd fd(::open(path.c_str(), OpenFlags(O_RDONLY)));
+    struct stat st {};
+    if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+      spdlog::warn("disk tier: cannot open {}: {}; left in place, not indexed", path.string(), std::strerror(errno));
+      return std::nullopt;
+    }
+    if (static_cast<uint64_t>(st.st_size) < kChunkHeaderBytes) {
+      remove_file(path, "shorter than a chunk header");
+      ++recovery_.corrupt_files_removed;
+      return std::nullopt;
+    }
+    const ssize_t n = ::pread(fd.get(), header.data(), kChunkHeaderBytes, 0);
+    if (n != static_cast<ssize_t>(kChunkHeaderBytes)) {
+      spdlog::warn("disk tier: cannot read the header of {}: {}; left in place, not indexed", path.string(),
+                   n < 0 ? std::strerror(errno) : "short read");
+      return std::nullopt;
+    }
+    absl::StatusOr<ChunkHeader> parsed = ParseChunkHeader(header.span());
+    if (parsed.status().code() == absl::StatusCode::kFailedPrecondition) {
+      // Another (newer) daemon may share this folder: its files are not ours to delete.
+      spdlog::warn("disk tier: skipping {}: {}", path.string(), std::string(parsed.status().message()));
+      ++recovery_.newer_version_files_skipped;
+      return std::nullopt;
+    }
+    const char* problem = nullptr;
+    if (!parsed.ok()) {
+      problem = "bad header (magic, size or checksum)";
+    } else if (!(parsed->key == named)) {
+      problem = "the header names another key";
+    } else if (static_cast<uint64_t>(st.st_size) != ChunkFileBytes(parsed->payload_length)) {
+      problem = "the file size does not match the payload length (truncated or extended)";
+    }
+    if (problem != nullptr) {
+      remove_file(path, problem);
+      ++recovery_.corrupt_files_removed;
+      return std::nullopt;
+    }
+    return Found{named, parsed->payload_length, st.st_mtim};
+  };
+
+  std::error_code ec;
+  for (fs::directory_iterator top(layout, ec), end; !ec && top != end; top.increment(ec)) {
+    const std::string top_name = top->path().filename().string();
+    if (top_name.starts_with(kTempFilePrefix)) {
+      ::unlink(top->path().c_str());  // an Open probe left by a crash
+      ++recovery_.temp_files_removed;
+      continue;
+    }
+    if (!IsTwoHexDigits(top_name) || !top->is_directory()) {
+      ++recovery_.foreign_files_ignored;
+      continue;
+    }
+    std::error_code sub_ec;
+    for (fs::directory_iterator it(top->path(), sub_ec), sub_end; !sub_ec && it != sub_end; it.increment(sub_ec)) {
+      const fs::path& path = it->path();
+      const std::string file_name = path.filename().string();
+      if (file_name.starts_with(kTempFilePrefix)) {
+        ::unlink(path.c_str());  // a write cut short before its rename: never visible, safe to drop
+        ++recovery_.temp_files_removed;
+        continue;
+      }
+      absl::StatusOr<ChunkKey> named = ChunkKeyFromFileName(file_name);
+      if (!named.ok() || !it->is_regular_file()) {
+        ++recovery_.foreign_files_ignored;
+        continue;
+      }
+      if (named->Hex().substr(0, 2) != top_name) {
+        remove_file(path, "a chunk file in the wrong folder");
+        ++recovery_.corrupt_files_removed;
+        continue;
+      }
+      if (std::optional<Found> f = inspect(path, *named)) found.push_back(*f);
+    }
+    if (sub_ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("disk tier: cannot list ", top->path().string(), ": ", sub_ec.message()));
+    }
+  }
+  if (ec)
+    return absl::FailedPreconditionError(absl::StrCat("disk tier: cannot list ", layout.string(), ": ", ec.message()));
+
+  // Modification time is the best record of use that survives a restart: oldest first, so the newest chunk
+  // ends up at the front of the LRU list.
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return std::tie(a.mtime.tv_sec, a.mtime.tv_nsec) < std::tie(b.mtime.tv_sec, b.mtime.tv_nsec);
+  });
+  std::lock_guard lock(mu_);
+  for (const Found& f : found) {
+    lru_.push_front(f.key);
+    entries_.emplace(f.key, Entry{f.bytes, lru_.begin(), 0, next_generation_++});
+    used_bytes_ += f.bytes;
+  }
+  const uint64_t before = evictions_;
+  MakeRoom(0);  // a smaller capacity than last time: drop the oldest until the rest fits
+  recovery_.evicted_over_capacity = evictions_ - before;
+  evictions_ = before;
+  recovery_.chunks_recovered = entries_.size();
+  recovery_.bytes_recovered = used_bytes_;
+  recovery_.duration = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+  return absl::OkStatus();
+}
+
+bool DiskTier::Contains(const ChunkKey& key) const {
+  std::lock_guard lock(mu_);
+  return entries_.contains(key);
+}
+
+absl::StatusOr<DiskTier::Reader> DiskTier::AcquireReader() {
+  {
+    std::lock_guard lock(readers_mu_);
+    if (!idle_readers_.empty()) {
+      Reader reader = std::move(idle_readers_.back());
+      idle_readers_.pop_back();
+      return reader;
+    }
+  }
+  // More concurrent readers than engines so far: one more, created outside the lock (ring setup is a syscall).
+  absl::StatusOr<std::unique_ptr<IoEngine>> engine = engine_factory_(backend_, queue_depth_);
+  if (!engine.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("disk tier: cannot create a ", IoBackendName(backend_), " engine: ", engine.status().message()));
+  }
+  return Reader{AlignedBuffer(), std::move(engine).value()};
+}
+
+void DiskTier::ReleaseReader(Reader reader) {
+  if (reader.engine->broken()) {
+    spdlog::warn("disk tier at {}: discarding a broken {} engine", root_.string(), reader.engine->name());
+    return;
+  }
+  if (reader.bounce.size() > kMaxRetainedBounceBytes) reader.bounce = AlignedBuffer();
+  std::lock_guard lock(readers_mu_);
+  if (idle_readers_.size() < kMaxIdleReaders) idle_readers_.push_back(std::move(reader));
+}
+
+absl::Status DiskTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
+  uint64_t generation;
+  {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not on disk"));
+    Entry& e = it->second;
+    if (e.bytes != dst.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", key.Hex(), " holds ", e.bytes, " bytes; the destination has ", dst.size()));
+    }
+    lru_.splice(lru_.begin(), lru_, e.lru_position);
+    ++e.readers;
+    generation = e.generation;
+  }
+  // The read runs outside the lock so readers proceed in parallel; the reader count keeps eviction away
+  // from the file, and an explicit Remove meanwhile is harmless (an open file outlives its unlink).
+  absl::Status status = ReadFile(key, dst);
+
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.generation != generation) return status;  // removed (and maybe rewritten)
+  --it->second.readers;
+  switch (status.code()) {
+    case absl::StatusCode::kDataLoss:
+      spdlog::warn("disk tier: chunk {} is corrupt ({}); removing it", key.Hex(), std::string(status.message()));
+      EraseLocked(it);
+      ++corrupt_removed_;
+      break;
+    case absl::StatusCode::kNotFound:            // the file vanished under us (an operator cleaning up): forget it
+    case absl::StatusCode::kFailedPrecondition:  // replaced by a newer daemon's file: forget it, leave the file
+      used_bytes_ -= it->second.bytes;
+      lru_.erase(it->second.lru_position);
+      entries_.erase(it);
+      break;
+    default:
+      break;
+  }
+  return status;
+}
+
+absl::Status DiskTier::ReadFile(const ChunkKey& key, std::span<std::byte> dst) {
+  const fs::path path = ChunkPath(root_, key);
+  UniqueFd fd(::open(path.c_str(), OpenFlags(O_RDONLY)));
+  if (!fd.valid() && errno == ENOENT) {
+    return absl::NotFoundError(absl::StrCat(path.string(), " vanished (removed outside the tier)"));
+  }
+  if (!fd.valid()) return ErrnoStatus(errno, "opening", path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "inspecting", path);
+  const uint64_t file_bytes = ChunkFileBytes(dst.size());
+  if (static_cast<uint64_t>(st.st_size) != file_bytes) {
+    return absl::DataLossError(absl::StrCat(path.string(), ": the file is ", st.st_size, " bytes; a chunk of ",
+                                            dst.size(), " bytes needs ", file_bytes));
+  }
+
+  CAKE_ASSIGN_OR_RETURN(Reader reader, AcquireReader());
+  absl::Cleanup release = [&] { ReleaseReader(std::move(reader)); };
+
+  // Straight into dst when it can take O_DIRECT reads: then only the header and a partial last block go
+  // through the bounce buffer. Otherwise the whole file lands in the bounce buffer and is copied out.
+  const bool into_dst = !dst.empty() && IsAligned(dst.data());
+  const size_t body = into_dst ? dst.size() / kDirectIoAlignment * kDirectIoAlignment : 0;
+  const size_t tail = into_dst ? dst.size() - body : 0;
+  const size_t bounce_bytes = into_dst ? kChunkHeaderBytes + (tail > 0 ? kDirectIoAlignment : 0) : file_bytes;
+  if (reader.bounce.size() < bounce_bytes) {
+    reader.bounce = AlignedBuffer(bounce_bytes);
+    if (!reader.bounce.ok()) {
+      return absl::UnavailableError(absl::StrCat("out of memory for a ", bounce_bytes, "-byte read buffer"));
+    }
+  }
+  const std::span<std::byte> bounce = reader.bounce.span().first(bounce_bytes);
+  std::vector<ReadSegment> segments;
+  if (into_dst) {
+    segments.push_back({0, bounce.first(kChunkHeaderBytes)});
+    if (body > 0) segments.push_back({kChunkHeaderBytes, dst.first(body)});
+    if (tail > 0) segments.push_back({kChunkHeaderBytes + body, bounce.subspan(kChunkHeaderBytes)});
+  } else {
+    segments.push_back({0, bounce});
+  }
+  CAKE_RETURN_IF_ERROR(Annotate(ReadSegments(*reader.engine, fd.get(), segments), path));
+
+  absl::StatusOr<ChunkHeader> header = ParseChunkHeader(bounce.first(kChunkHeaderBytes));
+  CAKE_RETURN_IF_ERROR(Annotate(header.status(), path));
+  if (!(header->key == key)) return absl::DataLossError(absl::StrCat(path.string(), ": the header names another key"));
+  if (header->payload_length != dst.size()) {
+    return absl::DataLossError(absl::StrCat(path.string(), ": the header says ", header->payload_length,
+                                            " bytes; the index says ", dst.size()));
+  }
+  if (!into_dst) {
+    if (!dst.empty()) std::memcpy(dst.data(), bounce.data() + kChunkHeaderBytes, dst.size());
+  } else if (tail > 0) {
+    std::memcpy(dst.data() + body, bounce.data() + kChunkHeaderBytes, tail);
+  }
+  if (PayloadChecksum(dst) != header->payload_checksum) {
+    return absl::DataLossError(absl::StrCat(path.string(), ": payload checksum mismatch"));
+  }
+  return absl::OkStatus();
+}
+
+bool DiskTier::MakeRoom(uint64_t bytes) {
+  auto victim = lru_.end();
+  while (used_bytes_ + reserved_bytes_ + bytes > capacity_bytes_) {
+    if (victim == lru_.begin()) return false;
+    --victim;
+    auto it = entries_.find(*victim);
+    if (it->second.readers > 0) continue;
+    victim = std::next(victim);  // EraseLocked drops the candidate's list node: keep its successor
+    EraseLocked(it);
+    ++evictions_;
+  }
+  return true;
+}
+
+void DiskTier::EraseLocked(absl::flat_hash_map<ChunkKey, Entry>::iterator it) {
+  const fs::path path = ChunkPath(root_, it->first);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    // The index forgets it regardless: a file we cannot delete is left for an operator, and Open retries.
+    spdlog::warn("disk tier: cannot remove {}: {}", path.string(), std::strerror(errno));
+  }
+  used_bytes_ -= it->second.bytes;
+  lru_.erase(it->second.lru_position);
+  entries_.erase(it);
+}
+
+absl::Status DiskTier::WriteTempFile(const fs::path& temp, const ChunkKey& key, std::span<const std::byte> src) {
+  const int flags = OpenFlags(O_WRONLY | O_CREAT | O_EXCL);
+  UniqueFd fd(::open(temp.c_str(), flags, 0644));
+  if (!fd.valid() && errno == ENOENT) {
+    // First chunk in this folder (or an operator removed it): create it and try once more.
+    std::error_code ec;
+    fs::create_directories(temp.parent_path(), ec);
+    fd = UniqueFd(::open(temp.c_str(), flags, 0644));
+  }
+  if (!fd.valid()) return ErrnoStatus(errno, "creating", temp);
+  // From here on any failure leaves no trace: the temporary file goes, the final name is never touched.
+  absl::Cleanup remove_temp = [&] { ::unlink(temp.c_str()); };
+
+  const uint64_t file_bytes = ChunkFileBytes(src.size());
+  AlignedBuffer staging(std::min<uint64_t>(file_bytes, kWriteStagingBytes));
+  if (!staging.ok()) return absl::ResourceExhaustedError("out of memory for the disk tier's write buffer");
+  EncodeChunkHeader(ChunkHeader{key, src.size(), PayloadChecksum(src)}, staging.span().first(kChunkHeaderBytes));
+  size_t filled = kChunkHeaderBytes;
+  size_t copied = 0;
+  uint64_t written = 0;
+  while (written < file_bytes) {
+    const size_t room = std::min<uint64_t>(staging.size(), file_bytes - written);
+    const size_t take = std::min(room - filled, src.size() - copied);
+    if (take > 0) std::memcpy(staging.data() + filled, src.data() + copied, take);
+    copied += take;
+    filled += take;
+    std::memset(staging.data() + filled, 0, room - filled);  // padding up to the block, only at the very end
+    CAKE_RETURN_IF_ERROR(WriteFull(fd.get(), written, staging.span().first(room), temp));
+    written += room;
+    filled = 0;
+  }
+  // fdatasync covers the size too (needed to read the data back); the name is made durable by SyncFolder.
+  if (::fdatasync(fd.get()) != 0) return ErrnoStatus(errno, "syncing", temp);
+  if (const int err = fd.Close(); err != 0) return ErrnoStatus(err, "closing", temp);
+  std::move(remove_temp).Cancel();
+  return absl::OkStatus();
+}
+
+absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src) {
+  if (src.size() > capacity_bytes_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a chunk of ", src.size(), " bytes exceeds the disk tier's ", capacity_bytes_, "-byte capacity"));
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru_position);
+      return absl::OkStatus();
+    }
+    // Room is taken before the (slow) file write, so concurrent writers cannot together overfill the disk.
+    if (!MakeRoom(src.size())) {
+      return absl::ResourceExhaustedError(absl::StrCat("disk tier is full (", used_bytes_, " stored and ",
+                                                       reserved_bytes_, " being written of ", capacity_bytes_,
+                                                       " bytes) and every chunk in it is being read"));
+    }
+    reserved_bytes_ += src.size();
+  }
+
+  const fs::path folder = ChunkFolder(root_, key);
+  const fs::path temp = folder / absl::StrCat(std::string(kTempFilePrefix), RandomHex());
+  absl::Status written = WriteTempFile(temp, key, src);
+
+  uint64_t generation;
+  {
+    std::lock_guard lock(mu_);
+    reserved_bytes_ -= src.size();
+    if (!written.ok()) return written;
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      // Another writer of the same key won the race; both wrote the same content.
+      ::unlink(temp.c_str());
+      lru_.splice(lru_.begin(), lru_, it->second.lru_position);
+      return absl::OkStatus();
+    }
+    const fs::path final_path = ChunkPath(root_, key);
+    if (::rename(temp.c_str(), final_path.c_str()) != 0) {
+      const int err = errno;
+      ::unlink(temp.c_str());
+      return ErrnoStatus(err, "renaming into", final_path);
+    }
+    generation = next_generation_++;
+    lru_.push_front(key);
+    entries_.emplace(key, Entry{src.size(), lru_.begin(), 0, generation});
+    used_bytes_ += src.size();
+  }
+
+  if (absl::Status synced = SyncFolder(folder); !synced.ok()) {
+    // Not durable, so not acknowledged: forget it rather than promise a chunk a crash could take away.
+    std::lock_guard lock(mu_);
+    if (auto it = entries_.find(key); it != entries_.end() && it->second.generation == generation) EraseLocked(it);
+    return synced;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DiskTier::Remove(const ChunkKey& key) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not on disk"));
+  EraseLocked(it);
+  return absl::OkStatus();
+}
+
+TierUsage DiskTier::Usage() const {
+  std::lock_guard lock(mu_);
+  return TierUsage{used_bytes_, capacity_bytes_, entries_.size()};
+}
+
+void DiskTier::ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [key, entry] : entries_) fn(key, entry.bytes);
+}
+
+uint64_t DiskTier::evictions() const {
+  std::lock_guard lock(mu_);
+  return evictions_;
+}
+
+uint64_t DiskTier::corrupt_removed() const {
+  std::lock_guard lock(mu_);
+  return corrupt_removed_;
+}
+
+}  // namespace cake

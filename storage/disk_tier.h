@@ -1,0 +1,129 @@
+// Disk tier: one crash-safe, checksummed file per chunk under a root folder (see chunk_file.h), read with
+// O_DIRECT through io_uring (or pread where io_uring is unavailable), an in-memory index rebuilt from the files
+// at start-up, and least-recently-used eviction under a byte budget.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "storage/aligned_buffer.h"
+#include "storage/io_engine.h"
+#include "storage/tier.h"
+
+namespace cake {
+
+// What Open found in the root folder.
+struct RecoveryStats {
+  uint64_t chunks_recovered = 0;
+  uint64_t bytes_recovered = 0;              // payload bytes, as Usage() counts them
+  uint64_t temp_files_removed = 0;           // leftovers of writes cut short by a crash
+  uint64_t corrupt_files_removed = 0;        // bad magic or checksum, wrong size, name and header disagree
+  uint64_t newer_version_files_skipped = 0;  // left in place: another (newer) daemon may own them
+  uint64_t foreign_files_ignored = 0;        // names that are not ours; never touched
+  uint64_t evicted_over_capacity = 0;        // recovered chunks beyond a (now smaller) capacity
+  std::chrono::microseconds duration{0};
+};
+
+class DiskTier final : public Tier {
+ public:
+  struct Options {
+    std::filesystem::path root;
+    // Budget in payload bytes (what Usage() reports); each file also takes a 4 KiB header and up to 4 KiB of
+    // padding on disk.
+    uint64_t capacity_bytes = 0;
+    // Reads in flight per reader (each up to 1 MiB).
+    uint32_t queue_depth = 32;
+    IoBackend io_backend = IoBackend::kAuto;
+    // Without it, a filesystem that refuses O_DIRECT (ramfs, some FUSE and network mounts) fails Open: silently
+    // going through the page cache would double memory use and hide the real disk speed.
+    bool allow_buffered = false;
+    // Makes the read engines (empty: MakeIoEngine). Tests pass one that wraps engines in fault injectors or
+    // makes io_uring fail.
+    IoEngineFactory engine_factory;
+  };
+
+  // Creates the root if needed, checks that it is writable and supports O_DIRECT, picks the I/O backend and
+  // rebuilds the index from the files. INVALID_ARGUMENT: bad options. FAILED_PRECONDITION: an unusable root
+  // (not creatable, not a folder, not writable, no O_DIRECT without allow_buffered) or io_uring requested and
+  // unavailable.
+  static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const Options& options);
+  ~DiskTier() override;
+
+  std::string_view name() const override { return "disk"; }
+  bool Contains(const ChunkKey& key) const override;
+  absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override;
+  absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override;
+  absl::Status Remove(const ChunkKey& key) override;
+  TierUsage Usage() const override;
+  void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override;
+
+  // The backend actually in use: kUring or kPread, never kAuto.
+  IoBackend backend() const { return backend_; }
+  bool direct_io() const { return direct_io_; }
+  const RecoveryStats& recovery() const { return recovery_; }
+  uint64_t evictions() const;
+  // Chunks found corrupt by a read (checksum, header, size) and deleted.
+  uint64_t corrupt_removed() const;
+
+ private:
+  struct Entry {
+    uint64_t bytes = 0;
+    std::list<ChunkKey>::iterator lru_position;
+    int readers = 0;          // a chunk being read is never evicted underneath its reader
+    uint64_t generation = 0;  // tells a reader whether the entry it started on is still the one indexed
+  };
+
+  // What one read needs besides its file: an engine and an aligned bounce buffer, reused across reads
+  // because faulting in a fresh multi-MiB buffer per read costs more than the copy through it.
+  struct Reader {
+    AlignedBuffer bounce;  // declared first, destroyed last: the engine drains reads into it before it goes
+    std::unique_ptr<IoEngine> engine;
+  };
+
+  DiskTier(const Options& options, IoBackend backend, bool direct_io, std::unique_ptr<IoEngine> first_engine);
+
+  absl::Status Recover();
+  absl::Status ReadFile(const ChunkKey& key, std::span<std::byte> dst);
+  absl::Status WriteTempFile(const std::filesystem::path& temp, const ChunkKey& key, std::span<const std::byte> src);
+  absl::StatusOr<Reader> AcquireReader();
+  void ReleaseReader(Reader reader);
+  // Evicts unread entries from the cold end until `bytes` more fit beside what is stored and reserved;
+  // unlinks their files. Requires mu_.
+  bool MakeRoom(uint64_t bytes);
+  // Drops an entry and its file. Requires mu_.
+  void EraseLocked(absl::flat_hash_map<ChunkKey, Entry>::iterator it);
+  int OpenFlags(int access) const;
+
+  const std::filesystem::path root_;
+  const uint64_t capacity_bytes_;
+  const uint32_t queue_depth_;
+  const IoBackend backend_;
+  const bool direct_io_;
+  const IoEngineFactory engine_factory_;
+  RecoveryStats recovery_;
+
+  // Engines are not thread-safe: each is owned by one reader at a time, checked out of this pool and handed
+  // back, so a thread reuses a ring without a thread_local that would outlive the tier.
+  std::mutex readers_mu_;
+  std::vector<Reader> idle_readers_;
+
+  // Guards the index and every rename or unlink of a chunk file, so the index and the folder never disagree
+  // about which file a key has.
+  mutable std::mutex mu_;
+  absl::flat_hash_map<ChunkKey, Entry> entries_;
+  std::list<ChunkKey> lru_;  // front: most recently used
+  uint64_t used_bytes_ = 0;
+  uint64_t reserved_bytes_ = 0;  // room promised to writes still writing their temporary files
+  uint64_t next_generation_ = 1;
+  uint64_t evictions_ = 0;
+  uint64_t corrupt_removed_ = 0;
+};
+
+}  // namespace cake

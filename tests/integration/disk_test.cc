@@ -1,0 +1,162 @@
+// The disk tier through a real caked: the cache survives a restart, a corrupt file is a miss the engine computes,
+// and a SIGKILL in the middle of heavy stores leaves no partial chunk behind.
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "tests/integration/fixture.h"
+
+using namespace cake;
+using namespace cake::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/cake-disk-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string path;
+};
+
+std::vector<fs::path> Files(const std::string& root, bool chunks_only) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (!e.is_regular_file()) continue;
+    if (!chunks_only || e.path().extension() == ".chunk") out.push_back(e.path());
+  }
+  return out;
+}
+
+uint64_t Counter(Client& client, const std::string& name) {
+  auto stats = client.Stats();
+  REQUIRE(stats.ok());
+  auto it = stats->find(name);
+  return it == stats->end() ? 0 : it->second;
+}
+
+// Loads the whole cached prefix inline and checks every loaded chunk against its pattern.
+LoadDone LoadAndVerify(Client& client, const NamespaceSpec& ns, const std::vector<uint32_t>& tokens, uint32_t seed,
+                       uint64_t chunk_bytes) {
+  LoadOptions options{ns, {tokens, {}}, nullptr};
+  options.io_only = true;
+  auto session = client.StartLoad(options);
+  REQUIRE(session.ok());
+  auto plan = (*session)->WaitPlan();
+  REQUIRE(plan.ok());
+  auto done = (*session)->WaitDone();
+  REQUIRE(done.ok());
+  for (uint32_t c = done->meeting_chunk; c < plan->cached_chunks; ++c) {
+    INFO("chunk " << c);
+    REQUIRE(ChunkMatches(reinterpret_cast<const std::byte*>((*session)->InlineChunk(c).data()), chunk_bytes, seed, c));
+  }
+  REQUIRE((*session)->Release().ok());
+  return *done;
+}
+
+}  // namespace
+
+TEST_CASE("the disk tier keeps the cache across a restart", "[disk]") {
+  TempDir root;
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  const auto tokens = Tokens(64 * 12);
+  {
+    auto daemon = StartDaemon({"--disk-root", root.path});
+    auto client = Connect(daemon);
+    StorePrompt(*client, ns, tokens, 31, 12, chunk_bytes);
+    REQUIRE(Eventually([&] { return Counter(*client, "tier_disk_chunks") == 12; }));
+    CHECK(daemon.Stop() == 0);
+  }
+  auto daemon = StartDaemon({"--disk-root", root.path});
+  CHECK(daemon.log().find("recovered 12 chunks") != std::string::npos);
+  auto client = Connect(daemon);
+  auto lookup = client->Lookup(ns, {tokens, {}});
+  REQUIRE(lookup.ok());
+  REQUIRE(lookup->cached_chunks == 12);
+  for (TierKind t : lookup->tiers) CHECK(t == TierKind::kDisk);
+  auto done = LoadAndVerify(*client, ns, tokens, 31, chunk_bytes);
+  CHECK(done.meeting_chunk == 0);
+  CHECK(done.loaded_chunks == 12);
+  // What was read from disk is now in DRAM too.
+  lookup = client->Lookup(ns, {tokens, {}});
+  REQUIRE(lookup.ok());
+  for (TierKind t : lookup->tiers) CHECK(t == TierKind::kDram);
+}
+
+TEST_CASE("a corrupt chunk file is a miss the engine computes, never a failed load", "[disk]") {
+  TempDir root;
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  const auto tokens = Tokens(64 * 8);
+  {
+    auto daemon = StartDaemon({"--disk-root", root.path});
+    auto client = Connect(daemon);
+    StorePrompt(*client, ns, tokens, 17, 8, chunk_bytes);
+    REQUIRE(Eventually([&] { return Counter(*client, "tier_disk_chunks") == 8; }));
+  }
+  // Flip one payload byte of one chunk file (which chunk it holds is the daemon's business).
+  auto files = Files(root.path, true);
+  REQUIRE(files.size() == 8);
+  {
+    std::fstream f(files[3], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(4096 + 100);
+    char c;
+    f.read(&c, 1);
+    c ^= 0x5a;
+    f.seekp(4096 + 100);
+    f.write(&c, 1);
+  }
+  auto daemon = StartDaemon({"--disk-root", root.path});
+  auto client = Connect(daemon);
+  auto done = LoadAndVerify(*client, ns, tokens, 17, chunk_bytes);
+  CHECK(done.failed_chunks == 1);
+  CHECK(done.meeting_chunk >= 1);  // the engine computes the corrupt chunk and everything below it
+  CHECK(done.loaded_chunks == 8 - done.meeting_chunk);
+  // The corrupt file is gone, and the cached prefix now ends just before it.
+  CHECK(Files(root.path, true).size() == 7);
+  auto lookup = client->Lookup(ns, {tokens, {}});
+  REQUIRE(lookup.ok());
+  CHECK(lookup->cached_chunks == done.meeting_chunk - 1);
+  CHECK(Counter(*client, "load_chunk_read_failures") == 1);
+}
+
+TEST_CASE("SIGKILL during heavy stores leaves no partial chunk", "[disk]") {
+  TempDir root;
+  const auto ns = SmallNamespace(1024);
+  const uint64_t chunk_bytes = 1024 * kSmallBytesPerToken;  // 1 MiB
+  const uint32_t chunks = 48;
+  const auto tokens = Tokens(1024 * chunks);
+  {
+    auto daemon = StartDaemon({"--disk-root", root.path});
+    std::thread writer([&] {
+      auto client = Client::Connect({daemon.socket_path(), "writer"});
+      if (!client.ok()) return;
+      auto region = (*client)->RegisterRegion(chunk_bytes);
+      if (!region.ok()) return;
+      for (uint32_t i = 0; i < chunks; ++i) {
+        FillChunk(region->data(), chunk_bytes, 23, i);
+        if (!(*client)->Store(ns, {tokens, {}}, i, 1, *region, 0).ok()) return;  // the daemon died
+      }
+    });
+    // Kill once some chunks are on disk and more are on their way.
+    Eventually([&] { return Files(root.path, true).size() >= 8; });
+    daemon.Kill();
+    writer.join();
+  }
+  auto daemon = StartDaemon({"--disk-root", root.path});
+  for (const auto& f : Files(root.path, false)) {
+    INFO(f.string());
+    CHECK(f.extension() == ".chunk");  // every temporary leftover was removed at start-up
+  }
+  auto client = Connect(daemon);
+  auto lookup = client->Lookup(ns, {tokens, {}});
+  REQUIRE(lookup.ok());
+  CHECK(lookup->cached_chunks >= 1);
+  // Every chunk the restarted daemon serves is byte-identical to what was stored.
+  auto done = LoadAndVerify(*client, ns, tokens, 23, chunk_bytes);
+  CHECK(done.failed_chunks == 0);
+  CHECK(done.loaded_chunks == lookup->cached_chunks);
+}

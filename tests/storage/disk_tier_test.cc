@@ -1,0 +1,609 @@
+// The disk tier beyond the common contract: file format, restart, crash leftovers, corruption, eviction,
+// injected I/O faults on both backends, backend choice and unusable roots.
+#include "storage/disk_tier.h"
+
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "storage/aligned_buffer.h"
+#include "storage/chunk_file.h"
+#include "storage/io_engine.h"
+#include "storage/unique_fd.h"
+#include "tests/storage/faulty_io_engine.h"
+#include "tests/storage/tier_test_util.h"
+
+namespace cake {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FaultyEngineFactory;
+using testing::IoFault;
+using testing::IoFaultControl;
+using testing::TempDir;
+using testing::TestKey;
+using testing::TestValue;
+
+constexpr uint64_t kMiB = 1 << 20;
+
+DiskTier::Options OptionsFor(const fs::path& root, uint64_t capacity = 64 * kMiB,
+                             IoBackend backend = IoBackend::kPread) {
+  DiskTier::Options o;
+  o.root = root;
+  o.capacity_bytes = capacity;
+  o.io_backend = backend;
+  return o;
+}
+
+std::unique_ptr<DiskTier> MustOpen(const DiskTier::Options& options) {
+  absl::StatusOr<std::unique_ptr<DiskTier>> tier = DiskTier::Open(options);
+  INFO(tier.status().ToString());
+  REQUIRE(tier.ok());
+  return std::move(tier).value();
+}
+
+bool UringAvailable() {
+  static const bool available = MakeUringEngine(1).ok();
+  return available;
+}
+
+// Both backends where this machine has them; io_uring is skipped, with a warning, where the kernel refuses it.
+std::vector<IoBackend> Backends() {
+  if (UringAvailable()) return {IoBackend::kUring, IoBackend::kPread};
+  WARN("io_uring is unavailable here: only the pread backend is tested");
+  return {IoBackend::kPread};
+}
+
+std::vector<std::byte> ReadFileBytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(raw.size());
+  std::memcpy(out.data(), raw.data(), raw.size());
+  return out;
+}
+
+void WriteFileBytes(const fs::path& path, std::span<const std::byte> bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+void FlipByte(const fs::path& path, uint64_t offset) {
+  std::vector<std::byte> bytes = ReadFileBytes(path);
+  REQUIRE(offset < bytes.size());
+  bytes[offset] ^= std::byte{0x5a};
+  WriteFileBytes(path, bytes);
+}
+
+size_t CountFiles(const fs::path& folder) {
+  size_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(folder)) n += e.is_regular_file() ? 1 : 0;
+  return n;
+}
+
+void SetMtime(const fs::path& path, time_t seconds) {
+  const timespec times[2] = {{seconds, 0}, {seconds, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+}
+
+// Mounts a small filesystem on a fresh folder when the test runs as root (as here); elsewhere the test that
+// needs it warns and checks what it can without it.
+class ScopedMount {
+ public:
+  ScopedMount(const char* type, const char* data) {
+    mounted_ = ::mount("none", dir_.path().c_str(), type, 0, data) == 0;
+    error_ = mounted_ ? 0 : errno;
+  }
+  ~ScopedMount() {
+    if (mounted_) ::umount2(dir_.path().c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  std::string error() const { return std::strerror(error_); }
+  fs::path path() const { return dir_.path(); }
+
+ private:
+  TempDir dir_;
+  bool mounted_ = false;
+  int error_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("chunk header round-trips and rejects damage with the right code", "[disk]") {
+  ChunkHeader h{TestKey(7), 123456789, 0x0123456789abcdefULL};
+  std::vector<std::byte> bytes(kChunkHeaderBytes);
+  EncodeChunkHeader(h, bytes);
+  CHECK(std::memcmp(bytes.data(), "CAKECHNK", 8) == 0);
+
+  absl::StatusOr<ChunkHeader> parsed = ParseChunkHeader(bytes);
+  REQUIRE(parsed.ok());
+  CHECK(parsed->key == h.key);
+  CHECK(parsed->payload_length == h.payload_length);
+  CHECK(parsed->payload_checksum == h.payload_checksum);
+
+  SECTION("bad magic is DATA_LOSS") {
+    bytes[0] = std::byte{'X'};
+    CHECK(ParseChunkHeader(bytes).status().code() == absl::StatusCode::kDataLoss);
+  }
+  SECTION("any flipped field byte breaks the header checksum: DATA_LOSS") {
+    for (size_t offset : {16, 31, 32, 40, 47, 48}) {
+      std::vector<std::byte> damaged = bytes;
+      damaged[offset] ^= std::byte{1};
+      CHECK(ParseChunkHeader(damaged).status().code() == absl::StatusCode::kDataLoss);
+    }
+  }
+  SECTION("format version 2 is FAILED_PRECONDITION, checked before the checksum") {
+    bytes[8] = std::byte{2};
+    CHECK(ParseChunkHeader(bytes).status().code() == absl::StatusCode::kFailedPrecondition);
+  }
+  SECTION("a wrong header size is DATA_LOSS") {
+    bytes[13] = std::byte{0x20};
+    CHECK(ParseChunkHeader(bytes).status().code() == absl::StatusCode::kDataLoss);
+  }
+  SECTION("a short header is DATA_LOSS") {
+    CHECK(ParseChunkHeader(std::span(bytes).first(100)).status().code() == absl::StatusCode::kDataLoss);
+  }
+  SECTION("sizes, paths and names") {
+    CHECK(ChunkFileBytes(0) == 4096);
+    CHECK(ChunkFileBytes(1) == 8192);
+    CHECK(ChunkFileBytes(4096) == 8192);
+    CHECK(ChunkFileBytes(4097) == 12288);
+    const ChunkKey k = TestKey(3);
+    CHECK(ChunkPath("/r", k) == fs::path("/r/v1") / k.Hex().substr(0, 2) / (k.Hex() + ".chunk"));
+    absl::StatusOr<ChunkKey> back = ChunkKeyFromFileName(k.Hex() + ".chunk");
+    REQUIRE(back.ok());
+    CHECK(*back == k);
+    CHECK(ChunkKeyFromFileName(k.Hex()).status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(ChunkKeyFromFileName("zz" + k.Hex().substr(2) + ".chunk").status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("disk tier round trip on both backends, through the bounce buffer and straight into aligned memory",
+          "[disk]") {
+  for (IoBackend backend : Backends()) {
+    INFO("backend " << IoBackendName(backend));
+    TempDir dir;
+    auto tier = MustOpen(OptionsFor(dir.path(), 64 * kMiB, backend));
+    CHECK(tier->backend() == backend);
+    CHECK(tier->direct_io());
+    uint32_t i = 0;
+    // Sizes around block boundaries, and one spanning several 1 MiB reads.
+    for (size_t bytes :
+         {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{3 * kMiB + 5}, size_t{4 * kMiB}}) {
+      ++i;
+      INFO("value of " << bytes << " bytes");
+      const auto value = TestValue(i, bytes);
+      REQUIRE(tier->Write(TestKey(i), value).ok());
+      const fs::path path = ChunkPath(dir.path(), TestKey(i));
+      CHECK(fs::file_size(path) == ChunkFileBytes(bytes));
+
+      std::vector<std::byte> unaligned_storage(bytes + 1);
+      std::span<std::byte> unaligned(unaligned_storage.data() + 1, bytes);  // never 4096-aligned
+      REQUIRE(tier->Read(TestKey(i), unaligned).ok());
+      CHECK(std::equal(unaligned.begin(), unaligned.end(), value.begin()));
+
+      AlignedBuffer aligned(bytes);
+      REQUIRE(aligned.ok());
+      REQUIRE(tier->Read(TestKey(i), aligned.span()).ok());
+      CHECK(std::equal(aligned.span().begin(), aligned.span().end(), value.begin()));
+    }
+    // Nothing but chunk files is left behind: every temporary file was renamed or removed.
+    CHECK(CountFiles(dir.path()) == i);
+  }
+}
+
+TEST_CASE("disk tier restart: every chunk comes back byte for byte and usage is restored", "[disk]") {
+  TempDir dir;
+  TierUsage before;
+  {
+    auto tier = MustOpen(OptionsFor(dir.path()));
+    for (uint32_t i = 0; i < 20; ++i) REQUIRE(tier->Write(TestKey(i), TestValue(i, 10000 + 4096 * i)).ok());
+    before = tier->Usage();
+  }
+  auto tier = MustOpen(OptionsFor(dir.path()));
+  const TierUsage after = tier->Usage();
+  CHECK(after.used_bytes == before.used_bytes);
+  CHECK(after.chunks == 20);
+  CHECK(tier->recovery().chunks_recovered == 20);
+  CHECK(tier->recovery().bytes_recovered == before.used_bytes);
+  CHECK(tier->recovery().corrupt_files_removed == 0);
+  for (uint32_t i = 0; i < 20; ++i) {
+    REQUIRE(tier->Contains(TestKey(i)));
+    std::vector<std::byte> out(10000 + 4096 * i);
+    REQUIRE(tier->Read(TestKey(i), out).ok());
+    CHECK(out == TestValue(i, out.size()));
+  }
+}
+
+TEST_CASE("disk tier Open removes temporary files a crash left behind", "[disk]") {
+  TempDir dir;
+  {
+    auto tier = MustOpen(OptionsFor(dir.path()));
+    REQUIRE(tier->Write(TestKey(1), TestValue(1, 5000)).ok());
+  }
+  const fs::path folder = ChunkFolder(dir.path(), TestKey(1));
+  const fs::path leftover = folder / ".tmp-0123456789abcdef";
+  const fs::path other_folder_leftover = dir.path() / "v1" / "7f" / ".tmp-fedcba9876543210";
+  const fs::path probe_leftover = dir.path() / "v1" / ".tmp-probe-0000000000000000";
+  fs::create_directories(other_folder_leftover.parent_path());
+  WriteFileBytes(leftover, TestValue(2, 3000));
+  WriteFileBytes(other_folder_leftover, TestValue(3, 4096));
+  WriteFileBytes(probe_leftover, {});
+
+  auto tier = MustOpen(OptionsFor(dir.path()));
+  CHECK(tier->recovery().temp_files_removed == 3);
+  CHECK_FALSE(fs::exists(leftover));
+  CHECK_FALSE(fs::exists(other_folder_leftover));
+  CHECK_FALSE(fs::exists(probe_leftover));
+  CHECK(tier->Usage().chunks == 1);
+  std::vector<std::byte> out(5000);
+  REQUIRE(tier->Read(TestKey(1), out).ok());
+  CHECK(out == TestValue(1, 5000));
+}
+
+TEST_CASE("disk tier: a flipped payload byte is DATA_LOSS and the chunk is removed", "[disk]") {
+  for (IoBackend backend : Backends()) {
+    INFO("backend " << IoBackendName(backend));
+    TempDir dir;
+    auto tier = MustOpen(OptionsFor(dir.path(), 64 * kMiB, backend));
+    const auto value = TestValue(1, 100000);
+    REQUIRE(tier->Write(TestKey(1), value).ok());
+    REQUIRE(tier->Write(TestKey(2), value).ok());
+    const fs::path path = ChunkPath(dir.path(), TestKey(1));
+    FlipByte(path, kChunkHeaderBytes + 54321);
+
+    std::vector<std::byte> out(value.size());
+    CHECK(tier->Read(TestKey(1), out).code() == absl::StatusCode::kDataLoss);
+    CHECK_FALSE(fs::exists(path));
+    CHECK_FALSE(tier->Contains(TestKey(1)));
+    CHECK(tier->corrupt_removed() == 1);
+    CHECK(tier->Usage().chunks == 1);
+    CHECK(tier->Usage().used_bytes == value.size());
+    CHECK(tier->Read(TestKey(1), out).code() == absl::StatusCode::kNotFound);
+    REQUIRE(tier->Read(TestKey(2), out).ok());  // the neighbour is untouched
+    CHECK(out == value);
+  }
+}
+
+TEST_CASE("disk tier: a damaged header or a file truncated after Open is DATA_LOSS at read time", "[disk]") {
+  TempDir dir;
+  auto tier = MustOpen(OptionsFor(dir.path()));
+  const auto value = TestValue(1, 20000);
+  REQUIRE(tier->Write(TestKey(1), value).ok());
+  REQUIRE(tier->Write(TestKey(2), value).ok());
+  FlipByte(ChunkPath(dir.path(), TestKey(1)), 33);  // payload length field: the header checksum catches it
+  fs::resize_file(ChunkPath(dir.path(), TestKey(2)), 8192);
+
+  std::vector<std::byte> out(value.size());
+  CHECK(tier->Read(TestKey(1), out).code() == absl::StatusCode::kDataLoss);
+  CHECK(tier->Read(TestKey(2), out).code() == absl::StatusCode::kDataLoss);
+  CHECK(tier->corrupt_removed() == 2);
+  CHECK(tier->Usage().chunks == 0);
+  CHECK(CountFiles(dir.path()) == 0);
+}
+
+TEST_CASE("disk tier Open drops truncated and garbage files and counts them", "[disk]") {
+  TempDir dir;
+  {
+    auto tier = MustOpen(OptionsFor(dir.path()));
+    for (uint32_t i = 0; i < 4; ++i) REQUIRE(tier->Write(TestKey(i), TestValue(i, 30000)).ok());
+  }
+  fs::resize_file(ChunkPath(dir.path(), TestKey(0)), 20000);               // cut mid-payload
+  fs::resize_file(ChunkPath(dir.path(), TestKey(1)), 100);                 // shorter than a header
+  WriteFileBytes(ChunkPath(dir.path(), TestKey(2)), TestValue(9, 40960));  // garbage under a valid name
+  // A valid file under another key's name: the header and the name disagree.
+  fs::create_directories(ChunkFolder(dir.path(), TestKey(4)));
+  fs::copy_file(ChunkPath(dir.path(), TestKey(3)), ChunkPath(dir.path(), TestKey(4)));
+  // Not ours: left alone.
+  WriteFileBytes(dir.path() / "v1" / "README", TestValue(5, 10));
+
+  auto tier = MustOpen(OptionsFor(dir.path()));
+  CHECK(tier->recovery().corrupt_files_removed == 4);
+  CHECK(tier->recovery().chunks_recovered == 1);
+  CHECK(tier->recovery().foreign_files_ignored == 1);
+  CHECK(tier->Usage().chunks == 1);
+  CHECK(tier->Usage().used_bytes == 30000);
+  for (uint32_t i : {0, 1, 2, 4}) {
+    CHECK_FALSE(tier->Contains(TestKey(i)));
+    CHECK_FALSE(fs::exists(ChunkPath(dir.path(), TestKey(i))));
+  }
+  CHECK(fs::exists(dir.path() / "v1" / "README"));
+  std::vector<std::byte> out(30000);
+  REQUIRE(tier->Read(TestKey(3), out).ok());
+  CHECK(out == TestValue(3, 30000));
+}
+
+TEST_CASE("disk tier Open skips (and keeps) a newer format version's file", "[disk]") {
+  TempDir dir;
+  {
+    auto tier = MustOpen(OptionsFor(dir.path()));
+    REQUIRE(tier->Write(TestKey(1), TestValue(1, 5000)).ok());
+    REQUIRE(tier->Write(TestKey(2), TestValue(2, 5000)).ok());
+  }
+  const fs::path path = ChunkPath(dir.path(), TestKey(1));
+  std::vector<std::byte> bytes = ReadFileBytes(path);
+  bytes[8] = std::byte{2};  // format version 2: a newer daemon's file
+  WriteFileBytes(path, bytes);
+  CHECK(ParseChunkHeader(std::span(bytes).first(kChunkHeaderBytes)).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+
+  auto tier = MustOpen(OptionsFor(dir.path()));
+  CHECK(tier->recovery().newer_version_files_skipped == 1);
+  CHECK(tier->recovery().corrupt_files_removed == 0);
+  CHECK_FALSE(tier->Contains(TestKey(1)));
+  CHECK(fs::exists(path));  // not ours to delete
+  CHECK(tier->Contains(TestKey(2)));
+}
+
+TEST_CASE("disk tier evicts the least recently used chunk and unlinks its file", "[disk]") {
+  TempDir dir;
+  constexpr size_t kBytes = 100000;
+  auto tier = MustOpen(OptionsFor(dir.path(), 3 * kBytes));
+  for (uint32_t i = 1; i <= 3; ++i) REQUIRE(tier->Write(TestKey(i), TestValue(i, kBytes)).ok());
+  std::vector<std::byte> out(kBytes);
+  REQUIRE(tier->Read(TestKey(1), out).ok());  // 1 is now the most recent; 2 the coldest
+  REQUIRE(tier->Write(TestKey(4), TestValue(4, kBytes)).ok());
+  CHECK_FALSE(tier->Contains(TestKey(2)));
+  CHECK_FALSE(fs::exists(ChunkPath(dir.path(), TestKey(2))));
+  CHECK(tier->Contains(TestKey(1)));
+  CHECK(tier->Contains(TestKey(3)));
+  CHECK(tier->Contains(TestKey(4)));
+  CHECK(tier->evictions() == 1);
+  CHECK(tier->Usage().used_bytes == 3 * kBytes);
+
+  SECTION("a value larger than the whole tier is RESOURCE_EXHAUSTED and evicts nothing") {
+    std::vector<std::byte> huge(3 * kBytes + 1);
+    CHECK(tier->Write(TestKey(9), huge).code() == absl::StatusCode::kResourceExhausted);
+    CHECK(tier->Usage().chunks == 3);
+  }
+  SECTION("after a restart with a smaller capacity the oldest files (by modification time) go first") {
+    SetMtime(ChunkPath(dir.path(), TestKey(1)), 1000);
+    SetMtime(ChunkPath(dir.path(), TestKey(3)), 3000);
+    SetMtime(ChunkPath(dir.path(), TestKey(4)), 2000);
+    tier.reset();
+    auto smaller = MustOpen(OptionsFor(dir.path(), 2 * kBytes));
+    CHECK(smaller->recovery().evicted_over_capacity == 1);
+    CHECK_FALSE(smaller->Contains(TestKey(1)));
+    CHECK_FALSE(fs::exists(ChunkPath(dir.path(), TestKey(1))));
+    CHECK(smaller->Contains(TestKey(3)));
+    CHECK(smaller->Contains(TestKey(4)));
+    // 4 (older) goes before 3 when room is needed.
+    REQUIRE(smaller->Write(TestKey(5), TestValue(5, kBytes)).ok());
+    CHECK_FALSE(smaller->Contains(TestKey(4)));
+    CHECK(smaller->Contains(TestKey(3)));
+  }
+}
+
+TEST_CASE("disk tier never evicts a chunk underneath its reader", "[disk]") {
+  TempDir dir;
+  constexpr size_t kBytes = 50000;
+  auto control = std::make_shared<IoFaultControl>();
+  DiskTier::Options options = OptionsFor(dir.path(), kBytes);  // room for exactly one chunk
+  options.engine_factory = FaultyEngineFactory(control);
+  auto tier = MustOpen(options);
+  const auto value = TestValue(1, kBytes);
+  REQUIRE(tier->Write(TestKey(1), value).ok());
+
+  control->Set(IoFault::kHold);
+  std::vector<std::byte> out(kBytes);
+  absl::Status read;
+  std::thread reader([&] { read = tier->Read(TestKey(1), out); });
+  control->WaitUntilHeld();
+  CHECK(tier->Write(TestKey(2), TestValue(2, kBytes)).code() == absl::StatusCode::kResourceExhausted);
+  CHECK(tier->Contains(TestKey(1)));
+  control->Release();
+  reader.join();
+  REQUIRE(read.ok());
+  CHECK(out == value);
+  // Once the reader is done, the same write evicts it.
+  REQUIRE(tier->Write(TestKey(2), TestValue(2, kBytes)).ok());
+  CHECK_FALSE(tier->Contains(TestKey(1)));
+}
+
+TEST_CASE("disk tier: injected short reads and interrupts are resubmitted; zero, EIO and overlong fail cleanly",
+          "[disk]") {
+  for (IoBackend backend : Backends()) {
+    INFO("backend " << IoBackendName(backend));
+    TempDir dir;
+    auto control = std::make_shared<IoFaultControl>();
+    DiskTier::Options options = OptionsFor(dir.path(), 64 * kMiB, backend);
+    options.engine_factory = FaultyEngineFactory(control);
+    auto tier = MustOpen(options);
+    CHECK(tier->backend() == backend);
+    constexpr size_t kBytes = 3 * kMiB + 12345;  // several 1 MiB pieces and a partial last block
+    const auto value = TestValue(1, kBytes);
+    REQUIRE(tier->Write(TestKey(1), value).ok());
+    std::vector<std::byte> out(kBytes);
+    AlignedBuffer aligned(kBytes);
+
+    SECTION("short reads") {
+      control->Set(IoFault::kShort);
+      REQUIRE(tier->Read(TestKey(1), out).ok());
+      CHECK(out == value);
+      REQUIRE(tier->Read(TestKey(1), aligned.span()).ok());
+      CHECK(std::equal(aligned.span().begin(), aligned.span().end(), value.begin()));
+      CHECK(control->injected() > 10);
+    }
+    SECTION("EINTR") {
+      control->Set(IoFault::kInterrupt);
+      // Every attempt is interrupted: bounded retries, then UNAVAILABLE, and the chunk stays.
+      CHECK(tier->Read(TestKey(1), out).code() == absl::StatusCode::kUnavailable);
+      CHECK(tier->Contains(TestKey(1)));
+      control->Set(IoFault::kNone);
+      REQUIRE(tier->Read(TestKey(1), out).ok());
+      CHECK(out == value);
+    }
+    SECTION("EIO is UNAVAILABLE and keeps the chunk") {
+      control->Set(IoFault::kError);
+      const absl::Status s = tier->Read(TestKey(1), out);
+      CHECK(s.code() == absl::StatusCode::kUnavailable);
+      CHECK(std::string(s.message()).find(std::strerror(EIO)) != std::string::npos);
+      CHECK(tier->Contains(TestKey(1)));
+      control->Set(IoFault::kNone);
+      REQUIRE(tier->Read(TestKey(1), out).ok());
+      CHECK(out == value);
+    }
+    SECTION("overlong completions are UNAVAILABLE") {
+      control->Set(IoFault::kTooLong);
+      CHECK(tier->Read(TestKey(1), out).code() == absl::StatusCode::kUnavailable);
+      CHECK(tier->Contains(TestKey(1)));
+    }
+    SECTION("an unexpected end of file is DATA_LOSS and the chunk is dropped") {
+      control->Set(IoFault::kZero);
+      CHECK(tier->Read(TestKey(1), out).code() == absl::StatusCode::kDataLoss);
+      CHECK_FALSE(tier->Contains(TestKey(1)));
+      CHECK(tier->corrupt_removed() == 1);
+    }
+  }
+}
+
+TEST_CASE("ReadSegments resubmits odd-sized short reads and retries interrupts", "[disk]") {
+  TempDir dir;
+  const fs::path path = dir.path() / "plain";
+  const auto content = TestValue(3, 2 * kMiB + 777);
+  WriteFileBytes(path, content);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));  // buffered: any offset and length is allowed
+  REQUIRE(fd.valid());
+  auto control = std::make_shared<IoFaultControl>();
+  for (IoBackend backend : Backends()) {
+    INFO("backend " << IoBackendName(backend));
+    auto engine = FaultyEngineFactory(control)(backend, 4);
+    REQUIRE(engine.ok());
+    std::vector<std::byte> a(1000), b(content.size() - 1000);
+    const ReadSegment segments[] = {{0, a}, {1000, b}};
+
+    control->Set(IoFault::kShort, /*short_granularity=*/1);
+    REQUIRE(ReadSegments(**engine, fd.get(), segments).ok());
+    CHECK(std::equal(a.begin(), a.end(), content.begin()));
+    CHECK(std::equal(b.begin(), b.end(), content.begin() + 1000));
+
+    std::vector<std::byte> past_end(100);
+    const ReadSegment beyond[] = {{content.size() - 50, past_end}};
+    control->Set(IoFault::kNone);
+    CHECK(ReadSegments(**engine, fd.get(), beyond).code() == absl::StatusCode::kDataLoss);
+  }
+}
+
+TEST_CASE("disk tier picks its I/O backend visibly", "[disk]") {
+  TempDir dir;
+  SECTION("auto picks io_uring where the kernel allows it") {
+    auto tier = MustOpen(OptionsFor(dir.path(), kMiB, IoBackend::kAuto));
+    CHECK(tier->backend() == (UringAvailable() ? IoBackend::kUring : IoBackend::kPread));
+  }
+  SECTION("auto falls back to pread when io_uring cannot start, and still works") {
+    DiskTier::Options options = OptionsFor(dir.path(), kMiB, IoBackend::kAuto);
+    options.engine_factory = FaultyEngineFactory(std::make_shared<IoFaultControl>(), /*fail_uring=*/true);
+    auto tier = MustOpen(options);
+    CHECK(tier->backend() == IoBackend::kPread);
+    REQUIRE(tier->Write(TestKey(1), TestValue(1, 9000)).ok());
+    std::vector<std::byte> out(9000);
+    REQUIRE(tier->Read(TestKey(1), out).ok());
+    CHECK(out == TestValue(1, 9000));
+  }
+  SECTION("io_uring asked for explicitly and unavailable is FAILED_PRECONDITION") {
+    DiskTier::Options options = OptionsFor(dir.path(), kMiB, IoBackend::kUring);
+    options.engine_factory = FaultyEngineFactory(std::make_shared<IoFaultControl>(), /*fail_uring=*/true);
+    const absl::Status s = DiskTier::Open(options).status();
+    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(std::string(s.message()).find("io_uring") != std::string::npos);
+  }
+}
+
+TEST_CASE("disk tier Open refuses unusable roots and bad options", "[disk]") {
+  TempDir dir;
+  SECTION("empty root and zero queue depth are INVALID_ARGUMENT") {
+    CHECK(DiskTier::Open(OptionsFor("")).status().code() == absl::StatusCode::kInvalidArgument);
+    DiskTier::Options options = OptionsFor(dir.path());
+    options.queue_depth = 0;
+    CHECK(DiskTier::Open(options).status().code() == absl::StatusCode::kInvalidArgument);
+  }
+  SECTION("a root that is a file, or lies under one, is FAILED_PRECONDITION") {
+    const fs::path file = dir.path() / "file";
+    WriteFileBytes(file, TestValue(1, 10));
+    CHECK(DiskTier::Open(OptionsFor(file)).status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(DiskTier::Open(OptionsFor(file / "below")).status().code() == absl::StatusCode::kFailedPrecondition);
+  }
+  SECTION("a read-only root is FAILED_PRECONDITION") {
+    ScopedMount ro("tmpfs", "size=1m,mode=0555");
+    if (!ro.mounted()) {
+      WARN("cannot mount a tmpfs here (" << ro.error() << "): read-only root not tested");
+      return;
+    }
+    fs::create_directories(ro.path() / "v1");
+    REQUIRE(::mount("none", ro.path().c_str(), nullptr, MS_REMOUNT | MS_RDONLY, "size=1m") == 0);
+    const absl::Status s = DiskTier::Open(OptionsFor(ro.path())).status();
+    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+TEST_CASE("disk tier on a filesystem without O_DIRECT fails Open unless buffered I/O is allowed", "[disk]") {
+  // tmpfs gained O_DIRECT in Linux 6.6, so /dev/shm no longer shows this; ramfs still refuses it.
+  ScopedMount ramfs("ramfs", nullptr);
+  if (!ramfs.mounted()) {
+    WARN("cannot mount a ramfs here (" << ramfs.error() << "): the no-O_DIRECT path is not tested");
+    return;
+  }
+  const absl::Status s = DiskTier::Open(OptionsFor(ramfs.path())).status();
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(std::string(s.message()).find("O_DIRECT") != std::string::npos);
+
+  DiskTier::Options options = OptionsFor(ramfs.path());
+  options.allow_buffered = true;
+  auto tier = MustOpen(options);
+  CHECK_FALSE(tier->direct_io());
+  CHECK(tier->recovery().temp_files_removed == 0);  // the refused Open left no probe file behind
+  REQUIRE(tier->Write(TestKey(1), TestValue(1, 7000)).ok());
+  std::vector<std::byte> out(7000);
+  REQUIRE(tier->Read(TestKey(1), out).ok());
+  CHECK(out == TestValue(1, 7000));
+}
+
+TEST_CASE("disk tier: a full disk is RESOURCE_EXHAUSTED and leaves no partial file", "[disk]") {
+  ScopedMount small("tmpfs", "size=256k");
+  if (!small.mounted()) {
+    WARN("cannot mount a small tmpfs here (" << small.error() << "): ENOSPC is not tested");
+    return;
+  }
+  auto tier = MustOpen(OptionsFor(small.path(), 64 * kMiB));
+  REQUIRE(tier->Write(TestKey(1), TestValue(1, 50000)).ok());
+  const absl::Status s = tier->Write(TestKey(2), TestValue(2, 2 * kMiB));
+  CHECK(s.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_FALSE(tier->Contains(TestKey(2)));
+  CHECK(CountFiles(small.path()) == 1);  // only chunk 1: no temporary file, no partial final file
+  CHECK(tier->Usage().used_bytes == 50000);
+  std::vector<std::byte> out(50000);
+  REQUIRE(tier->Read(TestKey(1), out).ok());
+  CHECK(out == TestValue(1, 50000));
+}
+
+TEST_CASE("disk tier: concurrent writers of one key leave one file", "[disk]") {
+  TempDir dir;
+  auto tier = MustOpen(OptionsFor(dir.path(), 64 * kMiB, IoBackend::kAuto));
+  const auto value = TestValue(1, 300000);
+  std::vector<std::thread> writers;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    writers.emplace_back([&] {
+      if (!tier->Write(TestKey(1), value).ok()) ++failures;
+    });
+  }
+  for (auto& w : writers) w.join();
+  CHECK(failures == 0);
+  CHECK(tier->Usage().chunks == 1);
+  CHECK(tier->Usage().used_bytes == value.size());
+  CHECK(CountFiles(dir.path()) == 1);
+  std::vector<std::byte> out(value.size());
+  REQUIRE(tier->Read(TestKey(1), out).ok());
+  CHECK(out == value);
+}
+
+}  // namespace cake
