@@ -54,6 +54,23 @@ absl::StatusOr<DaemonTarget> OpenDaemon(const std::string& socket_path, const st
   return target;
 }
 
+absl::Status WaitForCounter(Client& client, const std::string& name, uint64_t at_least,
+                            std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  uint64_t value = 0;
+  for (;;) {
+    auto stats = client.Stats();
+    if (!stats.ok()) return stats.status();
+    auto it = stats->find(name);
+    value = it == stats->end() ? 0 : it->second;
+    if (value >= at_least) return absl::OkStatus();
+    if (Clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("counter ", name, " reached ", value, ", not ", at_least, ", within ",
+                                                  timeout.count(), " ms"));
+}
+
 double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 double MicrosecondsSince(Clock::time_point start) {

@@ -32,6 +32,11 @@ struct DaemonTarget {
 // `spawn_args` and connects to that.
 absl::StatusOr<DaemonTarget> OpenDaemon(const std::string& socket_path, const std::vector<std::string>& spawn_args);
 
+// Polls the daemon's counter `name` (cakectl stats) until it reaches `at_least`, e.g. tier_disk_chunks while the
+// write-back runs. DEADLINE_EXCEEDED after `timeout`.
+absl::Status WaitForCounter(Client& client, const std::string& name, uint64_t at_least,
+                            std::chrono::milliseconds timeout);
+
 double SecondsSince(Clock::time_point start);
 double MicrosecondsSince(Clock::time_point start);
 

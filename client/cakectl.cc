@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand("status", "version, uptime, tiers, live loads and regions");
   auto* stats = app.add_subcommand("stats", "every counter, one per line");
   auto* ping = app.add_subcommand("ping", "exit 0 when the daemon answers");
+  auto* evict = app.add_subcommand("evict", "drop every chunk of one tier");
+  std::string evict_tier;
+  evict->add_option("--tier", evict_tier, "dram or disk")->required();
   CLI11_PARSE(app, argc, argv);
 
   auto client = cake::Client::Connect({socket, "cakectl"});
@@ -34,6 +37,13 @@ int main(int argc, char** argv) {
     }
     for (const auto& [name, value] : *counters)
       std::printf("%s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
+  } else if (evict->parsed()) {
+    auto evicted = (*client)->Evict(evict_tier);
+    if (!evicted.ok()) {
+      std::fprintf(stderr, "cakectl: %s\n", evicted.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("evicted %llu chunks from %s\n", static_cast<unsigned long long>(*evicted), evict_tier.c_str());
   } else if (ping->parsed()) {
     if (auto s = (*client)->Ping(); !s.ok()) {
       std::fprintf(stderr, "cakectl: %s\n", s.ToString().c_str());

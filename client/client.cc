@@ -280,6 +280,15 @@ class GrpcClient final : public Client {
     return std::map<std::string, uint64_t>(response.counters().begin(), response.counters().end());
   }
 
+  absl::StatusOr<uint64_t> Evict(const std::string& tier) override {
+    grpc::ClientContext context;
+    v1::EvictRequest request;
+    request.set_tier(tier);
+    v1::EvictResponse response;
+    if (auto s = FromGrpc(admin_->Evict(&context, request, &response)); !s.ok()) return s;
+    return response.chunks();
+  }
+
   absl::StatusOr<std::string> StatusText() override {
     grpc::ClientContext context;
     v1::StatusResponse r;

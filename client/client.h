@@ -124,6 +124,8 @@ class Client {
 
   virtual absl::Status Ping() = 0;
   virtual absl::StatusOr<std::map<std::string, uint64_t>> Stats() = 0;
+  // Drops every chunk of one tier ("dram" or "disk"); returns how many.
+  virtual absl::StatusOr<uint64_t> Evict(const std::string& tier) = 0;
   // The daemon's status as "key: value" lines, for people.
   virtual absl::StatusOr<std::string> StatusText() = 0;
 };

@@ -152,6 +152,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   disk.Unsigned("queue_depth", &c.disk_queue_depth, 1, 4096);
   disk.String("io_backend", &c.disk_io_backend);
   disk.Bool("allow_buffered", &c.disk_allow_buffered);
+  disk.Double("read_gbps", &c.disk_read_gbps, 0, 1e6);
   TableReader writeback(root, "writeback");
   writeback.Unsigned("queue_bytes", &c.write_back_queue_bytes, 0, uint64_t{1} << 44);
   TableReader loader(root, "loader");

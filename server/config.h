@@ -33,6 +33,7 @@ struct DaemonConfig {
   uint32_t disk_queue_depth = 32;
   std::string disk_io_backend = "auto";  // auto (io_uring, else pread, logged), uring, pread
   bool disk_allow_buffered = false;      // accept a filesystem without O_DIRECT (page cache in the way)
+  double disk_read_gbps = 0;             // 0: not throttled
   // [writeback]
   uint64_t write_back_queue_bytes = uint64_t{1} << 30;
   // [loader]

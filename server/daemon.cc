@@ -102,7 +102,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     disk.allow_buffered = config.disk_allow_buffered;
     auto tier = DiskTier::Open(disk);
     if (!tier.ok()) return tier.status();
-    d->state_->tiers.AddTier(TierKind::kDisk, std::move(*tier));
+    std::unique_ptr<Tier> disk_tier = std::move(*tier);
+    if (config.disk_read_gbps > 0) {
+      disk_tier = std::make_unique<ThrottledTier>(std::move(disk_tier), config.disk_read_gbps);
+    }
+    d->state_->tiers.AddTier(TierKind::kDisk, std::move(disk_tier));
   }
 
   d->kv_service_ = std::make_unique<KvServiceImpl>(*d->state_);

@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
   app.add_option("--disk-root", disk_root, "folder of the disk tier; enables it (disk.root)");
   std::optional<uint64_t> disk_mib;
   app.add_option("--disk-capacity-mib", disk_mib, "disk tier size in MiB (disk.capacity_bytes)");
+  std::optional<double> disk_gbps;
+  app.add_option("--disk-read-gbps", disk_gbps, "cap disk-tier reads at this many Gbit/s, 0 for none (disk.read_gbps)");
   std::string io_backend;
   app.add_option("--disk-io-backend", io_backend, "auto, uring or pread (disk.io_backend)");
   std::optional<uint32_t> io_threads, window;
@@ -74,6 +76,7 @@ int main(int argc, char** argv) {
   if (!disk_root.empty()) config.disk_root = disk_root;
   if (disk_mib) config.disk_capacity_bytes = *disk_mib << 20;
   if (!io_backend.empty()) config.disk_io_backend = io_backend;
+  if (disk_gbps) config.disk_read_gbps = *disk_gbps;
   if (io_threads) config.io_threads = *io_threads;
   if (window) config.load_window = *window;
   if (auto s = cake::ValidateConfig(config); !s.ok()) {

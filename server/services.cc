@@ -213,4 +213,39 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* c
   return Reply(context, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* context,
+                                                  const v1::EvictRequest* request, v1::EvictResponse* response) {
+  TierKind kind = TierKind::kNone;
+  if (request->tier() == "dram") kind = TierKind::kDram;
+  if (request->tier() == "disk") kind = TierKind::kDisk;
+  if (kind == TierKind::kNone) {
+    return Reply(context, absl::InvalidArgumentError(
+                              absl::StrCat("unknown tier \"", request->tier(), "\"; accepted: dram, disk")));
+  }
+  Tier* tier = state_.tiers.tier(kind);
+  if (tier == nullptr) {
+    return Reply(context, absl::NotFoundError(absl::StrCat("this daemon has no ", request->tier(), " tier")));
+  }
+  // Removing thousands of files takes a while: an I/O thread does it.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const bool submitted = state_.pool.TrySubmit([reactor, tier, response, name = request->tier()] {
+    std::vector<std::pair<ChunkKey, uint64_t>> chunks;
+    tier->ForEach([&](const ChunkKey& key, uint64_t bytes) { chunks.emplace_back(key, bytes); });
+    for (const auto& [key, bytes] : chunks) {
+      // A chunk another reader removed meanwhile is simply gone already.
+      if (tier->Remove(key).ok()) {
+        response->set_chunks(response->chunks() + 1);
+        response->set_bytes(response->bytes() + bytes);
+      }
+    }
+    spdlog::info("evicted {} chunks ({} bytes) from the {} tier on request", response->chunks(), response->bytes(),
+                 name);
+    reactor->Finish(grpc::Status::OK);
+  });
+  if (!submitted) {
+    reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError("the daemon's I/O queue is full; retry shortly")));
+  }
+  return reactor;
+}
+
 }  // namespace cake

@@ -36,6 +36,8 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
                                    v1::StatusResponse* response) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context, const v1::StatsRequest* request,
                                   v1::StatsResponse* response) override;
+  grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* context, const v1::EvictRequest* request,
+                                  v1::EvictResponse* response) override;
 
  private:
   DaemonState& state_;

@@ -160,3 +160,27 @@ TEST_CASE("SIGKILL during heavy stores leaves no partial chunk", "[disk]") {
   CHECK(done.failed_chunks == 0);
   CHECK(done.loaded_chunks == lookup->cached_chunks);
 }
+
+TEST_CASE("evicting DRAM leaves the disk copy, and loads come from disk", "[disk][evict]") {
+  TempDir root;
+  auto daemon = StartDaemon({"--disk-root", root.path});
+  auto client = Connect(daemon);
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  const auto tokens = Tokens(64 * 6);
+  StorePrompt(*client, ns, tokens, 41, 6, chunk_bytes);
+  REQUIRE(Eventually([&] { return Counter(*client, "tier_disk_chunks") == 6; }));
+  auto evicted = client->Evict("dram");
+  REQUIRE(evicted.ok());
+  CHECK(*evicted == 6);
+  CHECK(Counter(*client, "tier_dram_chunks") == 0);
+  auto lookup = client->Lookup(ns, {tokens, {}});
+  REQUIRE(lookup.ok());
+  REQUIRE(lookup->cached_chunks == 6);
+  for (TierKind t : lookup->tiers) CHECK(t == TierKind::kDisk);
+  CHECK(LoadAndVerify(*client, ns, tokens, 41, chunk_bytes).loaded_chunks == 6);
+
+  CHECK(client->Evict("tape").status().code() == absl::StatusCode::kInvalidArgument);
+  auto dram_only = StartDaemon();
+  CHECK(Connect(dram_only)->Evict("disk").status().code() == absl::StatusCode::kNotFound);
+}
