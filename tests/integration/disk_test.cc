@@ -184,3 +184,30 @@ TEST_CASE("evicting DRAM leaves the disk copy, and loads come from disk", "[disk
   auto dram_only = StartDaemon();
   CHECK(Connect(dram_only)->Evict("disk").status().code() == absl::StatusCode::kNotFound);
 }
+
+TEST_CASE("a full disk tier evicts the oldest chunks and never corrupts", "[disk]") {
+  TempDir root;
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;  // 64 KiB: 16 fit in the 1 MiB disk tier
+  const auto old_prompt = Tokens(64 * 40, 5);
+  const auto new_prompt = Tokens(64 * 8, 6);
+  {
+    auto daemon = StartDaemon({"--disk-root", root.path, "--disk-capacity-mib", "1"});
+    auto client = Connect(daemon);
+    StorePrompt(*client, ns, old_prompt, 5, 40, chunk_bytes);  // more than the disk holds: Store still succeeds
+    StorePrompt(*client, ns, new_prompt, 6, 8, chunk_bytes);
+    REQUIRE(client->Ping().ok());
+    CHECK(daemon.Stop() == 0);  // the stop flushes the write-back
+  }
+  auto daemon = StartDaemon({"--disk-root", root.path, "--disk-capacity-mib", "1"});
+  CHECK(daemon.log().find("removed 0 temporary and 0 corrupt files") != std::string::npos);
+  auto client = Connect(daemon);
+  CHECK(Counter(*client, "tier_disk_used_bytes") <= (1u << 20));
+  CHECK(Counter(*client, "tier_disk_chunks") == 16);
+  // The newest prompt survived whole and loads byte for byte; the oldest lost its first chunks: a clean miss.
+  auto done = LoadAndVerify(*client, ns, new_prompt, 6, chunk_bytes);
+  CHECK(done.loaded_chunks == 8);
+  auto old_lookup = client->Lookup(ns, {old_prompt, {}});
+  REQUIRE(old_lookup.ok());
+  CHECK(old_lookup->cached_chunks == 0);
+}
