@@ -62,6 +62,7 @@ bool DramTier::MakeRoom(uint64_t bytes) {
     if (it->second.readers > 0) continue;
     used_bytes_ -= it->second.buffer->size;
     ++evictions_;
+    RecycleLocked(std::move(it->second.buffer));
     entries_.erase(it);
     victim = lru_.erase(victim);
   }
@@ -74,13 +75,14 @@ absl::Status DramTier::Write(const ChunkKey& key, std::span<const std::byte> src
         absl::StrCat("a chunk of ", src.size(), " bytes exceeds the DRAM tier's ", capacity_bytes_, "-byte capacity"));
   }
   // Copy before taking the lock: writers of large chunks must not stall readers.
-  auto buffer = std::make_shared<Buffer>(src.size());
+  std::shared_ptr<Buffer> buffer = TakeBuffer(src.size());
   if (buffer->data == nullptr) return absl::ResourceExhaustedError("out of host memory for a DRAM chunk");
   if (!src.empty()) std::memcpy(buffer->data, src.data(), src.size());
 
   std::lock_guard lock(mu_);
   if (auto it = entries_.find(key); it != entries_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second.lru_position);
+    RecycleLocked(std::move(buffer));
     return absl::OkStatus();
   }
   if (!MakeRoom(src.size())) {
@@ -100,8 +102,30 @@ absl::Status DramTier::Remove(const ChunkKey& key) {
   if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in DRAM"));
   used_bytes_ -= it->second.buffer->size;
   lru_.erase(it->second.lru_position);
+  RecycleLocked(std::move(it->second.buffer));
   entries_.erase(it);
   return absl::OkStatus();
+}
+
+std::shared_ptr<DramTier::Buffer> DramTier::TakeBuffer(size_t bytes) {
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if ((*it)->size == bytes) {
+        std::shared_ptr<Buffer> reused = std::move(*it);
+        spare_.erase(it);
+        return reused;
+      }
+    }
+  }
+  return std::make_shared<Buffer>(bytes);
+}
+
+void DramTier::RecycleLocked(std::shared_ptr<Buffer> buffer) {
+  // A buffer a reader still copies from stays with that reader; the oldest spare makes way for the newest.
+  if (buffer.use_count() != 1 || buffer->data == nullptr) return;
+  if (spare_.size() >= kMaxSpareBuffers) spare_.erase(spare_.begin());
+  spare_.push_back(std::move(buffer));
 }
 
 TierUsage DramTier::Usage() const {

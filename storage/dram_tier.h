@@ -4,6 +4,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "storage/tier.h"
@@ -35,6 +36,12 @@ class DramTier final : public Tier {
 
   // Evicts unread entries from the cold end until `bytes` more fit. Requires mu_.
   bool MakeRoom(uint64_t bytes);
+  // Fresh memory costs a page fault per 4 KiB on first touch (seconds per GiB on some VMs): a write reuses the
+  // buffer of an evicted or removed chunk of the same size when there is one. Promotions into a full tier then
+  // cost one memcpy each. At most kMaxSpareBuffers are kept, outside the byte budget.
+  std::shared_ptr<Buffer> TakeBuffer(size_t bytes);
+  void RecycleLocked(std::shared_ptr<Buffer> buffer);
+  static constexpr size_t kMaxSpareBuffers = 4;
 
   const uint64_t capacity_bytes_;
   mutable std::mutex mu_;
@@ -42,6 +49,7 @@ class DramTier final : public Tier {
   std::list<ChunkKey> lru_;  // front: most recently used
   uint64_t used_bytes_ = 0;
   uint64_t evictions_ = 0;
+  std::vector<std::shared_ptr<Buffer>> spare_;
 };
 
 }  // namespace cake
