@@ -40,4 +40,39 @@ struct DemoOptions {
 };
 absl::Status RunDemo(const DemoOptions& options);
 
+// Cold loads of a cached prefix from the disk tier (io_uring, then pread) into a region, beside fio reading a
+// file of the same size in the same folder, in the same run.
+struct IoBenchOptions {
+  std::string dir;        // the bench's data goes in <dir>/cake and <dir>/fio.dat, removed afterwards
+  std::string json_path;  // empty: no JSON file
+  uint64_t mib = 2048;
+  uint32_t runs = 3;
+  uint32_t window = 0;             // the load's window (LoadOptions.window); 0: the daemon's default
+  uint32_t daemon_window = 0;      // caked --window; 0: caked's default
+  uint32_t io_threads = 0;         // caked --io-threads; 0: caked's default
+  std::string caked_config;        // caked --config, for settings without a flag (e.g. disk.queue_depth)
+  uint32_t inprocess_threads = 4;  // threads of the in-process DiskTier::Read comparison
+  uint64_t load_dram_mib = 64;     // DRAM tier of the loading daemons (caked --dram-capacity-mib)
+};
+absl::Status RunIoBench(const IoBenchOptions& options);
+
+// Start-up index rebuild over many small chunk files: DiskTier::Open and caked's start-up, cold page cache.
+struct RebuildBenchOptions {
+  std::string dir;  // the files go in <dir>/cake-rebuild, removed afterwards
+  std::string json_path;
+  uint64_t files = 100000;
+  uint32_t runs = 3;
+  uint32_t writers = 16;  // threads creating the files
+};
+absl::Status RunRebuildBench(const RebuildBenchOptions& options);
+
+// Store throughput until write-back has put every chunk on disk, beside fio's direct write in the same run.
+struct StoreBenchOptions {
+  std::string dir;  // <dir>/cake-store and <dir>/fio-write.dat, removed afterwards
+  std::string json_path;
+  uint64_t mib = 1024;
+  uint32_t runs = 3;
+};
+absl::Status RunStoreBench(const StoreBenchOptions& options);
+
 }  // namespace cake::bench

@@ -49,6 +49,65 @@ int main(int argc, char** argv) {
   demo_command->add_option("--gpu-tflops", demo.gpu_tflops,
                            "effective prefill TFLOP/s (default: as fast as loading, i.e. balanced)");
 
+  cake::bench::IoBenchOptions io;
+  CLI::App* io_command = app.add_subcommand(
+      "io", "cold I/O-only loads from the disk tier (io_uring and pread) beside fio on the same folder");
+  io_command->add_option("--dir", io.dir, "folder for the bench's data (on the disk to measure)")->required();
+  io_command->add_option("--json", io.json_path, "also write the results to this file as one JSON object");
+  io_command->add_option("--mib", io.mib, "bytes of prefix to load, in MiB (whole 32 MiB chunks)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{32}, uint64_t{1} << 20));
+  io_command->add_option("--runs", io.runs, "measured runs of each (a fresh daemon per load)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
+  io_command->add_option("--window", io.window, "the load's window, chunks read at once (0: the daemon's default)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 64u));
+  io_command->add_option("--daemon-window", io.daemon_window, "caked --window (0: caked's default)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 64u));
+  io_command->add_option("--io-threads", io.io_threads, "caked --io-threads (0: caked's default)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 256u));
+  io_command->add_option("--caked-config", io.caked_config, "caked --config FILE, e.g. for disk.queue_depth");
+  io_command
+      ->add_option("--load-dram-mib", io.load_dram_mib,
+                   "DRAM tier of the loading daemons, MiB; below one chunk (32) no chunk is promoted")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+  io_command
+      ->add_option("--inprocess-threads", io.inprocess_threads,
+                   "threads of the in-process DiskTier::Read comparison (no daemon)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+
+  cake::bench::RebuildBenchOptions rebuild;
+  CLI::App* rebuild_command = app.add_subcommand(
+      "rebuild", "start-up index rebuild over many chunk files (DiskTier::Open and caked), cold page cache");
+  rebuild_command->add_option("--dir", rebuild.dir, "folder for the bench's files")->required();
+  rebuild_command->add_option("--json", rebuild.json_path, "also write the results to this file as one JSON object");
+  rebuild_command->add_option("--files", rebuild.files, "chunk files to create")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{10000000}));
+  rebuild_command->add_option("--runs", rebuild.runs, "measured opens of each kind")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
+  rebuild_command->add_option("--writers", rebuild.writers, "threads creating the files")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
+
+  cake::bench::StoreBenchOptions store;
+  CLI::App* store_command = app.add_subcommand(
+      "store", "Store throughput until write-back has every chunk on disk, beside fio's direct write");
+  store_command->add_option("--dir", store.dir, "folder for the bench's data (on the disk to measure)")->required();
+  store_command->add_option("--json", store.json_path, "also write the results to this file as one JSON object");
+  store_command->add_option("--mib", store.mib, "bytes to store, in MiB (whole 32 MiB chunks)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{32}, uint64_t{1} << 20));
+  store_command->add_option("--runs", store.runs, "measured runs of each")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
+
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
@@ -56,6 +115,12 @@ int main(int argc, char** argv) {
     status = cake::bench::RunLookupBench(lookup);
   } else if (region_command->parsed()) {
     status = cake::bench::RunRegionBench(region);
+  } else if (io_command->parsed()) {
+    status = cake::bench::RunIoBench(io);
+  } else if (rebuild_command->parsed()) {
+    status = cake::bench::RunRebuildBench(rebuild);
+  } else if (store_command->parsed()) {
+    status = cake::bench::RunStoreBench(store);
   } else {
     status = cake::bench::RunDemo(demo);
   }

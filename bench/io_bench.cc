@@ -1,0 +1,797 @@
+// cake-bench io, rebuild and store: the disk tier against fio on the same folder in the same run. `io` loads a
+// cached prefix from disk into a region with a cold page cache (io_uring and pread), `rebuild` times the start-up
+// index rebuild over many chunk files, `store` times Store until write-back has put every chunk on disk.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bench/bench_common.h"
+#include "bench/benchmarks.h"
+#include "bench/models.h"
+#include "spdlog/spdlog.h"
+#include "storage/disk_tier.h"
+#include "storage/dram_tier.h"
+#include "storage/tier_manager.h"
+
+namespace cake::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+// The write-back of a large prefix takes a while on a slow disk; no progress for this long means it is stuck
+// (a refused write is counted by the daemon, not reported, so a stall is how it shows here).
+constexpr double kWriteBackStallSeconds = 60;
+
+// ---- fio and the page cache ----
+
+bool OnPath(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return false;
+  std::stringstream dirs(path);
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (!dir.empty() && ::access((fs::path(dir) / program).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+absl::Status RequireFio() {
+  if (OnPath("fio")) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "fio is not on PATH: this bench measures the disk with fio in the same run; install it (apt-get install -y "
+      "fio) and run again");
+}
+
+std::string ReadWholeFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs a program with stdout and stderr into `log`; returns its exit status.
+absl::StatusOr<int> RunProgram(const std::vector<std::string>& args, const fs::path& log) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork failed: ", std::strerror(errno)));
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+    }
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return absl::InternalError(absl::StrCat("waitpid failed: ", std::strerror(errno)));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The number after `"key"` and a colon, searched from `from`; nullopt when absent.
+std::optional<double> JsonNumberAfter(const std::string& text, const std::string& key, size_t from) {
+  const size_t at = text.find(absl::StrCat("\"", key, "\""), from);
+  if (at == std::string::npos) return std::nullopt;
+  const size_t colon = text.find(':', at);
+  if (colon == std::string::npos) return std::nullopt;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str() + colon + 1, &end);
+  if (end == text.c_str() + colon + 1) return std::nullopt;
+  return value;
+}
+
+// The disk tiers this process opens log their recovery at info level; the summary says what matters.
+void QuietStorageLog() { spdlog::set_level(spdlog::level::warn); }
+
+// Where `"key" : {` starts, from `from`: the job's "read" object, not the "rw" : "read" option before it.
+size_t FindJsonObject(const std::string& text, const std::string& key, size_t from) {
+  const std::string quoted = absl::StrCat("\"", key, "\"");
+  for (size_t at = text.find(quoted, from); at != std::string::npos; at = text.find(quoted, at + 1)) {
+    size_t i = at + quoted.size();
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    if (i >= text.size() || text[i] != ':') continue;
+    ++i;
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    if (i < text.size() && text[i] == '{') return at;
+  }
+  return std::string::npos;
+}
+
+// fio on `file` with the bench's one job shape: 1 MiB blocks, 32 in flight, io_uring, O_DIRECT. `rw` is "read"
+// or "write"; returns the job's bandwidth in bytes per second (fio's JSON, jobs[0].<rw>.bw_bytes).
+absl::StatusOr<double> RunFio(const fs::path& file, const std::string& rw, uint64_t mib) {
+  const fs::path json = fs::path(file).concat(".fio.json");
+  const fs::path log = fs::path(file).concat(".fio.log");
+  absl::Cleanup remove_outputs = [&] {
+    std::error_code ec;
+    fs::remove(json, ec);
+    fs::remove(log, ec);
+  };
+  const std::vector<std::string> args = {"fio",
+                                         "--name=cake",
+                                         absl::StrCat("--filename=", file.string()),
+                                         absl::StrCat("--rw=", rw),
+                                         "--bs=1M",
+                                         "--iodepth=32",
+                                         "--ioengine=io_uring",
+                                         "--direct=1",
+                                         absl::StrCat("--size=", mib, "M"),
+                                         "--output-format=json",
+                                         absl::StrCat("--output=", json.string())};
+  auto rc = RunProgram(args, log);
+  if (!rc.ok()) return rc.status();
+  if (*rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("fio --rw=", rw, " exited with ", *rc, ": ", ReadWholeFile(log), ReadWholeFile(json)));
+  }
+  const std::string text = ReadWholeFile(json);
+  const size_t jobs = text.find("\"jobs\"");
+  const size_t direction = jobs == std::string::npos ? jobs : FindJsonObject(text, rw, jobs);
+  std::optional<double> bw =
+      direction == std::string::npos ? std::nullopt : JsonNumberAfter(text, "bw_bytes", direction);
+  if (!bw || *bw <= 0) return absl::InternalError(absl::StrCat("no ", rw, ".bw_bytes in fio's JSON: ", text));
+  return *bw;
+}
+
+// Writes back dirty pages, then drops the page cache, dentries and inodes (needs root). The disk tier and fio
+// both use O_DIRECT, so the data itself bypasses the cache either way; what the drop makes cold is metadata.
+bool DropPageCache() {
+  ::sync();
+  const int fd = ::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, "3\n", 2) == 2;
+  ::close(fd);
+  return ok;
+}
+
+// A bench folder under `dir` that the bench creates and removes; one left by someone else is never touched.
+absl::StatusOr<fs::path> FreshPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return absl::InvalidArgumentError("--dir is required");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const fs::path path = fs::path(dir) / name;
+  if (fs::exists(path, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat(path.string(),
+                                                      " already exists; the bench creates and deletes it itself: "
+                                                      "remove it or choose another --dir"));
+  }
+  return path;
+}
+
+void RemoveQuietly(const fs::path& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+}
+
+// ---- the prefix and the daemon ----
+
+struct Prefix {
+  NamespaceSpec ns;
+  uint64_t chunk_bytes = 0;
+  uint32_t chunks = 0;
+  uint64_t bytes = 0;
+  std::vector<uint32_t> tokens;
+};
+
+absl::StatusOr<Prefix> MakePrefix(uint64_t mib, uint32_t seed) {
+  const ModelSpec& model = *FindModel("llama3.1-8b");
+  Prefix p;
+  p.ns = KvNamespace(model);
+  auto layout = Namespace::Create(p.ns);
+  if (!layout.ok()) return layout.status();
+  p.chunk_bytes = layout->chunk_bytes();
+  p.chunks = static_cast<uint32_t>(mib * kMiB / p.chunk_bytes);
+  if (p.chunks == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mib ", mib, " is less than one ", p.chunk_bytes >> 20, " MiB chunk of ", model.name));
+  }
+  p.bytes = uint64_t{p.chunks} * p.chunk_bytes;
+  p.tokens = SyntheticPrompt(uint64_t{p.chunks} * p.ns.chunk_tokens, seed);
+  return p;
+}
+
+uint64_t Counter(const std::map<std::string, uint64_t>& stats, const std::string& name) {
+  auto it = stats.find(name);
+  return it == stats.end() ? 0 : it->second;
+}
+
+// Polls the daemon until its disk tier holds `want` chunks (write-back complete); fails when the count stops
+// moving for kWriteBackStallSeconds.
+absl::Status WaitForDiskChunks(Client& client, uint64_t want) {
+  uint64_t last = 0;
+  Clock::time_point last_change = Clock::now();
+  for (;;) {
+    auto stats = client.Stats();
+    if (!stats.ok()) return stats.status();
+    const uint64_t now = Counter(*stats, "tier_disk_chunks");
+    if (now >= want) return absl::OkStatus();
+    if (now != last) {
+      last = now;
+      last_change = Clock::now();
+    } else if (SecondsSince(last_change) > kWriteBackStallSeconds) {
+      return absl::DeadlineExceededError(absl::StrCat("write-back stalled at ", now, " of ", want,
+                                                      " chunks on disk for ", kWriteBackStallSeconds, " s"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// Fills a region with the prefix's pattern and stores every chunk; the region is the caller's to release.
+absl::StatusOr<MappedRegion> RegisterFilledRegion(Client& client, const Prefix& p) {
+  auto region = client.RegisterRegion(p.bytes);
+  if (!region.ok()) return region.status();
+  for (uint32_t c = 0; c < p.chunks; ++c) {
+    FillChunkPattern({region->data() + uint64_t{c} * p.chunk_bytes, p.chunk_bytes}, c);
+  }
+  return region;
+}
+
+absl::Status StoreAll(Client& client, const Prefix& p, const MappedRegion& region) {
+  auto stored = client.Store(p.ns, TokensPrompt(p.tokens), 0, p.chunks, region, 0);
+  if (!stored.ok()) return stored.status();
+  if (stored->stored_chunks + stored->already_cached != p.chunks) {
+    return absl::InternalError(absl::StrCat("Store took ", stored->stored_chunks, " of ", p.chunks, " chunks (",
+                                            stored->already_cached, " already cached)"));
+  }
+  return absl::OkStatus();
+}
+
+// The line caked logs when its disk tier opens ("disk tier at ...: <backend> backend, ..."), for the summary.
+std::string DiskTierLogLine(const std::string& log) {
+  const size_t at = log.find("disk tier at ");
+  if (at == std::string::npos) return "(no disk tier line in caked's log)";
+  const size_t end = log.find('\n', at);
+  return log.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::string JoinRuns(const std::vector<double>& values) {
+  return absl::StrJoin(values, ", ", [](std::string* out, double v) { absl::StrAppend(out, absl::SixDigits(v)); });
+}
+
+// ---- cake-bench io ----
+
+struct ColdLoad {
+  double seconds = 0;
+  std::string disk_line;
+};
+
+// A fresh daemon on the stored root (so its DRAM tier is empty), a region, a dropped page cache, then one timed
+// I/O-only load of the whole prefix, every byte checked. The daemon stops afterwards: a load promotes what it
+// read into DRAM, so the next measured load needs a fresh daemon to come from disk again.
+absl::StatusOr<ColdLoad> TimedColdLoad(const Prefix& p, const std::vector<std::string>& daemon_args, uint32_t window,
+                                       bool* cache_dropped) {
+  auto target = OpenDaemon("", daemon_args);
+  if (!target.ok()) return target.status();
+  Client& client = *target->client;
+  ColdLoad result;
+  result.disk_line = DiskTierLogLine(target->spawned->log());
+
+  auto region = client.RegisterRegion(p.bytes);
+  if (!region.ok()) return region.status();
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+  auto lookup = client.Lookup(p.ns, TokensPrompt(p.tokens));
+  if (!lookup.ok()) return lookup.status();
+  const auto on_disk = std::count(lookup->tiers.begin(), lookup->tiers.end(), TierKind::kDisk);
+  if (lookup->cached_chunks != p.chunks || on_disk != p.chunks) {
+    return absl::InternalError(absl::StrCat("the restarted daemon finds ", lookup->cached_chunks, " of ", p.chunks,
+                                            " chunks cached, ", on_disk, " of them on disk; expected all on disk"));
+  }
+  *cache_dropped = DropPageCache() && *cache_dropped;
+
+  LoadOptions load;
+  load.ns = p.ns;
+  load.prompt = TokensPrompt(p.tokens);
+  load.region = &*region;
+  load.io_only = true;
+  load.window = window;
+  const Clock::time_point start = Clock::now();
+  auto session = client.StartLoad(load);
+  if (!session.ok()) return session.status();
+  auto done = (*session)->WaitDone();
+  result.seconds = SecondsSince(start);
+  if (!done.ok()) {
+    absl::Status why = (*session)->Release();
+    return why.ok() ? done.status() : why;
+  }
+  if (done->meeting_chunk != 0 || done->loaded_chunks != p.chunks || done->failed_chunks != 0) {
+    return absl::InternalError(absl::StrCat("an I/O-only load of ", p.chunks, " chunks on disk loaded ",
+                                            done->loaded_chunks, " (meeting chunk ", done->meeting_chunk, ", ",
+                                            done->failed_chunks, " failed reads)"));
+  }
+  for (uint32_t c = 0; c < p.chunks; ++c) {
+    const uint64_t offset = (*session)->RegionOffset(c);
+    if (absl::Status s = CheckChunkPattern({region->data() + offset, p.chunk_bytes}, c); !s.ok()) return s;
+  }
+  if (absl::Status s = (*session)->Release(); !s.ok()) return s;
+  return result;
+}
+
+struct FreeDeleter {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using HostBuffer = std::unique_ptr<std::byte, FreeDeleter>;
+
+// The disk tier alone, in this process, with no daemon: `threads` threads each read whole chunks (chunk t,
+// t + threads, ...) through DiskTier::Read into a touched, page-aligned buffer, after a dropped page cache.
+// Every byte is checked. Against the daemon's load, this separates the disk tier's own cost from the daemon's.
+// With `promote_dram_bytes`, each read is followed by what a daemon load does after it: TierManager::Promote
+// into a DRAM tier of that size, on the same thread.
+absl::StatusOr<double> TimedInProcessRead(const Prefix& p, const fs::path& root, uint32_t threads,
+                                          uint64_t promote_dram_bytes, std::byte* buffer, bool* cache_dropped) {
+  DiskTier::Options o;
+  o.root = root;
+  o.capacity_bytes = 2 * p.bytes;
+  o.io_backend = IoBackend::kUring;
+  auto disk = DiskTier::Open(o);
+  if (!disk.ok()) return disk.status();
+  TierManager tiers;
+  if (promote_dram_bytes > 0) tiers.AddTier(TierKind::kDram, std::make_unique<DramTier>(promote_dram_bytes));
+  tiers.AddTier(TierKind::kDisk, std::move(*disk));
+  auto layout = Namespace::Create(p.ns);
+  if (!layout.ok()) return layout.status();
+  const std::vector<ChunkKey> keys = layout->KeysForTokens(p.tokens);
+  *cache_dropped = DropPageCache() && *cache_dropped;
+  // Written just before the timed reads: on this VM, memory left idle while the daemons ran is slow to touch
+  // again (see "The machine"), which made this figure lower than the daemon's own loads.
+  std::memset(buffer, 0, p.bytes);
+
+  std::mutex error_mu;
+  absl::Status error;
+  const Clock::time_point start = Clock::now();
+  std::vector<std::thread> readers;
+  for (uint32_t t = 0; t < threads; ++t) {
+    readers.emplace_back([&, t] {
+      for (uint32_t c = t; c < p.chunks; c += threads) {
+        const std::span<std::byte> dst(buffer + uint64_t{c} * p.chunk_bytes, p.chunk_bytes);
+        absl::Status s = tiers.Read(TierKind::kDisk, keys[c], dst);
+        if (s.ok() && promote_dram_bytes > 0) tiers.Promote(keys[c], dst);
+        if (!s.ok()) {
+          std::lock_guard lock(error_mu);
+          if (error.ok()) error = s;
+          return;
+        }
+      }
+    });
+  }
+  for (std::thread& r : readers) r.join();
+  const double seconds = SecondsSince(start);
+  if (!error.ok()) return error;
+  for (uint32_t c = 0; c < p.chunks; ++c) {
+    if (absl::Status s = CheckChunkPattern({buffer + uint64_t{c} * p.chunk_bytes, p.chunk_bytes}, c); !s.ok()) {
+      return s;
+    }
+  }
+  return seconds;
+}
+
+}  // namespace
+
+absl::Status RunIoBench(const IoBenchOptions& options) {
+  QuietStorageLog();
+  if (absl::Status s = RequireFio(); !s.ok()) return s;
+  auto prefix = MakePrefix(options.mib, 512);
+  if (!prefix.ok()) return prefix.status();
+  const Prefix& p = *prefix;
+  auto root = FreshPath(options.dir, "cake");
+  if (!root.ok()) return root.status();
+  auto fio_file = FreshPath(options.dir, "fio.dat");
+  if (!fio_file.ok()) return fio_file.status();
+  absl::Cleanup remove_data = [&] {
+    RemoveQuietly(*root);
+    RemoveQuietly(*fio_file);
+  };
+
+  std::vector<std::string> base_args = {"--disk-root", root->string(), "--disk-capacity-mib",
+                                        absl::StrCat(2 * (p.bytes >> 20))};
+  if (options.io_threads > 0) base_args = Concat(base_args, {"--io-threads", absl::StrCat(options.io_threads)});
+  if (options.daemon_window > 0) base_args = Concat(base_args, {"--window", absl::StrCat(options.daemon_window)});
+  if (!options.caked_config.empty()) base_args = Concat(base_args, {"--config", options.caked_config});
+  // The storing daemon's DRAM tier of two chunks cannot hold the prefix, yet takes each stored chunk (the
+  // write-back queue keeps its own copy until the chunk is on disk). The loading daemons' DRAM tier is what
+  // each chunk read from disk is promoted into; one smaller than a chunk refuses every promotion up front.
+  const std::vector<std::string> store_args =
+      Concat(base_args, {"--dram-capacity-mib", absl::StrCat(2 * (p.chunk_bytes >> 20))});
+  const uint64_t dram_mib = options.load_dram_mib;
+  base_args = Concat(base_args, {"--dram-capacity-mib", absl::StrCat(dram_mib)});
+
+  double store_seconds = 0;
+  {
+    auto target = OpenDaemon("", store_args);
+    if (!target.ok()) return target.status();
+    auto region = RegisterFilledRegion(*target->client, p);
+    if (!region.ok()) return region.status();
+    absl::Cleanup release_region = [&] { target->client->ReleaseRegion(*region).IgnoreError(); };
+    const Clock::time_point start = Clock::now();
+    if (absl::Status s = StoreAll(*target->client, p, *region); !s.ok()) return s;
+    if (absl::Status s = WaitForDiskChunks(*target->client, p.chunks); !s.ok()) return s;
+    store_seconds = SecondsSince(start);
+  }
+  auto fio_write = RunFio(*fio_file, "write", p.bytes >> 20);
+  if (!fio_write.ok()) return fio_write.status();
+
+  // The three alternate run by run, so a noisy spell of the shared disk hits each of them alike.
+  bool cache_dropped = true;
+  std::vector<double> tier_gbps, pread_gbps, fio_gbps, alone_gbps, promote_gbps;
+  std::string uring_line, pread_line;
+  // One buffer for every in-process read, so later runs pay no first-touch page faults (slow on this VM).
+  HostBuffer host(static_cast<std::byte*>(std::aligned_alloc(4096, p.bytes)));
+  if (!host) return absl::ResourceExhaustedError("cannot allocate the in-process read buffer");
+  for (uint32_t run = 0; run < options.runs; ++run) {
+    auto uring = TimedColdLoad(p, Concat(base_args, {"--disk-io-backend", "uring"}), options.window, &cache_dropped);
+    if (!uring.ok()) return uring.status();
+    uring_line = uring->disk_line;
+    tier_gbps.push_back(GigabytesPerSecond(p.bytes, uring->seconds));
+    auto pread = TimedColdLoad(p, Concat(base_args, {"--disk-io-backend", "pread"}), options.window, &cache_dropped);
+    if (!pread.ok()) return pread.status();
+    pread_line = pread->disk_line;
+    pread_gbps.push_back(GigabytesPerSecond(p.bytes, pread->seconds));
+    cache_dropped = DropPageCache() && cache_dropped;
+    auto alone = TimedInProcessRead(p, *root, options.inprocess_threads, 0, host.get(), &cache_dropped);
+    if (!alone.ok()) return alone.status();
+    alone_gbps.push_back(GigabytesPerSecond(p.bytes, *alone));
+    auto promoting =
+        TimedInProcessRead(p, *root, options.inprocess_threads, dram_mib * kMiB, host.get(), &cache_dropped);
+    if (!promoting.ok()) return promoting.status();
+    promote_gbps.push_back(GigabytesPerSecond(p.bytes, *promoting));
+    cache_dropped = DropPageCache() && cache_dropped;
+    auto fio = RunFio(*fio_file, "read", p.bytes >> 20);
+    if (!fio.ok()) return fio.status();
+    fio_gbps.push_back(*fio / 1e9);
+    std::printf(
+        "  run %u: tier (io_uring) %.3f GB/s, pread %.3f GB/s, in process %.3f GB/s (%.3f with promotion), "
+        "fio read %.3f GB/s\n",
+        run + 1, tier_gbps.back(), pread_gbps.back(), alone_gbps.back(), promote_gbps.back(), fio_gbps.back());
+    std::fflush(stdout);
+  }
+
+  const double tier = Median(tier_gbps), pread = Median(pread_gbps), fio = Median(fio_gbps);
+  const double ratio = tier / fio;
+  std::printf("cake-bench io: %u chunks of %llu MiB (llama3.1-8b layout, %llu MiB) from the disk tier at %s\n",
+              p.chunks, static_cast<unsigned long long>(p.chunk_bytes >> 20),
+              static_cast<unsigned long long>(p.bytes >> 20), root->string().c_str());
+  std::printf("  caked: %s\n  caked: %s\n", uring_line.c_str(), pread_line.c_str());
+  std::printf("  load window %s, loading daemons' DRAM tier %llu MiB, a fresh daemon per load; page cache %s\n",
+              options.window == 0 ? "daemon default" : absl::StrCat(options.window).c_str(),
+              static_cast<unsigned long long>(dram_mib),
+              cache_dropped ? "dropped before every load and fio read" : "NOT dropped (needs root)");
+  std::printf("  store + write-back of the prefix: %.2f s; fio write (same job shape) %.3f GB/s\n", store_seconds,
+              *fio_write / 1e9);
+  std::printf("  %-48s %10s   %s\n", "GB/s (1e9 bytes/s)", "median", "runs");
+  std::printf("  %-48s %10.3f   %s\n", "I/O-only load, disk tier, io_uring", tier, JoinRuns(tier_gbps).c_str());
+  std::printf("  %-48s %10.3f   %s\n", "I/O-only load, disk tier, pread", pread, JoinRuns(pread_gbps).c_str());
+  std::printf("  %-48s %10.3f   %s\n",
+              absl::StrCat("DiskTier::Read in process, ", options.inprocess_threads, " threads").c_str(),
+              Median(alone_gbps), JoinRuns(alone_gbps).c_str());
+  std::printf("  %-48s %10.3f   %s\n",
+              absl::StrCat("  same, each read then promoted (", dram_mib, " MiB DRAM)").c_str(), Median(promote_gbps),
+              JoinRuns(promote_gbps).c_str());
+  std::printf("  %-48s %10.3f   %s\n", "fio read, bs 1M, iodepth 32, io_uring", fio, JoinRuns(fio_gbps).c_str());
+  std::printf("  every load verified byte for byte\n");
+  std::printf("  tier / fio = %.0f%% (goal: at least 90%%) -> %s\n", 100 * ratio, ratio >= 0.9 ? "met" : "MISSED");
+
+  JsonReport report;
+  report.Set("tier_gbps", tier);
+  report.Set("pread_gbps", pread);
+  report.Set("fio_gbps", fio);
+  report.Set("ratio", ratio);
+  report.Set("goal_ratio", 0.9);
+  report.Set("units", std::string("GB/s = 1e9 bytes per second"));
+  for (size_t i = 0; i < tier_gbps.size(); ++i) {
+    report.Set(absl::StrCat("tier_gbps_", i + 1), tier_gbps[i]);
+    report.Set(absl::StrCat("pread_gbps_", i + 1), pread_gbps[i]);
+    report.Set(absl::StrCat("fio_gbps_", i + 1), fio_gbps[i]);
+    report.Set(absl::StrCat("disk_tier_inprocess_gbps_", i + 1), alone_gbps[i]);
+    report.Set(absl::StrCat("disk_tier_promote_inprocess_gbps_", i + 1), promote_gbps[i]);
+  }
+  report.Set("disk_tier_inprocess_gbps", Median(alone_gbps));
+  report.Set("disk_tier_promote_inprocess_gbps", Median(promote_gbps));
+  report.Set("inprocess_threads", options.inprocess_threads);
+  report.Set("fio_write_gbps", *fio_write / 1e9);
+  report.Set("store_writeback_s", store_seconds);
+  report.Set("bytes", static_cast<double>(p.bytes));
+  report.Set("chunk_bytes", static_cast<double>(p.chunk_bytes));
+  report.Set("window", options.window);
+  report.Set("load_dram_mib", static_cast<double>(dram_mib));
+  report.Set("runs", options.runs);
+  report.Set("page_cache_dropped", cache_dropped ? 1.0 : 0.0);
+  return report.WriteTo(options.json_path);
+}
+
+// ---- cake-bench rebuild ----
+
+namespace {
+
+// Distinct keys spread over the 256 folders the way real (hashed) keys are.
+ChunkKey RebuildKey(uint64_t i) {
+  ChunkKey key;
+  uint64_t mixed = i * 0x9e3779b97f4a7c15ull;
+  mixed ^= mixed >> 29;
+  mixed *= 0xbf58476d1ce4e5b9ull;
+  mixed ^= mixed >> 32;
+  std::memcpy(key.bytes.data(), &mixed, 8);
+  std::memcpy(key.bytes.data() + 8, &i, 8);
+  return key;
+}
+
+DiskTier::Options RebuildTierOptions(const fs::path& root, uint64_t files, uint64_t payload_bytes) {
+  DiskTier::Options o;
+  o.root = root;
+  o.capacity_bytes = 2 * files * payload_bytes;
+  return o;
+}
+
+// The time caked logged for its recovery ("recovered N chunks (B bytes) in X ms"), or nullopt.
+std::optional<std::pair<uint64_t, double>> LoggedRecovery(const std::string& log) {
+  const size_t at = log.find("recovered ");
+  if (at == std::string::npos) return std::nullopt;
+  unsigned long long chunks = 0, bytes = 0;
+  double ms = 0;
+  if (std::sscanf(log.c_str() + at, "recovered %llu chunks (%llu bytes) in %lf ms", &chunks, &bytes, &ms) != 3) {
+    return std::nullopt;
+  }
+  return std::make_pair(static_cast<uint64_t>(chunks), ms / 1000);
+}
+
+}  // namespace
+
+absl::Status RunRebuildBench(const RebuildBenchOptions& options) {
+  QuietStorageLog();
+  constexpr uint64_t kPayloadBytes = 4096;
+  auto root = FreshPath(options.dir, "cake-rebuild");
+  if (!root.ok()) return root.status();
+  absl::Cleanup remove_data = [&] { RemoveQuietly(*root); };
+  const DiskTier::Options tier_options = RebuildTierOptions(*root, options.files, kPayloadBytes);
+
+  // Each Write syncs its file and its folder: several writers overlap those waits.
+  double create_seconds = 0;
+  {
+    auto tier = DiskTier::Open(tier_options);
+    if (!tier.ok()) return tier.status();
+    std::atomic<uint64_t> next{0};
+    std::mutex error_mu;
+    absl::Status error;
+    const Clock::time_point start = Clock::now();
+    std::vector<std::thread> writers;
+    for (uint32_t t = 0; t < options.writers; ++t) {
+      writers.emplace_back([&] {
+        std::vector<std::byte> payload(kPayloadBytes);
+        for (uint64_t i = next++; i < options.files; i = next++) {
+          std::memcpy(payload.data(), &i, sizeof i);
+          if (absl::Status s = (*tier)->Write(RebuildKey(i), payload); !s.ok()) {
+            std::lock_guard lock(error_mu);
+            if (error.ok()) error = s;
+            next = options.files;
+          }
+        }
+      });
+    }
+    for (std::thread& w : writers) w.join();
+    if (!error.ok()) return error;
+    create_seconds = SecondsSince(start);
+  }
+
+  // Cold: page cache, dentries and inodes dropped before each open, so every folder and header comes from disk.
+  bool cache_dropped = true;
+  std::vector<double> open_s, recovery_s, caked_s, caked_recovery_s;
+  for (uint32_t run = 0; run < options.runs; ++run) {
+    cache_dropped = DropPageCache() && cache_dropped;
+    const Clock::time_point start = Clock::now();
+    auto tier = DiskTier::Open(tier_options);
+    const double wall = SecondsSince(start);
+    if (!tier.ok()) return tier.status();
+    const RecoveryStats& r = (*tier)->recovery();
+    if (r.chunks_recovered != options.files) {
+      return absl::InternalError(
+          absl::StrCat("DiskTier::Open recovered ", r.chunks_recovered, " of ", options.files, " chunk files"));
+    }
+    open_s.push_back(wall);
+    recovery_s.push_back(std::chrono::duration<double>(r.duration).count());
+  }
+  // Warm, for comparison: the same open with everything cached shows how much of the cold time is the disk.
+  double warm_open_s = 0;
+  {
+    const Clock::time_point start = Clock::now();
+    auto tier = DiskTier::Open(tier_options);
+    warm_open_s = SecondsSince(start);
+    if (!tier.ok()) return tier.status();
+  }
+  const std::vector<std::string> caked_args = {"--disk-root", root->string(), "--disk-capacity-mib",
+                                               absl::StrCat(tier_options.capacity_bytes / kMiB + 1)};
+  for (uint32_t run = 0; run < options.runs; ++run) {
+    cache_dropped = DropPageCache() && cache_dropped;
+    const Clock::time_point start = Clock::now();
+    auto daemon = SpawnedDaemon::Start(SpawnedDaemon::SiblingCakedPath(), caked_args);
+    const double wall = SecondsSince(start);
+    if (!daemon.ok()) return daemon.status();
+    auto logged = LoggedRecovery(daemon->log());
+    if (!logged || logged->first != options.files) {
+      return absl::InternalError(
+          absl::StrCat("caked did not log recovering ", options.files, " chunks; its log:\n", daemon->log()));
+    }
+    caked_s.push_back(wall);
+    caked_recovery_s.push_back(logged->second);
+  }
+
+  const double rebuild = Median(open_s);
+  std::printf("cake-bench rebuild: %llu chunk files of %llu KiB payload at %s (created in %.1f s by %u writers)\n",
+              static_cast<unsigned long long>(options.files), static_cast<unsigned long long>(kPayloadBytes >> 10),
+              root->string().c_str(), create_seconds, options.writers);
+  std::printf("  page cache %s\n", cache_dropped ? "dropped before every cold open" : "NOT dropped (needs root)");
+  std::printf("  %-44s %10s   %s\n", "seconds", "median", "runs");
+  std::printf("  %-44s %10.3f   %s\n", "DiskTier::Open, cold (wall)", rebuild, JoinRuns(open_s).c_str());
+  std::printf("  %-44s %10.3f   %s\n", "  of which index rebuild (RecoveryStats)", Median(recovery_s),
+              JoinRuns(recovery_s).c_str());
+  std::printf("  %-44s %10.3f\n", "DiskTier::Open, warm (wall)", warm_open_s);
+  std::printf("  %-44s %10.3f   %s\n", "caked start until Ping answers, cold", Median(caked_s),
+              JoinRuns(caked_s).c_str());
+  std::printf("  %-44s %10.3f   %s\n", "  of which index rebuild (caked's log)", Median(caked_recovery_s),
+              JoinRuns(caked_recovery_s).c_str());
+  std::printf("  rebuild %.2f s (goal: under 5 s) -> %s\n", rebuild, rebuild < 5 ? "met" : "MISSED");
+
+  JsonReport report;
+  report.Set("rebuild_s", rebuild);
+  report.Set("files", static_cast<double>(options.files));
+  report.Set("goal_s", 5.0);
+  report.Set("recovery_s", Median(recovery_s));
+  report.Set("warm_open_s", warm_open_s);
+  report.Set("caked_start_s", Median(caked_s));
+  report.Set("caked_recovery_s", Median(caked_recovery_s));
+  for (size_t i = 0; i < open_s.size(); ++i) {
+    report.Set(absl::StrCat("rebuild_s_", i + 1), open_s[i]);
+    report.Set(absl::StrCat("caked_start_s_", i + 1), caked_s[i]);
+  }
+  report.Set("create_s", create_seconds);
+  report.Set("payload_bytes", static_cast<double>(kPayloadBytes));
+  report.Set("page_cache_dropped", cache_dropped ? 1.0 : 0.0);
+  return report.WriteTo(options.json_path);
+}
+
+// ---- cake-bench store ----
+
+namespace {
+
+// The disk tier's write path alone, in this process: one thread (like the daemon's one write-back thread)
+// writes every chunk from a touched buffer through DiskTier::Write into a fresh root.
+absl::StatusOr<double> TimedInProcessWrite(const Prefix& p, const fs::path& root, const std::byte* buffer) {
+  DiskTier::Options o;
+  o.root = root;
+  o.capacity_bytes = 2 * p.bytes;
+  auto disk = DiskTier::Open(o);
+  if (!disk.ok()) return disk.status();
+  auto layout = Namespace::Create(p.ns);
+  if (!layout.ok()) return layout.status();
+  const std::vector<ChunkKey> keys = layout->KeysForTokens(p.tokens);
+  // Read just before the timed writes: memory left idle while the daemon ran is slow to touch again here.
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < p.bytes; i += 64) sum += static_cast<uint64_t>(buffer[i]);
+  volatile uint64_t sink = sum;
+  (void)sink;
+  const Clock::time_point start = Clock::now();
+  for (uint32_t c = 0; c < p.chunks; ++c) {
+    if (absl::Status s = (*disk)->Write(keys[c], {buffer + uint64_t{c} * p.chunk_bytes, p.chunk_bytes}); !s.ok()) {
+      return s;
+    }
+  }
+  return SecondsSince(start);
+}
+
+}  // namespace
+
+absl::Status RunStoreBench(const StoreBenchOptions& options) {
+  QuietStorageLog();
+  if (absl::Status s = RequireFio(); !s.ok()) return s;
+  auto prefix = MakePrefix(options.mib, 768);
+  if (!prefix.ok()) return prefix.status();
+  const Prefix& p = *prefix;
+  auto root = FreshPath(options.dir, "cake-store");
+  if (!root.ok()) return root.status();
+  auto fio_file = FreshPath(options.dir, "fio-write.dat");
+  if (!fio_file.ok()) return fio_file.status();
+  absl::Cleanup remove_data = [&] {
+    RemoveQuietly(*root);
+    RemoveQuietly(*fio_file);
+  };
+  // DRAM holds the whole prefix and the write-back queue (1 GiB by default) takes every chunk, as in a daemon
+  // sized for its working set: the figure is the disk's, not an overflow path's.
+  const std::vector<std::string> daemon_args = {"--disk-root",         root->string(),
+                                                "--disk-capacity-mib", absl::StrCat(2 * (p.bytes >> 20)),
+                                                "--dram-capacity-mib", absl::StrCat((p.bytes >> 20) + 256)};
+
+  std::vector<double> store_gbps, call_s, total_s, fio_gbps, alone_gbps;
+  HostBuffer host(static_cast<std::byte*>(std::aligned_alloc(4096, p.bytes)));
+  if (!host) return absl::ResourceExhaustedError("cannot allocate the in-process write buffer");
+  for (uint32_t c = 0; c < p.chunks; ++c)
+    FillChunkPattern({host.get() + uint64_t{c} * p.chunk_bytes, p.chunk_bytes}, c);
+  for (uint32_t run = 0; run < options.runs; ++run) {
+    {
+      auto target = OpenDaemon("", daemon_args);
+      if (!target.ok()) return target.status();
+      auto region = RegisterFilledRegion(*target->client, p);
+      if (!region.ok()) return region.status();
+      absl::Cleanup release_region = [&] { target->client->ReleaseRegion(*region).IgnoreError(); };
+      const Clock::time_point start = Clock::now();
+      if (absl::Status s = StoreAll(*target->client, p, *region); !s.ok()) return s;
+      call_s.push_back(SecondsSince(start));
+      if (absl::Status s = WaitForDiskChunks(*target->client, p.chunks); !s.ok()) return s;
+      total_s.push_back(SecondsSince(start));
+      store_gbps.push_back(GigabytesPerSecond(p.bytes, total_s.back()));
+    }
+    RemoveQuietly(*root);
+    auto alone = TimedInProcessWrite(p, *root, host.get());
+    if (!alone.ok()) return alone.status();
+    alone_gbps.push_back(GigabytesPerSecond(p.bytes, *alone));
+    RemoveQuietly(*root);
+    // A fresh file each time: the tier writes new files too, and writing over allocated blocks is cheaper.
+    RemoveQuietly(*fio_file);
+    ::sync();
+    auto fio = RunFio(*fio_file, "write", p.bytes >> 20);
+    if (!fio.ok()) return fio.status();
+    fio_gbps.push_back(*fio / 1e9);
+    RemoveQuietly(*fio_file);
+    std::printf(
+        "  run %u: Store returned after %.2f s, all on disk after %.2f s: %.3f GB/s; DiskTier::Write in "
+        "process %.3f GB/s; fio write %.3f GB/s\n",
+        run + 1, call_s.back(), total_s.back(), store_gbps.back(), alone_gbps.back(), fio_gbps.back());
+    std::fflush(stdout);
+  }
+
+  const double store = Median(store_gbps), fio = Median(fio_gbps);
+  std::printf(
+      "cake-bench store: %u chunks of %llu MiB (llama3.1-8b layout, %llu MiB) stored, then written back to "
+      "%s\n",
+      p.chunks, static_cast<unsigned long long>(p.chunk_bytes >> 20), static_cast<unsigned long long>(p.bytes >> 20),
+      root->string().c_str());
+  std::printf("  %-44s %10s   %s\n", "", "median", "runs");
+  std::printf("  %-44s %10.3f   %s\n", "Store call returned (s)", Median(call_s), JoinRuns(call_s).c_str());
+  std::printf("  %-44s %10.3f   %s\n", "every chunk on disk (s)", Median(total_s), JoinRuns(total_s).c_str());
+  std::printf("  %-44s %10.3f   %s\n", "Store to disk, GB/s (1e9 bytes/s)", store, JoinRuns(store_gbps).c_str());
+  std::printf("  %-44s %10.3f   %s\n", "DiskTier::Write in process, 1 thread, GB/s", Median(alone_gbps),
+              JoinRuns(alone_gbps).c_str());
+  std::printf("  %-44s %10.3f   %s\n", "fio write, bs 1M, iodepth 32, io_uring, GB/s", fio, JoinRuns(fio_gbps).c_str());
+  std::printf("  store / fio write = %.0f%%\n", 100 * store / fio);
+
+  JsonReport report;
+  report.Set("store_gbps", store);
+  report.Set("fio_write_gbps", fio);
+  report.Set("ratio", store / fio);
+  report.Set("disk_tier_write_inprocess_gbps", Median(alone_gbps));
+  report.Set("store_call_s", Median(call_s));
+  report.Set("store_total_s", Median(total_s));
+  report.Set("units", std::string("GB/s = 1e9 bytes per second"));
+  for (size_t i = 0; i < store_gbps.size(); ++i) {
+    report.Set(absl::StrCat("store_gbps_", i + 1), store_gbps[i]);
+    report.Set(absl::StrCat("fio_write_gbps_", i + 1), fio_gbps[i]);
+    report.Set(absl::StrCat("disk_tier_write_inprocess_gbps_", i + 1), alone_gbps[i]);
+  }
+  report.Set("bytes", static_cast<double>(p.bytes));
+  report.Set("runs", options.runs);
+  return report.WriteTo(options.json_path);
+}
+
+}  // namespace cake::bench
