@@ -146,6 +146,8 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   TableReader dram(root, "dram");
   dram.Unsigned("capacity_bytes", &c.dram_capacity_bytes, 1, uint64_t{1} << 50);
   dram.Double("read_gbps", &c.dram_read_gbps, 0, 1e6);
+  dram.Bool("prefault", &c.dram_prefault);
+  dram.Unsigned("promotion_queue_bytes", &c.dram_promotion_queue_bytes, 0, uint64_t{1} << 44);
   TableReader disk(root, "disk");
   disk.String("root", &c.disk_root);
   disk.Unsigned("capacity_bytes", &c.disk_capacity_bytes, 1, uint64_t{1} << 56);
@@ -171,6 +173,12 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
 absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.run_dir.empty() && c.socket.empty())
     return absl::InvalidArgumentError("server.run_dir or server.socket must be set");
+  // Flags bypass the TOML ranges: the ones that would leave the daemon unable to work are checked again here.
+  if (c.dram_capacity_bytes == 0) {
+    return absl::InvalidArgumentError("dram.capacity_bytes (--dram-capacity-mib) must be positive");
+  }
+  if (c.io_threads == 0) return absl::InvalidArgumentError("loader.io_threads (--io-threads) must be at least 1");
+  if (c.load_window == 0) return absl::InvalidArgumentError("loader.window (--window) must be at least 1");
   if (c.load_window > c.max_load_window) {
     return absl::InvalidArgumentError(
         absl::StrCat("loader.window (", c.load_window, ") exceeds loader.max_window (", c.max_load_window, ")"));

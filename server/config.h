@@ -27,6 +27,8 @@ struct DaemonConfig {
   // [dram]
   uint64_t dram_capacity_bytes = uint64_t{4} << 30;
   double dram_read_gbps = 0;  // 0: not throttled
+  bool dram_prefault = false;  // touch the whole tier at start-up, so no copy into it ever faults
+  uint64_t dram_promotion_queue_bytes = uint64_t{256} << 20;  // chunks read from disk waiting to be copied in
   // [disk]
   std::string disk_root;  // empty: no disk tier
   uint64_t disk_capacity_bytes = uint64_t{64} << 30;

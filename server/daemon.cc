@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -88,7 +89,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   if (auto s = ClearStaleSocket(d->socket_path_); !s.ok()) return s;
 
   d->state_ = std::make_unique<DaemonState>(config);
-  std::unique_ptr<Tier> dram = std::make_unique<DramTier>(config.dram_capacity_bytes);
+  const auto prefault_started = std::chrono::steady_clock::now();
+  auto dram_tier = std::make_unique<DramTier>(config.dram_capacity_bytes, config.dram_prefault);
+  if (!dram_tier->status().ok()) return dram_tier->status();
+  if (config.dram_prefault) {
+    spdlog::info("DRAM tier: {} MiB prefaulted in {:.0f} ms", config.dram_capacity_bytes >> 20,
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - prefault_started).count());
+  }
+  std::unique_ptr<Tier> dram = std::move(dram_tier);
   if (config.dram_read_gbps > 0) dram = std::make_unique<ThrottledTier>(std::move(dram), config.dram_read_gbps);
   d->state_->tiers.AddTier(TierKind::kDram, std::move(dram));
   if (!config.disk_root.empty()) {

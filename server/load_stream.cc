@@ -190,6 +190,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     v1::LoadResponse response;
     v1::LoadPlan* plan = response.mutable_plan();
     load_id_ = absl::StrCat("load-", ticket_);
+    promote_ = ShouldPromote(cached, lowest_loadable);
     plan->set_load_id(load_id_);
     plan->set_total_chunks(static_cast<uint32_t>(keys_.size()));
     plan->set_cached_chunks(cached);
@@ -214,6 +215,24 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     IssueReadsLocked();
     CheckMeetingLocked();
     return absl::OkStatus();
+  }
+
+  // A load from slower tiers larger than half the DRAM tier would only churn it: each promotion would evict an
+  // earlier one of the same load (and whatever else was hot). Such loads are not promoted.
+  bool ShouldPromote(uint32_t cached, uint32_t lowest_loadable) const {
+    const Tier* dram = state_.tiers.tier(TierKind::kDram);
+    if (dram == nullptr) return false;
+    uint64_t slower_bytes = 0;
+    for (uint32_t c = lowest_loadable; c < cached; ++c) {
+      if (tiers_[c] != TierKind::kDram) slower_bytes += chunk_bytes_;
+    }
+    if (slower_bytes == 0) return false;
+    if (slower_bytes > dram->Usage().capacity_bytes / 2) {
+      Bump(state_.counters.loads_not_promoted);
+      spdlog::debug("{}: {} bytes from slower tiers exceed half the DRAM tier; not promoted", load_id_, slower_bytes);
+      return false;
+    }
+    return true;
   }
 
   absl::Status ProgressLocked(uint32_t computed_through) {
@@ -250,10 +269,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   // Runs on an I/O thread, without the lock: reads one chunk straight into its place.
   void ReadChunk(uint32_t chunk) {
-    if (cancelled_.load(std::memory_order_relaxed)) return ChunkRead(chunk, absl::CancelledError(""), {}, {});
+    if (cancelled_.load(std::memory_order_relaxed)) return ChunkRead(chunk, absl::CancelledError(""), {}, {}, {});
     std::string inline_bytes;
-    std::vector<std::byte> staging;
-    std::span<std::byte> landed;  // where the bytes are once read, for promotion into DRAM
+    std::shared_ptr<std::vector<std::byte>> staging;  // lives until its promotion is done
+    std::span<std::byte> landed;                      // where the bytes are once read, for promotion into DRAM
     absl::Status status;
     if (inline_) {
       inline_bytes.resize(chunk_bytes_);
@@ -263,26 +282,36 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       landed = std::span(base + OffsetOf(chunk), chunk_bytes_);
       status = state_.tiers.Read(tiers_[chunk], keys_[chunk], landed);
     } else {
-      staging.resize(chunk_bytes_);
-      landed = staging;
-      status = state_.tiers.Read(tiers_[chunk], keys_[chunk], staging);
-      if (status.ok()) status = region_->CopyIn(OffsetOf(chunk), staging);
+      staging = std::make_shared<std::vector<std::byte>>(chunk_bytes_);
+      landed = *staging;
+      status = state_.tiers.Read(tiers_[chunk], keys_[chunk], landed);
+      if (status.ok()) status = region_->CopyIn(OffsetOf(chunk), landed);
     }
-    // The promotion copy reads `landed`; for inline loads, it must happen before the bytes move to the message.
-    const bool promote = status.ok() && tiers_[chunk] != TierKind::kDram;
+    const bool promote = status.ok() && promote_ && tiers_[chunk] != TierKind::kDram;
+    // Inline bytes move into the message: their promotion copy is made here, first.
     if (promote && inline_) state_.tiers.Promote(keys_[chunk], landed);
-    ChunkRead(chunk, status, std::move(inline_bytes), promote && !inline_ ? landed : std::span<std::byte>());
+    ChunkRead(chunk, status, std::move(inline_bytes), promote && !inline_ ? landed : std::span<std::byte>(),
+              std::move(staging));
   }
 
-  // Reports the read; then promotes it (off the engine's critical path, while the window is still held).
+  // Reports the read; then hands its promotion to the promotion thread, so this I/O thread can take the next
+  // read. The read retires (and the window stays held) until the promotion has copied the bytes.
   void ChunkRead(uint32_t chunk, const absl::Status& status, std::string inline_bytes,
-                 std::span<const std::byte> promote_from) {
+                 std::span<const std::byte> promote_from, std::shared_ptr<std::vector<std::byte>> staging) {
     {
       std::lock_guard lock(mu_);
       if (phase_ == Phase::kLoading && !finishing_) ChunkReadLocked(chunk, status, std::move(inline_bytes));
     }
     Pump();
-    if (!promote_from.empty()) state_.tiers.Promote(keys_[chunk], promote_from);
+    if (!promote_from.empty() &&
+        state_.tiers.PromoteLater(keys_[chunk], promote_from,
+                                  [self = shared_from_this(), staging = std::move(staging)] { self->ReadRetired(); })) {
+      return;
+    }
+    ReadRetired();
+  }
+
+  void ReadRetired() {
     {
       std::lock_guard lock(mu_);
       --reads_outstanding_;
@@ -409,6 +438,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   uint32_t lowest_loadable_ = 0;
   uint32_t window_ = 1;
   bool inline_ = false;
+  bool promote_ = false;  // copy what is read from slower tiers into DRAM
   RegionRegistry::WindowLease lease_;
   std::shared_ptr<Region> region_;
   uint64_t base_offset_ = 0;
@@ -422,7 +452,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   std::deque<v1::LoadResponse> outbox_;
   v1::LoadResponse current_;
   bool writing_ = false;
-  uint32_t reads_outstanding_ = 0;  // submitted to the I/O pool and not yet back
+  uint32_t reads_outstanding_ = 0;  // submitted to the I/O pool, or being promoted from the window, not yet back
   bool finishing_ = false;
   bool finished_ = false;
   absl::Status finish_status_;

@@ -35,6 +35,9 @@ int main(int argc, char** argv) {
   app.add_option("--socket", socket, "unix socket path (server.socket)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error (server.log_level)");
   std::optional<uint64_t> dram_mib;
+  std::optional<bool> dram_prefault;
+  app.add_flag("--dram-prefault,!--no-dram-prefault", dram_prefault,
+               "touch the whole DRAM tier at start-up (dram.prefault)");
   app.add_option("--dram-capacity-mib", dram_mib, "DRAM tier size in MiB (dram.capacity_bytes)");
   std::optional<double> dram_gbps;
   app.add_option("--dram-read-gbps", dram_gbps, "cap DRAM-tier reads at this many Gbit/s, 0 for none (dram.read_gbps)");
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
   if (!socket.empty()) config.socket = socket;
   if (!log_level.empty()) config.log_level = log_level;
   if (dram_mib) config.dram_capacity_bytes = *dram_mib << 20;
+  if (dram_prefault) config.dram_prefault = *dram_prefault;
   if (dram_gbps) config.dram_read_gbps = *dram_gbps;
   if (!disk_root.empty()) config.disk_root = disk_root;
   if (disk_mib) config.disk_capacity_bytes = *disk_mib << 20;

@@ -210,6 +210,14 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* c
     (*response->mutable_counters())[prefix + "used_bytes"] = usage.used_bytes;
     (*response->mutable_counters())[prefix + "chunks"] = usage.chunks;
   }
+  const TierManager::WriteBackStats wb = state_.tiers.write_back_stats();
+  auto& counters = *response->mutable_counters();
+  counters["write_back_written"] = wb.written;
+  counters["write_back_failed"] = wb.failed;
+  counters["write_back_inline"] = wb.inline_writes;
+  counters["write_back_queued_bytes"] = wb.queued_bytes;
+  counters["promotions"] = wb.promotions;
+  counters["promotions_dropped"] = wb.promotions_dropped;
   return Reply(context, absl::OkStatus());
 }
 

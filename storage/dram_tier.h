@@ -1,10 +1,10 @@
-// Host-memory tier: page-aligned chunk buffers under a byte budget, least recently used evicted first.
+// Host-memory tier: chunks in page-aligned extents of one HostArena under a byte budget, least recently used
+// evicted first.
 #pragma once
 
 #include <list>
 #include <memory>
 #include <mutex>
-#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "storage/tier.h"
@@ -13,8 +13,14 @@ namespace cake {
 
 class DramTier final : public Tier {
  public:
-  explicit DramTier(uint64_t capacity_bytes);
+  // Reserves `capacity_bytes` of address space (rounded up to pages); with `prefault`, touches all of it first,
+  // so no copy into the tier ever faults (slow start on some VMs: see HostArena). A reservation that fails leaves
+  // a tier that refuses every write with status().
+  explicit DramTier(uint64_t capacity_bytes, bool prefault = false);
   ~DramTier() override;
+
+  // OK, or why the tier's memory could not be reserved.
+  const absl::Status& status() const { return status_; }
 
   std::string_view name() const override { return "dram"; }
   bool Contains(const ChunkKey& key) const override;
@@ -23,33 +29,33 @@ class DramTier final : public Tier {
   absl::Status Remove(const ChunkKey& key) override;
   TierUsage Usage() const override;
   void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override;
+  // The chunk's extent itself: it returns to the arena only when the last holder lets go, so an evicted chunk
+  // that is still lent keeps its memory (the holders' bytes are bounded by them, e.g. the write-back queue).
+  std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) override;
 
   uint64_t evictions() const;
 
  private:
-  struct Buffer;  // page-aligned bytes; freed when the last reader lets go
+  struct Memory;  // the arena and its allocator; outlives the tier while any extent is held
+  struct Extent;  // one chunk's bytes in the arena
   struct Entry {
-    std::shared_ptr<Buffer> buffer;
+    std::shared_ptr<Extent> extent;
     std::list<ChunkKey>::iterator lru_position;
     int readers = 0;  // a chunk being copied out is never evicted underneath its reader
   };
 
-  // Evicts unread entries from the cold end until `bytes` more fit. Requires mu_.
-  bool MakeRoom(uint64_t bytes);
-  // Fresh memory costs a page fault per 4 KiB on first touch (seconds per GiB on some VMs): a write reuses the
-  // buffer of an evicted or removed chunk of the same size when there is one. Promotions into a full tier then
-  // cost one memcpy each. At most kMaxSpareBuffers are kept, outside the byte budget.
-  std::shared_ptr<Buffer> TakeBuffer(size_t bytes);
-  void RecycleLocked(std::shared_ptr<Buffer> buffer);
-  static constexpr size_t kMaxSpareBuffers = 4;
+  // An extent of `bytes`, evicting unread entries from the cold end until the budget and the arena allow it;
+  // nullptr when even that is not enough. Requires mu_.
+  std::shared_ptr<Extent> AllocateLocked(uint64_t bytes);
 
   const uint64_t capacity_bytes_;
+  absl::Status status_;
+  std::shared_ptr<Memory> memory_;
   mutable std::mutex mu_;
   absl::flat_hash_map<ChunkKey, Entry> entries_;
   std::list<ChunkKey> lru_;  // front: most recently used
-  uint64_t used_bytes_ = 0;
+  uint64_t used_bytes_ = 0;  // stored chunks plus writes in progress
   uint64_t evictions_ = 0;
-  std::vector<std::shared_ptr<Buffer>> spare_;
 };
 
 }  // namespace cake

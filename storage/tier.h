@@ -39,6 +39,13 @@ class Tier {
   virtual TierUsage Usage() const = 0;
   // Visits every stored key with its value's size (used to rebuild indexes); fn must not call back into the tier.
   virtual void ForEach(const std::function<void(const ChunkKey&, uint64_t bytes)>& fn) const = 0;
+  // The stored bytes themselves, valid and unchanged while the returned pointer is held, even if the chunk is
+  // evicted or removed meanwhile: lets the write-back queue hold a chunk without copying it. nullptr when the
+  // chunk is absent or the tier cannot lend (the caller copies with Read instead).
+  virtual std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) {
+    (void)key;
+    return nullptr;
+  }
 };
 
 // Forwards everything to the wrapped tier; decorators override only what they change.
@@ -53,6 +60,7 @@ class TierDecorator : public Tier {
   absl::Status Remove(const ChunkKey& key) override { return inner_->Remove(key); }
   TierUsage Usage() const override { return inner_->Usage(); }
   void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override { inner_->ForEach(fn); }
+  std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) override { return inner_->Lend(key); }
 
   Tier& inner() { return *inner_; }
 

@@ -19,16 +19,11 @@ const char* TierKindName(TierKind kind) {
 }
 
 TierManager::TierManager(const Options& options)
-    : options_(options), write_back_thread_([this] { RunWriteBack(); }) {}
+    : options_(options),
+      write_back_(options.write_back_queue_bytes),
+      promotion_(options.promotion_queue_bytes) {}
 
-TierManager::~TierManager() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  write_back_thread_.join();
-}
+TierManager::~TierManager() = default;
 
 void TierManager::AddTier(TierKind kind, std::unique_ptr<Tier> tier) {
   auto entry = std::make_unique<Entry>();
@@ -81,70 +76,71 @@ absl::Status TierManager::Read(TierKind kind, const ChunkKey& key, std::span<std
 
 absl::Status TierManager::Write(const ChunkKey& key, std::span<const std::byte> src) {
   if (tiers_.empty()) return absl::FailedPreconditionError("no tier is configured");
-  absl::Status status = tiers_.front()->tier->Write(key, src);
+  Tier& fastest = *tiers_.front()->tier;
+  absl::Status status = fastest.Write(key, src);
   if (!status.ok() || tiers_.size() == 1) return status;
-  {
-    std::lock_guard lock(mu_);
-    if (stats_.queued_bytes + src.size() <= options_.write_back_queue_bytes) {
-      // The job owns its copy: the fastest tier may evict the chunk before the slower ones have it.
-      auto bytes = std::make_shared<std::vector<std::byte>>(src.begin(), src.end());
-      stats_.queued_bytes += src.size();
-      queue_.push_back(WriteBackJob{key, std::move(bytes)});
-      cv_.notify_all();
-      return absl::OkStatus();
-    }
-    ++stats_.inline_writes;
+
+  // The job holds the fastest tier's own bytes when it lends them (no copy; an eviction meanwhile keeps them
+  // alive), or else a copy of its own.
+  SharedBytes bytes = fastest.Lend(key);
+  const bool lent = bytes != nullptr;
+  if (lent && write_back_.queued_bytes() + src.size() > fastest.Usage().capacity_bytes / 2) {
+    bytes = nullptr;  // lent chunks would crowd the fastest tier: write this one inline
+  } else if (!lent) {
+    auto copy = std::make_shared<std::pair<std::vector<std::byte>, std::span<const std::byte>>>();
+    copy->first.assign(src.begin(), src.end());
+    copy->second = copy->first;
+    bytes = SharedBytes(copy, &copy->second);
   }
+  if (bytes != nullptr && write_back_.TryPush(src.size(), [this, key, bytes](bool run) mutable {
+        if (run) WriteToSlowerTiers(key, *bytes);
+        bytes = nullptr;
+      })) {
+    return absl::OkStatus();
+  }
+  Count(&WriteBackStats::inline_writes);
   WriteToSlowerTiers(key, src);
   return absl::OkStatus();
+}
+
+void TierManager::Count(uint64_t WriteBackStats::*counter) {
+  std::lock_guard lock(mu_);
+  ++(stats_.*counter);
 }
 
 void TierManager::WriteToSlowerTiers(const ChunkKey& key, std::span<const std::byte> bytes) {
   for (size_t i = 1; i < tiers_.size(); ++i) {
     Tier& tier = *tiers_[i]->tier;
     if (tier.Contains(key)) continue;
-    const bool ok = tier.Write(key, bytes).ok();
-    std::lock_guard lock(mu_);
-    ++(ok ? stats_.written : stats_.failed);
+    Count(tier.Write(key, bytes).ok() ? &WriteBackStats::written : &WriteBackStats::failed);
   }
 }
 
-void TierManager::RunWriteBack() {
-  std::unique_lock lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    // Stopping abandons what is still queued: the owner bounds the wait with FlushWriteBack first, and the
-    // fastest tier's copy was never the only one that mattered for correctness (a miss is recomputed).
-    if (stopping_) return;
-    WriteBackJob job = std::move(queue_.front());
-    queue_.pop_front();
-    writing_back_ = true;
-    lock.unlock();
-    WriteToSlowerTiers(job.key, *job.bytes);
-    lock.lock();
-    writing_back_ = false;
-    stats_.queued_bytes -= job.bytes->size();
-    cv_.notify_all();
-  }
-}
-
-size_t TierManager::FlushWriteBack(Duration bound) {
-  std::unique_lock lock(mu_);
-  cv_.wait_for(lock, bound, [&] { return queue_.empty() && !writing_back_; });
-  return queue_.size() + (writing_back_ ? 1 : 0);
-}
+size_t TierManager::FlushWriteBack(Duration bound) { return write_back_.WaitIdle(bound); }
 
 void TierManager::Promote(const ChunkKey& key, std::span<const std::byte> bytes) {
   if (tiers_.size() < 2 || tiers_.front()->tier->Contains(key)) return;
-  if (tiers_.front()->tier->Write(key, bytes).ok()) {
-    std::lock_guard lock(mu_);
-    ++stats_.promotions;
-  }
+  if (tiers_.front()->tier->Write(key, bytes).ok()) Count(&WriteBackStats::promotions);
+}
+
+bool TierManager::PromoteLater(const ChunkKey& key, std::span<const std::byte> bytes, std::function<void()> done) {
+  if (tiers_.size() < 2 || tiers_.front()->tier->Contains(key)) return false;
+  const bool queued = promotion_.TryPush(bytes.size(), [this, key, bytes, done = std::move(done)](bool run) {
+    if (run) Promote(key, bytes);
+    done();
+  });
+  if (!queued) Count(&WriteBackStats::promotions_dropped);
+  return queued;
 }
 
 TierManager::WriteBackStats TierManager::write_back_stats() const {
-  std::lock_guard lock(mu_);
-  return stats_;
+  WriteBackStats stats;
+  {
+    std::lock_guard lock(mu_);
+    stats = stats_;
+  }
+  stats.queued_bytes = write_back_.queued_bytes();
+  return stats;
 }
 
 void TierManager::RecordLoadThroughput(TierKind kind, uint64_t bytes, double seconds) {

@@ -4,15 +4,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string_view>
-#include <thread>
 #include <vector>
 
+#include "storage/bounded_worker.h"
 #include "storage/clock.h"
 #include "storage/tier.h"
 
@@ -26,8 +25,11 @@ class TierManager {
  public:
   struct Options {
     // Bytes of chunks waiting to be written back; past it, Write copies to the slower tiers itself (the caller
-    // is slowed down, nothing is dropped and memory stays bounded).
+    // is slowed down, nothing is dropped and memory stays bounded). A fastest tier that lends its bytes (DRAM)
+    // is never more than half held by the queue, so Stores keep finding room in it.
     uint64_t write_back_queue_bytes = uint64_t{1} << 30;
+    // Bytes of chunks waiting to be promoted; past it, promotions are dropped (the chunk stays where it was).
+    uint64_t promotion_queue_bytes = uint64_t{256} << 20;
   };
   TierManager() : TierManager(Options{}) {}
   explicit TierManager(const Options& options);
@@ -45,17 +47,23 @@ class TierManager {
   // Stores into the fastest tier and queues a write-back to every slower one. An error means the fastest tier
   // refused it (RESOURCE_EXHAUSTED when full); write-back failures are counted, never returned.
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src);
-  // After a read from a slower tier: keeps a copy in the fastest, so the next load of it is a DRAM hit.
+  // After a read from a slower tier: keeps a copy in the fastest, so the next load of it is a DRAM hit. Copies on
+  // the calling thread.
   void Promote(const ChunkKey& key, std::span<const std::byte> bytes);
+  // The same, on the promotion thread, so a load's I/O threads go on reading: `done` runs there once the copy is
+  // made or given up, and `bytes` must stay valid until then. Returns false, without calling `done`, when the
+  // chunk is already in the fastest tier or the promotion queue is full (counted as dropped).
+  bool PromoteLater(const ChunkKey& key, std::span<const std::byte> bytes, std::function<void()> done);
   // Waits until every queued write-back is done or `bound` passes; returns the number still queued.
   size_t FlushWriteBack(Duration bound);
 
   struct WriteBackStats {
-    uint64_t written = 0;      // chunk copies that reached a slower tier
-    uint64_t failed = 0;       // a slower tier refused one (full, I/O error)
+    uint64_t written = 0;        // chunk copies that reached a slower tier
+    uint64_t failed = 0;         // a slower tier refused one (full, I/O error)
     uint64_t inline_writes = 0;  // done by the writer itself because the queue was full
-    uint64_t promotions = 0;
     uint64_t queued_bytes = 0;
+    uint64_t promotions = 0;
+    uint64_t promotions_dropped = 0;  // the promotion queue was full
   };
   WriteBackStats write_back_stats() const;
   bool Contains(const ChunkKey& key) const;
@@ -74,24 +82,19 @@ class TierManager {
   const std::vector<std::unique_ptr<Entry>>& tiers() const { return tiers_; }
 
  private:
-  struct WriteBackJob {
-    ChunkKey key;
-    std::shared_ptr<std::vector<std::byte>> bytes;
-  };
+  using SharedBytes = std::shared_ptr<const std::span<const std::byte>>;
   Entry* Find(TierKind kind) const;
   void WriteToSlowerTiers(const ChunkKey& key, std::span<const std::byte> bytes);
-  void RunWriteBack();
+  void Count(uint64_t WriteBackStats::*counter);
 
   const Options options_;
   std::vector<std::unique_ptr<Entry>> tiers_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<WriteBackJob> queue_;
-  bool writing_back_ = false;  // the thread holds a job outside the queue
-  bool stopping_ = false;
   WriteBackStats stats_;
-  std::thread write_back_thread_;
+  // Declared last: their threads stop, and their queued jobs let go of chunks, before the tiers go away.
+  BoundedWorker write_back_;
+  BoundedWorker promotion_;
 };
 
 }  // namespace cake

@@ -211,3 +211,45 @@ TEST_CASE("a full disk tier evicts the oldest chunks and never corrupts", "[disk
   REQUIRE(old_lookup.ok());
   CHECK(old_lookup->cached_chunks == 0);
 }
+
+TEST_CASE("loads from disk are promoted into DRAM unless they would churn it", "[disk][promotion]") {
+  // A 1 MiB DRAM tier and 64 KiB chunks: loads of up to 8 chunks (half the tier) from disk are promoted.
+  TempDir root;
+  auto daemon = StartDaemon({"--disk-root", root.path, "--dram-capacity-mib", "1"});
+  auto client = Connect(daemon);
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  const auto tokens = Tokens(64 * 12);
+  StorePrompt(*client, ns, tokens, 43, 12, chunk_bytes);
+  REQUIRE(Eventually([&] { return Counter(*client, "tier_disk_chunks") == 12; }));
+  REQUIRE(client->Evict("dram").ok());
+  auto region = client->RegisterRegion(12 * chunk_bytes);
+  REQUIRE(region.ok());
+  auto tiers_of = [&](size_t chunks) {
+    auto lookup = client->Lookup(ns, {std::vector<uint32_t>(tokens.begin(), tokens.begin() + chunks * 64), {}});
+    REQUIRE(lookup.ok());
+    return lookup->tiers;
+  };
+
+  // 12 chunks, 768 KiB: more than half the tier. Loaded, verified, and left on disk.
+  LoadOptions all{ns, {tokens, {}}, &*region};
+  all.io_only = true;
+  auto result = RunCakeLoad(*client, all, 43, [](uint32_t) {});
+  CHECK(result.done.loaded_chunks == 12);
+  for (uint32_t c = 0; c < 12; ++c) CHECK(ChunkMatches(region->data() + c * chunk_bytes, chunk_bytes, 43, c));
+  CHECK(Counter(*client, "loads_not_promoted") == 1);
+  CHECK(Counter(*client, "promotions") == 0);
+  for (TierKind t : tiers_of(12)) CHECK(t == TierKind::kDisk);
+
+  // The first 6 chunks, 384 KiB: promoted by the promotion thread once the reads are reported.
+  const std::vector<uint32_t> first_six(tokens.begin(), tokens.begin() + 6 * 64);  // the options only point at it
+  LoadOptions some{ns, {first_six, {}}, &*region};
+  some.io_only = true;
+  std::memset(region->data(), 0, region->size());
+  result = RunCakeLoad(*client, some, 43, [](uint32_t) {});
+  CHECK(result.done.loaded_chunks == 6);
+  for (uint32_t c = 0; c < 6; ++c) CHECK(ChunkMatches(region->data() + c * chunk_bytes, chunk_bytes, 43, c));
+  CHECK(Eventually([&] { return Counter(*client, "promotions") == 6; }));
+  for (TierKind t : tiers_of(6)) CHECK(t == TierKind::kDram);
+  CHECK(Counter(*client, "promotions_dropped") == 0);
+}

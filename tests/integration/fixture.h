@@ -129,4 +129,36 @@ inline std::string WriteFile(const std::string& dir, const std::string& name, co
   return path;
 }
 
+struct Loaded {
+  LoadPlan plan;
+  LoadDone done;
+};
+
+// Runs a whole load with an engine that computes chunk i in compute(i) and stops as soon as its next chunk is
+// resident; checks every loaded chunk's bytes.
+template <typename ComputeFn>
+Loaded RunCakeLoad(Client& client, const LoadOptions& options, uint32_t seed, ComputeFn compute) {
+  auto session = client.StartLoad(options);
+  REQUIRE(session.ok());
+  auto plan = (*session)->WaitPlan();
+  REQUIRE(plan.ok());
+  for (uint32_t c = 0; c < plan->cached_chunks; ++c) {
+    if ((*session)->IsResident(c)) break;
+    compute(c);
+    REQUIRE((*session)->ReportProgress(c + 1).ok());
+  }
+  auto done = (*session)->WaitDone();
+  REQUIRE(done.ok());
+  for (uint32_t c = done->meeting_chunk; c < plan->cached_chunks; ++c) {
+    REQUIRE((*session)->IsResident(c));
+    const std::byte* bytes = options.region != nullptr
+                                 ? options.region->data() + (*session)->RegionOffset(c)
+                                 : reinterpret_cast<const std::byte*>((*session)->InlineChunk(c).data());
+    INFO("chunk " << c);
+    REQUIRE(ChunkMatches(bytes, plan->chunk_bytes, seed, c));
+  }
+  REQUIRE((*session)->Release().ok());
+  return {*plan, *done};
+}
+
 }  // namespace cake::testing

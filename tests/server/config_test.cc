@@ -100,6 +100,8 @@ max_concurrent_loads = 8
 [dram]
 capacity_bytes = 1073741824
 read_gbps = 12.5
+prefault = true
+promotion_queue_bytes = 1048576
 
 [loader]
 window = 8
@@ -117,6 +119,8 @@ secret = "s3cret"
   CHECK(c->max_concurrent_loads == 8);
   CHECK(c->dram_capacity_bytes == uint64_t{1} << 30);
   CHECK(c->dram_read_gbps == 12.5);
+  CHECK(c->dram_prefault);
+  CHECK(c->dram_promotion_queue_bytes == 1 << 20);
   CHECK(c->load_window == 8);
   CHECK(c->io_threads == 2);
   CHECK(c->key_secret == "s3cret");
@@ -190,6 +194,16 @@ TEST_CASE("config: ValidateConfig checks rules across fields", "[config]") {
       c.log_level = level;
       CHECK(ValidateConfig(c).ok());
     }
+  }
+  SECTION("zeros that flags can set and the file cannot") {
+    c.dram_capacity_bytes = 0;
+    CHECK_THAT(std::string(ValidateConfig(c).message()), Catch::Contains("--dram-capacity-mib"));
+    c = DefaultConfig();
+    c.io_threads = 0;
+    CHECK_THAT(std::string(ValidateConfig(c).message()), Catch::Contains("--io-threads"));
+    c = DefaultConfig();
+    c.load_window = 0;
+    CHECK(ValidateConfig(c).code() == absl::StatusCode::kInvalidArgument);
   }
   SECTION("default chunk larger than the maximum") {
     c.default_chunk_tokens = c.max_chunk_tokens + 1;

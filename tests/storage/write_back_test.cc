@@ -10,6 +10,7 @@
 
 using namespace cake;
 using namespace cake::testing;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -116,4 +117,61 @@ TEST_CASE("a manager destroyed with write-backs queued does not wait for them", 
   }
   // Only the write-back already under way is finished.
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(4500));
+}
+
+TEST_CASE("write-back holds the DRAM tier's own bytes: evictions meanwhile lose nothing", "[storage][write-back]") {
+  // 100 ms per write-back and a 4-chunk DRAM tier: chunks 0 and 1 are queued (half the tier may be lent), the
+  // later writes evict them from DRAM before their write-back runs.
+  TwoTiers t({}, 4 * kChunk, std::chrono::milliseconds(100));
+  for (uint32_t i = 0; i < 8; ++i) REQUIRE(t.manager.Write(TestKey(i), TestValue(i, kChunk)).ok());
+  CHECK(t.manager.write_back_stats().inline_writes >= 1);
+  CHECK(t.manager.FlushWriteBack(std::chrono::seconds(10)) == 0);
+  std::vector<std::byte> out(kChunk);
+  for (uint32_t i = 0; i < 8; ++i) {
+    REQUIRE(t.slow->Read(TestKey(i), out).ok());
+    CHECK(out == TestValue(i, kChunk));
+  }
+  CHECK(t.fast_tier->Usage().chunks == 4);
+  for (uint32_t i = 4; i < 8; ++i) {
+    REQUIRE(t.fast_tier->Read(TestKey(i), out).ok());
+    CHECK(out == TestValue(i, kChunk));
+  }
+  CHECK(t.manager.write_back_stats().written == 8);
+}
+
+TEST_CASE("PromoteLater copies on the promotion thread and then calls done", "[storage][write-back]") {
+  TwoTiers t;
+  const auto value = TestValue(5, kChunk);
+  std::atomic<int> done{0};
+  REQUIRE(t.manager.PromoteLater(TestKey(5), value, [&] { ++done; }));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (done == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  CHECK(done == 1);
+  std::vector<std::byte> out(kChunk);
+  REQUIRE(t.fast_tier->Read(TestKey(5), out).ok());
+  CHECK(out == value);
+  CHECK(t.manager.write_back_stats().promotions == 1);
+  // Already in the fastest tier: nothing to do, and done is not called.
+  CHECK(!t.manager.PromoteLater(TestKey(5), value, [&] { ++done; }));
+  CHECK(done == 1);
+}
+
+TEST_CASE("a full promotion queue drops promotions and counts them", "[storage][write-back]") {
+  // The fastest tier takes a second per write and the queue holds one chunk: while the first promotion runs,
+  // the next ones are dropped, not waited for.
+  TierManager manager(TierManager::Options{uint64_t{1} << 30, kChunk});
+  auto fast = std::make_unique<SlowWriteTier>(std::make_unique<DramTier>(16 * kChunk), 1000ms);
+  Tier* fast_tier = fast.get();
+  manager.AddTier(TierKind::kDram, std::move(fast));
+  manager.AddTier(TierKind::kDisk, std::make_unique<DramTier>(16 * kChunk));
+  std::vector<std::vector<std::byte>> values;
+  for (uint32_t i = 0; i < 4; ++i) values.push_back(TestValue(i, kChunk));
+  std::atomic<int> done{0};
+  int queued = 0;
+  for (uint32_t i = 0; i < 4; ++i) queued += manager.PromoteLater(TestKey(i), values[i], [&] { ++done; }) ? 1 : 0;
+  CHECK(queued == 1);
+  CHECK(manager.write_back_stats().promotions_dropped == 3);
+  while (done < queued) std::this_thread::sleep_for(1ms);
+  CHECK(fast_tier->Contains(TestKey(0)));
+  CHECK(!fast_tier->Contains(TestKey(3)));
 }
