@@ -154,6 +154,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   disk.Unsigned("queue_depth", &c.disk_queue_depth, 1, 4096);
   disk.String("io_backend", &c.disk_io_backend);
   disk.Bool("allow_buffered", &c.disk_allow_buffered);
+  disk.Unsigned("recovery_threads", &c.disk_recovery_threads, 1, 1024);
   disk.Double("read_gbps", &c.disk_read_gbps, 0, 1e6);
   TableReader writeback(root, "writeback");
   writeback.Unsigned("queue_bytes", &c.write_back_queue_bytes, 0, uint64_t{1} << 44);

@@ -36,6 +36,7 @@ struct DaemonConfig {
   std::string disk_io_backend = "auto";  // auto (io_uring, else pread, logged), uring, pread
   bool disk_allow_buffered = false;      // accept a filesystem without O_DIRECT (page cache in the way)
   double disk_read_gbps = 0;             // 0: not throttled
+  uint32_t disk_recovery_threads = 16;   // header reads in flight while the index is rebuilt at start-up
   // [writeback]
   uint64_t write_back_queue_bytes = uint64_t{1} << 30;
   // [loader]

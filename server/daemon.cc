@@ -108,6 +108,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
                       : config.disk_io_backend == "pread" ? IoBackend::kPread
                                                           : IoBackend::kAuto;
     disk.allow_buffered = config.disk_allow_buffered;
+    disk.recovery_threads = config.disk_recovery_threads;
     auto tier = DiskTier::Open(disk);
     if (!tier.ok()) return tier.status();
     std::unique_ptr<Tier> disk_tier = std::move(*tier);

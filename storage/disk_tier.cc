@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <optional>
 #include <random>
+#include <thread>
 #include <tuple>
 
 #include "absl/cleanup/cleanup.h"
@@ -185,7 +187,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const Options& options)
   }
 
   std::unique_ptr<DiskTier> tier(new DiskTier(options, backend, direct_io, std::move(first_engine)));
-  CAKE_RETURN_IF_ERROR(tier->Recover());
+  CAKE_RETURN_IF_ERROR(tier->Recover(options.recovery_threads));
   const RecoveryStats& r = tier->recovery_;
   spdlog::info(
       "disk tier at {}: {} backend, queue depth {}, {}; recovered {} chunks ({} bytes) in {:.1f} ms; removed {} "
@@ -210,64 +212,68 @@ DiskTier::~DiskTier() = default;
 
 int DiskTier::OpenFlags(int access) const { return access | O_CLOEXEC | (direct_io_ ? O_DIRECT : 0); }
 
-absl::Status DiskTier::Recover() {
+absl::Status DiskTier::Recover(uint32_t threads) {
   const auto start = std::chrono::steady_clock::now();
   const fs::path layout = root_ / std::string(kChunkLayoutFolder);
+  struct Candidate {
+    fs::path path;
+    ChunkKey key;
+  };
   struct Found {
     ChunkKey key;
     uint64_t bytes;
     timespec mtime;
   };
-  std::vector<Found> found;
-  AlignedBuffer header(kChunkHeaderBytes);
-  if (!header.ok()) return absl::ResourceExhaustedError("out of memory for a 4 KiB header buffer");
 
   auto remove_file = [](const fs::path& path, const char* why) {
     spdlog::warn("disk tier: removing {}: {}", path.string(), why);
     ::unlink(path.c_str());
   };
-  // Validates one "<key>.chunk" file; returns its entry, or nothing after dealing with it.
-  auto inspect = [&](const fs::path& path, const ChunkKey& named) -> std::optional<Found> {
-    UniqueFd fd(::open(path.c_str(), OpenFlags(O_RDONLY)));
+  // Validates one "<key>.chunk" file; returns its entry, or nothing after dealing with it. Runs on many threads:
+  // each brings its own header buffer and counters.
+  auto inspect = [&](const Candidate& c, AlignedBuffer& header, RecoveryStats& stats) -> std::optional<Found> {
+    UniqueFd fd(::open(c.path.c_str(), OpenFlags(O_RDONLY)));
     struct stat st {};
     if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
-      spdlog::warn("disk tier: cannot open {}: {}; left in place, not indexed", path.string(), std::strerror(errno));
+      spdlog::warn("disk tier: cannot open {}: {}; left in place, not indexed", c.path.string(), std::strerror(errno));
       return std::nullopt;
     }
     if (static_cast<uint64_t>(st.st_size) < kChunkHeaderBytes) {
-      remove_file(path, "shorter than a chunk header");
-      ++recovery_.corrupt_files_removed;
+      remove_file(c.path, "shorter than a chunk header");
+      ++stats.corrupt_files_removed;
       return std::nullopt;
     }
     const ssize_t n = ::pread(fd.get(), header.data(), kChunkHeaderBytes, 0);
     if (n != static_cast<ssize_t>(kChunkHeaderBytes)) {
-      spdlog::warn("disk tier: cannot read the header of {}: {}; left in place, not indexed", path.string(),
+      spdlog::warn("disk tier: cannot read the header of {}: {}; left in place, not indexed", c.path.string(),
                    n < 0 ? std::strerror(errno) : "short read");
       return std::nullopt;
     }
     absl::StatusOr<ChunkHeader> parsed = ParseChunkHeader(header.span());
     if (parsed.status().code() == absl::StatusCode::kFailedPrecondition) {
       // Another (newer) daemon may share this folder: its files are not ours to delete.
-      spdlog::warn("disk tier: skipping {}: {}", path.string(), std::string(parsed.status().message()));
-      ++recovery_.newer_version_files_skipped;
+      spdlog::warn("disk tier: skipping {}: {}", c.path.string(), std::string(parsed.status().message()));
+      ++stats.newer_version_files_skipped;
       return std::nullopt;
     }
     const char* problem = nullptr;
     if (!parsed.ok()) {
       problem = "bad header (magic, size or checksum)";
-    } else if (!(parsed->key == named)) {
+    } else if (!(parsed->key == c.key)) {
       problem = "the header names another key";
     } else if (static_cast<uint64_t>(st.st_size) != ChunkFileBytes(parsed->payload_length)) {
       problem = "the file size does not match the payload length (truncated or extended)";
     }
     if (problem != nullptr) {
-      remove_file(path, problem);
-      ++recovery_.corrupt_files_removed;
+      remove_file(c.path, problem);
+      ++stats.corrupt_files_removed;
       return std::nullopt;
     }
-    return Found{named, parsed->payload_length, st.st_mtim};
+    return Found{c.key, parsed->payload_length, st.st_mtim};
   };
 
+  // First the names (one thread: listing is cheap), then the headers (many threads: each is a device read).
+  std::vector<Candidate> candidates;
   std::error_code ec;
   for (fs::directory_iterator top(layout, ec), end; !ec && top != end; top.increment(ec)) {
     const std::string top_name = top->path().filename().string();
@@ -299,7 +305,7 @@ absl::Status DiskTier::Recover() {
         ++recovery_.corrupt_files_removed;
         continue;
       }
-      if (std::optional<Found> f = inspect(path, *named)) found.push_back(*f);
+      candidates.push_back(Candidate{path, *named});
     }
     if (sub_ec) {
       return absl::FailedPreconditionError(
@@ -308,6 +314,40 @@ absl::Status DiskTier::Recover() {
   }
   if (ec)
     return absl::FailedPreconditionError(absl::StrCat("disk tier: cannot list ", layout.string(), ": ", ec.message()));
+
+  constexpr size_t kBatch = 64;  // candidates a thread claims at a time
+  const size_t workers = std::clamp<size_t>(threads, 1, (candidates.size() + kBatch - 1) / kBatch);
+  std::vector<std::optional<Found>> inspected(candidates.size());
+  std::vector<RecoveryStats> worker_stats(workers);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> out_of_memory{false};
+  auto work = [&](size_t w) {
+    AlignedBuffer header(kChunkHeaderBytes);
+    if (!header.ok()) {
+      out_of_memory = true;
+      return;
+    }
+    for (size_t begin; (begin = next.fetch_add(kBatch)) < candidates.size();) {
+      for (size_t i = begin; i < std::min(begin + kBatch, candidates.size()); ++i) {
+        inspected[i] = inspect(candidates[i], header, worker_stats[w]);
+      }
+    }
+  };
+  {
+    std::vector<std::jthread> pool;
+    for (size_t w = 1; w < workers; ++w) pool.emplace_back(work, w);
+    work(0);
+  }
+  if (out_of_memory) return absl::ResourceExhaustedError("out of memory for 4 KiB header buffers");
+  for (const RecoveryStats& w : worker_stats) {
+    recovery_.corrupt_files_removed += w.corrupt_files_removed;
+    recovery_.newer_version_files_skipped += w.newer_version_files_skipped;
+  }
+  std::vector<Found> found;
+  found.reserve(candidates.size());
+  for (std::optional<Found>& f : inspected) {
+    if (f) found.push_back(*f);
+  }
 
   // Modification time is the best record of use that survives a restart: oldest first, so the newest chunk
   // ends up at the front of the LRU list.

@@ -47,6 +47,9 @@ class DiskTier final : public Tier {
     // Makes the read engines (empty: MakeIoEngine). Tests pass one that wraps engines in fault injectors or
     // makes io_uring fail.
     IoEngineFactory engine_factory;
+    // Threads that read chunk headers at start-up: each header is one small read, so many in flight are what
+    // makes a rebuild of 100,000 files take seconds rather than tens of seconds.
+    uint32_t recovery_threads = 16;
   };
 
   // Creates the root if needed, checks that it is writable and supports O_DIRECT, picks the I/O backend and
@@ -89,7 +92,7 @@ class DiskTier final : public Tier {
 
   DiskTier(const Options& options, IoBackend backend, bool direct_io, std::unique_ptr<IoEngine> first_engine);
 
-  absl::Status Recover();
+  absl::Status Recover(uint32_t threads);
   absl::Status ReadFile(const ChunkKey& key, std::span<std::byte> dst);
   absl::Status WriteTempFile(const std::filesystem::path& temp, const ChunkKey& key, std::span<const std::byte> src);
   absl::StatusOr<Reader> AcquireReader();

@@ -322,6 +322,36 @@ TEST_CASE("disk tier Open drops truncated and garbage files and counts them", "[
   CHECK(out == TestValue(3, 30000));
 }
 
+TEST_CASE("disk tier Open reads headers on many threads and counts every outcome once", "[disk]") {
+  // 600 files, so several threads claim batches of them; every 50th is damaged.
+  TempDir dir;
+  constexpr uint32_t kFiles = 600;
+  {
+    auto tier = MustOpen(OptionsFor(dir.path()));
+    for (uint32_t i = 0; i < kFiles; ++i) REQUIRE(tier->Write(TestKey(i), TestValue(i, 1000 + i)).ok());
+  }
+  uint64_t expected_bytes = 0;
+  for (uint32_t i = 0; i < kFiles; ++i) {
+    if (i % 50 == 0) {
+      fs::resize_file(ChunkPath(dir.path(), TestKey(i)), 100);
+    } else {
+      expected_bytes += 1000 + i;
+    }
+  }
+  for (uint32_t threads : {16u, 4u, 1u}) {
+    INFO(threads << " threads");
+    DiskTier::Options options = OptionsFor(dir.path());
+    options.recovery_threads = threads;
+    auto tier = MustOpen(options);
+    CHECK(tier->recovery().corrupt_files_removed == (threads == 16 ? kFiles / 50 : 0));
+    CHECK(tier->recovery().chunks_recovered == kFiles - kFiles / 50);
+    CHECK(tier->Usage().used_bytes == expected_bytes);
+    std::vector<std::byte> out(1000 + 123);
+    REQUIRE(tier->Read(TestKey(123), out).ok());
+    CHECK(out == TestValue(123, 1000 + 123));
+  }
+}
+
 TEST_CASE("disk tier Open skips (and keeps) a newer format version's file", "[disk]") {
   TempDir dir;
   {
