@@ -291,6 +291,9 @@ std::string JoinRuns(const std::vector<double>& values) {
 struct ColdLoad {
   double seconds = 0;
   std::string disk_line;
+  uint64_t promotions = 0;          // chunks the load's daemon copied into DRAM
+  uint64_t promotions_dropped = 0;  // skipped because the promotion queue was full
+  bool not_promoted = false;        // the load was larger than half the DRAM tier
 };
 
 // A fresh daemon on the stored root (so its DRAM tier is empty), a region, a dropped page cache, then one timed
@@ -341,6 +344,13 @@ absl::StatusOr<ColdLoad> TimedColdLoad(const Prefix& p, const std::vector<std::s
     if (absl::Status s = CheckChunkPattern({region->data() + offset, p.chunk_bytes}, c); !s.ok()) return s;
   }
   if (absl::Status s = (*session)->Release(); !s.ok()) return s;
+  // The stream has ended, so every promotion this load queued is done.
+  auto stats = client.Stats();
+  if (!stats.ok()) return stats.status();
+  auto counter = [&](const char* name) { return stats->contains(name) ? stats->at(name) : uint64_t{0}; };
+  result.promotions = counter("promotions");
+  result.promotions_dropped = counter("promotions_dropped");
+  result.not_promoted = counter("loads_not_promoted") > 0;
   return result;
 }
 
@@ -352,10 +362,13 @@ using HostBuffer = std::unique_ptr<std::byte, FreeDeleter>;
 // The disk tier alone, in this process, with no daemon: `threads` threads each read whole chunks (chunk t,
 // t + threads, ...) through DiskTier::Read into a touched, page-aligned buffer, after a dropped page cache.
 // Every byte is checked. Against the daemon's load, this separates the disk tier's own cost from the daemon's.
-// With `promote_dram_bytes`, each read is followed by what a daemon load does after it: TierManager::Promote
-// into a DRAM tier of that size, on the same thread.
+// With `promote_dram_bytes`, each read is followed by what a daemon load does after it: TierManager::PromoteLater
+// into a DRAM tier of that size (on the promotion thread; the time stops when the reads are done, as the
+// daemon's LoadDone does not wait for promotions), unless the prefix is larger than half that tier, which the
+// daemon does not promote either.
 absl::StatusOr<double> TimedInProcessRead(const Prefix& p, const fs::path& root, uint32_t threads,
-                                          uint64_t promote_dram_bytes, std::byte* buffer, bool* cache_dropped) {
+                                          uint64_t promote_dram_bytes, std::byte* buffer, bool* cache_dropped,
+                                          uint64_t* promoted = nullptr) {
   DiskTier::Options o;
   o.root = root;
   o.capacity_bytes = 2 * p.bytes;
@@ -373,6 +386,8 @@ absl::StatusOr<double> TimedInProcessRead(const Prefix& p, const fs::path& root,
   // again (see "The machine"), which made this figure lower than the daemon's own loads.
   std::memset(buffer, 0, p.bytes);
 
+  const bool promote = promote_dram_bytes > 0 && p.bytes <= promote_dram_bytes / 2;
+  std::atomic<uint64_t> promotions_pending{0};
   std::mutex error_mu;
   absl::Status error;
   const Clock::time_point start = Clock::now();
@@ -382,7 +397,10 @@ absl::StatusOr<double> TimedInProcessRead(const Prefix& p, const fs::path& root,
       for (uint32_t c = t; c < p.chunks; c += threads) {
         const std::span<std::byte> dst(buffer + uint64_t{c} * p.chunk_bytes, p.chunk_bytes);
         absl::Status s = tiers.Read(TierKind::kDisk, keys[c], dst);
-        if (s.ok() && promote_dram_bytes > 0) tiers.Promote(keys[c], dst);
+        if (s.ok() && promote) {
+          ++promotions_pending;
+          if (!tiers.PromoteLater(keys[c], dst, [&] { --promotions_pending; })) --promotions_pending;
+        }
         if (!s.ok()) {
           std::lock_guard lock(error_mu);
           if (error.ok()) error = s;
@@ -393,6 +411,8 @@ absl::StatusOr<double> TimedInProcessRead(const Prefix& p, const fs::path& root,
   }
   for (std::thread& r : readers) r.join();
   const double seconds = SecondsSince(start);
+  while (promotions_pending > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (promoted != nullptr) *promoted = tiers.write_back_stats().promotions;
   if (!error.ok()) return error;
   for (uint32_t c = 0; c < p.chunks; ++c) {
     if (absl::Status s = CheckChunkPattern({buffer + uint64_t{c} * p.chunk_bytes, p.chunk_bytes}, c); !s.ok()) {
@@ -424,9 +444,9 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
   if (options.io_threads > 0) base_args = Concat(base_args, {"--io-threads", absl::StrCat(options.io_threads)});
   if (options.daemon_window > 0) base_args = Concat(base_args, {"--window", absl::StrCat(options.daemon_window)});
   if (!options.caked_config.empty()) base_args = Concat(base_args, {"--config", options.caked_config});
-  // The storing daemon's DRAM tier of two chunks cannot hold the prefix, yet takes each stored chunk (the
-  // write-back queue keeps its own copy until the chunk is on disk). The loading daemons' DRAM tier is what
-  // each chunk read from disk is promoted into; one smaller than a chunk refuses every promotion up front.
+  // The storing daemon's DRAM tier of two chunks cannot hold the prefix, yet takes each stored chunk (write-back
+  // holds at most half the tier; beyond that, Store writes to disk itself). The loading daemons' DRAM tier is
+  // what each chunk read from disk is promoted into, unless the prefix is larger than half of it.
   const std::vector<std::string> store_args =
       Concat(base_args, {"--dram-capacity-mib", absl::StrCat(2 * (p.chunk_bytes >> 20))});
   const uint64_t dram_mib = options.load_dram_mib;
@@ -450,6 +470,8 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
   // The three alternate run by run, so a noisy spell of the shared disk hits each of them alike.
   bool cache_dropped = true;
   std::vector<double> tier_gbps, pread_gbps, fio_gbps, alone_gbps, promote_gbps;
+  std::vector<double> promoted_chunks, dropped_promotions, inprocess_promoted;
+  bool load_not_promoted = false;
   std::string uring_line, pread_line;
   // One buffer for every in-process read, so later runs pay no first-touch page faults (slow on this VM).
   HostBuffer host(static_cast<std::byte*>(std::aligned_alloc(4096, p.bytes)));
@@ -459,6 +481,9 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
     if (!uring.ok()) return uring.status();
     uring_line = uring->disk_line;
     tier_gbps.push_back(GigabytesPerSecond(p.bytes, uring->seconds));
+    promoted_chunks.push_back(static_cast<double>(uring->promotions));
+    dropped_promotions.push_back(static_cast<double>(uring->promotions_dropped));
+    load_not_promoted = uring->not_promoted;
     auto pread = TimedColdLoad(p, Concat(base_args, {"--disk-io-backend", "pread"}), options.window, &cache_dropped);
     if (!pread.ok()) return pread.status();
     pread_line = pread->disk_line;
@@ -467,9 +492,11 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
     auto alone = TimedInProcessRead(p, *root, options.inprocess_threads, 0, host.get(), &cache_dropped);
     if (!alone.ok()) return alone.status();
     alone_gbps.push_back(GigabytesPerSecond(p.bytes, *alone));
-    auto promoting =
-        TimedInProcessRead(p, *root, options.inprocess_threads, dram_mib * kMiB, host.get(), &cache_dropped);
+    uint64_t promoted_in_process = 0;
+    auto promoting = TimedInProcessRead(p, *root, options.inprocess_threads, dram_mib * kMiB, host.get(),
+                                        &cache_dropped, &promoted_in_process);
     if (!promoting.ok()) return promoting.status();
+    inprocess_promoted.push_back(static_cast<double>(promoted_in_process));
     promote_gbps.push_back(GigabytesPerSecond(p.bytes, *promoting));
     cache_dropped = DropPageCache() && cache_dropped;
     auto fio = RunFio(*fio_file, "read", p.bytes >> 20);
@@ -477,8 +504,9 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
     fio_gbps.push_back(*fio / 1e9);
     std::printf(
         "  run %u: tier (io_uring) %.3f GB/s, pread %.3f GB/s, in process %.3f GB/s (%.3f with promotion), "
-        "fio read %.3f GB/s\n",
-        run + 1, tier_gbps.back(), pread_gbps.back(), alone_gbps.back(), promote_gbps.back(), fio_gbps.back());
+        "fio read %.3f GB/s; the io_uring load promoted %.0f chunks (%.0f dropped)\n",
+        run + 1, tier_gbps.back(), pread_gbps.back(), alone_gbps.back(), promote_gbps.back(), fio_gbps.back(),
+        promoted_chunks.back(), dropped_promotions.back());
     std::fflush(stdout);
   }
 
@@ -504,6 +532,10 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
               absl::StrCat("  same, each read then promoted (", dram_mib, " MiB DRAM)").c_str(), Median(promote_gbps),
               JoinRuns(promote_gbps).c_str());
   std::printf("  %-48s %10.3f   %s\n", "fio read, bs 1M, iodepth 32, io_uring", fio, JoinRuns(fio_gbps).c_str());
+  std::printf("  promotions into DRAM per io_uring load: %s (dropped: %s; in process: %s)%s\n",
+              JoinRuns(promoted_chunks).c_str(), JoinRuns(dropped_promotions).c_str(),
+              JoinRuns(inprocess_promoted).c_str(),
+              load_not_promoted ? "; the prefix is larger than half the DRAM tier, so loads do not promote it" : "");
   std::printf("  every load verified byte for byte\n");
   std::printf("  tier / fio = %.0f%% (goal: at least 90%%) -> %s\n", 100 * ratio, ratio >= 0.9 ? "met" : "MISSED");
 
@@ -520,6 +552,8 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
     report.Set(absl::StrCat("fio_gbps_", i + 1), fio_gbps[i]);
     report.Set(absl::StrCat("disk_tier_inprocess_gbps_", i + 1), alone_gbps[i]);
     report.Set(absl::StrCat("disk_tier_promote_inprocess_gbps_", i + 1), promote_gbps[i]);
+    report.Set(absl::StrCat("promotions_", i + 1), promoted_chunks[i]);
+    report.Set(absl::StrCat("promotions_dropped_", i + 1), dropped_promotions[i]);
   }
   report.Set("disk_tier_inprocess_gbps", Median(alone_gbps));
   report.Set("disk_tier_promote_inprocess_gbps", Median(promote_gbps));
@@ -530,6 +564,7 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
   report.Set("chunk_bytes", static_cast<double>(p.chunk_bytes));
   report.Set("window", options.window);
   report.Set("load_dram_mib", static_cast<double>(dram_mib));
+  report.Set("load_not_promoted", load_not_promoted ? 1.0 : 0.0);
   report.Set("runs", options.runs);
   report.Set("page_cache_dropped", cache_dropped ? 1.0 : 0.0);
   return report.WriteTo(options.json_path);

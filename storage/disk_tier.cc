@@ -542,22 +542,41 @@ absl::Status DiskTier::WriteTempFile(const fs::path& temp, const ChunkKey& key, 
   absl::Cleanup remove_temp = [&] { ::unlink(temp.c_str()); };
 
   const uint64_t file_bytes = ChunkFileBytes(src.size());
-  AlignedBuffer staging(std::min<uint64_t>(file_bytes, kWriteStagingBytes));
-  if (!staging.ok()) return absl::ResourceExhaustedError("out of memory for the disk tier's write buffer");
-  EncodeChunkHeader(ChunkHeader{key, src.size(), PayloadChecksum(src)}, staging.span().first(kChunkHeaderBytes));
-  size_t filled = kChunkHeaderBytes;
-  size_t copied = 0;
-  uint64_t written = 0;
-  while (written < file_bytes) {
-    const size_t room = std::min<uint64_t>(staging.size(), file_bytes - written);
-    const size_t take = std::min(room - filled, src.size() - copied);
-    if (take > 0) std::memcpy(staging.data() + filled, src.data() + copied, take);
-    copied += take;
-    filled += take;
-    std::memset(staging.data() + filled, 0, room - filled);  // padding up to the block, only at the very end
-    CAKE_RETURN_IF_ERROR(WriteFull(fd.get(), written, staging.span().first(room), temp));
-    written += room;
-    filled = 0;
+  const uint64_t checksum = PayloadChecksum(src);
+  const bool aligned_source = reinterpret_cast<uintptr_t>(src.data()) % kDirectIoAlignment == 0;
+  if (aligned_source && src.size() >= kWriteStagingBytes) {
+    // Large page-aligned sources (the DRAM tier's extents, lent to the write-back) go to disk straight from
+    // where they are, in one write the kernel splits into many requests in flight; only the header and the
+    // last partial block are staged.
+    AlignedBuffer block(kChunkHeaderBytes);
+    if (!block.ok()) return absl::ResourceExhaustedError("out of memory for a 4 KiB header buffer");
+    EncodeChunkHeader(ChunkHeader{key, src.size(), checksum}, block.span());
+    CAKE_RETURN_IF_ERROR(WriteFull(fd.get(), 0, block.span(), temp));
+    const uint64_t bulk = src.size() / kDirectIoAlignment * kDirectIoAlignment;
+    CAKE_RETURN_IF_ERROR(WriteFull(fd.get(), kChunkHeaderBytes, src.first(bulk), temp));
+    if (const uint64_t tail = src.size() - bulk; tail > 0) {
+      std::memcpy(block.data(), src.data() + bulk, tail);
+      std::memset(block.data() + tail, 0, kDirectIoAlignment - tail);
+      CAKE_RETURN_IF_ERROR(WriteFull(fd.get(), kChunkHeaderBytes + bulk, block.span(), temp));
+    }
+  } else {
+    AlignedBuffer staging(std::min<uint64_t>(file_bytes, kWriteStagingBytes));
+    if (!staging.ok()) return absl::ResourceExhaustedError("out of memory for the disk tier's write buffer");
+    EncodeChunkHeader(ChunkHeader{key, src.size(), checksum}, staging.span().first(kChunkHeaderBytes));
+    size_t filled = kChunkHeaderBytes;
+    size_t copied = 0;
+    uint64_t written = 0;
+    while (written < file_bytes) {
+      const size_t room = std::min<uint64_t>(staging.size(), file_bytes - written);
+      const size_t take = std::min(room - filled, src.size() - copied);
+      if (take > 0) std::memcpy(staging.data() + filled, src.data() + copied, take);
+      copied += take;
+      filled += take;
+      std::memset(staging.data() + filled, 0, room - filled);  // padding up to the block, only at the very end
+      CAKE_RETURN_IF_ERROR(WriteFull(fd.get(), written, staging.span().first(room), temp));
+      written += room;
+      filled = 0;
+    }
   }
   // fdatasync covers the size too (needed to read the data back); the name is made durable by SyncFolder.
   if (::fdatasync(fd.get()) != 0) return ErrnoStatus(errno, "syncing", temp);
