@@ -33,9 +33,10 @@ struct DaemonTarget {
 absl::StatusOr<DaemonTarget> OpenDaemon(const std::string& socket_path, const std::vector<std::string>& spawn_args);
 
 // Polls the daemon's counter `name` (cakectl stats) until it reaches `at_least`, e.g. tier_disk_chunks while the
-// write-back runs. DEADLINE_EXCEEDED after `timeout`.
+// write-back runs. DEADLINE_EXCEEDED when the counter stays unchanged for `stall_timeout` (a slow disk that
+// keeps moving is waited for).
 absl::Status WaitForCounter(Client& client, const std::string& name, uint64_t at_least,
-                            std::chrono::milliseconds timeout);
+                            std::chrono::milliseconds stall_timeout);
 
 double SecondsSince(Clock::time_point start);
 double MicrosecondsSince(Clock::time_point start);

@@ -40,7 +40,7 @@ namespace fs = std::filesystem;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 // The write-back of a large prefix takes a while on a slow disk; no progress for this long means it is stuck
 // (a refused write is counted by the daemon, not reported, so a stall is how it shows here).
-constexpr double kWriteBackStallSeconds = 60;
+constexpr std::chrono::seconds kWriteBackStall{60};
 
 // ---- fio and the page cache ----
 
@@ -226,27 +226,6 @@ absl::StatusOr<Prefix> MakePrefix(uint64_t mib, uint32_t seed) {
 uint64_t Counter(const std::map<std::string, uint64_t>& stats, const std::string& name) {
   auto it = stats.find(name);
   return it == stats.end() ? 0 : it->second;
-}
-
-// Polls the daemon until its disk tier holds `want` chunks (write-back complete); fails when the count stops
-// moving for kWriteBackStallSeconds.
-absl::Status WaitForDiskChunks(Client& client, uint64_t want) {
-  uint64_t last = 0;
-  Clock::time_point last_change = Clock::now();
-  for (;;) {
-    auto stats = client.Stats();
-    if (!stats.ok()) return stats.status();
-    const uint64_t now = Counter(*stats, "tier_disk_chunks");
-    if (now >= want) return absl::OkStatus();
-    if (now != last) {
-      last = now;
-      last_change = Clock::now();
-    } else if (SecondsSince(last_change) > kWriteBackStallSeconds) {
-      return absl::DeadlineExceededError(absl::StrCat("write-back stalled at ", now, " of ", want,
-                                                      " chunks on disk for ", kWriteBackStallSeconds, " s"));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
 }
 
 // Fills a region with the prefix's pattern and stores every chunk; the region is the caller's to release.
@@ -461,7 +440,7 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
     absl::Cleanup release_region = [&] { target->client->ReleaseRegion(*region).IgnoreError(); };
     const Clock::time_point start = Clock::now();
     if (absl::Status s = StoreAll(*target->client, p, *region); !s.ok()) return s;
-    if (absl::Status s = WaitForDiskChunks(*target->client, p.chunks); !s.ok()) return s;
+    if (absl::Status s = WaitForCounter(*target->client, "tier_disk_chunks", p.chunks, kWriteBackStall); !s.ok()) return s;
     store_seconds = SecondsSince(start);
   }
   auto fio_write = RunFio(*fio_file, "write", p.bytes >> 20);
@@ -844,7 +823,7 @@ absl::Status RunStoreBench(const StoreBenchOptions& options) {
       const Clock::time_point start = Clock::now();
       if (absl::Status s = StoreAll(*target->client, p, *region); !s.ok()) return s;
       call_s.push_back(SecondsSince(start));
-      if (absl::Status s = WaitForDiskChunks(*target->client, p.chunks); !s.ok()) return s;
+      if (absl::Status s = WaitForCounter(*target->client, "tier_disk_chunks", p.chunks, kWriteBackStall); !s.ok()) return s;
       total_s.push_back(SecondsSince(start));
       store_gbps.push_back(GigabytesPerSecond(p.bytes, total_s.back()));
     }

@@ -18,7 +18,8 @@
 namespace cake {
 
 absl::StatusOr<SpawnedDaemon> SpawnedDaemon::Start(const std::string& caked_path,
-                                                   const std::vector<std::string>& extra_args) {
+                                                   const std::vector<std::string>& extra_args,
+                                                   std::chrono::seconds start_timeout) {
   if (access(caked_path.c_str(), X_OK) != 0)
     return absl::NotFoundError(absl::StrCat("no executable caked at ", caked_path));
   char tmpl[] = "/tmp/cake-run-XXXXXX";
@@ -51,7 +52,7 @@ absl::StatusOr<SpawnedDaemon> SpawnedDaemon::Start(const std::string& caked_path
     _exit(127);
   }
   d.pid_ = pid;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  const auto deadline = std::chrono::steady_clock::now() + start_timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
@@ -64,7 +65,8 @@ absl::StatusOr<SpawnedDaemon> SpawnedDaemon::Start(const std::string& caked_path
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return absl::DeadlineExceededError(absl::StrCat("caked did not answer within 20 s:\n", d.log()));
+  return absl::DeadlineExceededError(
+      absl::StrCat("caked did not answer within ", start_timeout.count(), " s:\n", d.log()));
 }
 
 SpawnedDaemon::SpawnedDaemon(SpawnedDaemon&& other) noexcept { *this = std::move(other); }

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -14,9 +15,12 @@ namespace cake {
 class SpawnedDaemon {
  public:
   // Runs `caked_path` with --run-dir <fresh temporary folder> plus extra_args (which may name another
-  // --socket), and waits until it answers Ping (up to 20 s). Its output goes to <run dir>/caked.log.
+  // --socket), and waits until it answers Ping (DEADLINE_EXCEEDED after `start_timeout`: a daemon that
+  // prefaults a large DRAM tier or rebuilds a large disk index takes longer). Its output goes to
+  // <run dir>/caked.log.
   static absl::StatusOr<SpawnedDaemon> Start(const std::string& caked_path,
-                                             const std::vector<std::string>& extra_args = {});
+                                             const std::vector<std::string>& extra_args = {},
+                                             std::chrono::seconds start_timeout = std::chrono::seconds(20));
 
   SpawnedDaemon(SpawnedDaemon&& other) noexcept;
   SpawnedDaemon& operator=(SpawnedDaemon&& other) noexcept;
