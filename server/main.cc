@@ -35,9 +35,10 @@ int main(int argc, char** argv) {
   app.add_option("--socket", socket, "unix socket path (server.socket)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error (server.log_level)");
   std::optional<uint64_t> dram_mib;
-  std::optional<bool> dram_prefault;
-  app.add_flag("--dram-prefault,!--no-dram-prefault", dram_prefault,
-               "touch the whole DRAM tier at start-up (dram.prefault)");
+  // Counted flags: CLI11 sets an optional<bool> flag to false when absent, which would override the file.
+  int64_t prefault_flags = 0, no_prefault_flags = 0;
+  app.add_flag("--dram-prefault", prefault_flags, "touch the whole DRAM tier at start-up (dram.prefault)");
+  app.add_flag("--no-dram-prefault", no_prefault_flags, "do not (dram.prefault = false)");
   app.add_option("--dram-capacity-mib", dram_mib, "DRAM tier size in MiB (dram.capacity_bytes)");
   std::optional<double> dram_gbps;
   app.add_option("--dram-read-gbps", dram_gbps, "cap DRAM-tier reads at this many Gbit/s, 0 for none (dram.read_gbps)");
@@ -75,7 +76,8 @@ int main(int argc, char** argv) {
   if (!socket.empty()) config.socket = socket;
   if (!log_level.empty()) config.log_level = log_level;
   if (dram_mib) config.dram_capacity_bytes = *dram_mib << 20;
-  if (dram_prefault) config.dram_prefault = *dram_prefault;
+  if (prefault_flags > 0) config.dram_prefault = true;
+  if (no_prefault_flags > 0) config.dram_prefault = false;
   if (dram_gbps) config.dram_read_gbps = *dram_gbps;
   if (!disk_root.empty()) config.disk_root = disk_root;
   if (disk_mib) config.disk_capacity_bytes = *disk_mib << 20;

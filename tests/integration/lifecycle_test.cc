@@ -109,3 +109,24 @@ TEST_CASE("a daemon killed with SIGKILL leaves a stale socket the next start rep
   CHECK(again->log().find("stale socket") != std::string::npos);
   CHECK(Connect(*again)->Ping().ok());
 }
+
+TEST_CASE("a setting from the file holds unless a flag says otherwise", "[lifecycle]") {
+  auto file = WriteFile("/tmp", "cake-prefault-" + std::to_string(getpid()) + ".toml",
+                        "[dram]\ncapacity_bytes = 16777216\nprefault = true\n");
+  {
+    auto daemon = StartDaemon({"--config", file});
+    CHECK(daemon.log().find("DRAM tier: 16 MiB prefaulted") != std::string::npos);
+  }
+  {
+    auto daemon = StartDaemon({"--config", file, "--no-dram-prefault"});
+    CHECK(daemon.log().find("prefaulted") == std::string::npos);
+  }
+  {
+    auto daemon = StartDaemon({"--dram-capacity-mib", "16", "--dram-prefault"});
+    CHECK(daemon.log().find("DRAM tier: 16 MiB prefaulted") != std::string::npos);
+  }
+  auto zero = Run(std::string(CAKE_CAKED_PATH) + " --dram-capacity-mib 0 --check-config");
+  CHECK(zero.exit_code == 2);
+  CHECK(zero.output.find("--dram-capacity-mib") != std::string::npos);
+  std::remove(file.c_str());
+}
