@@ -158,8 +158,8 @@ absl::Status CheckChunkPattern(std::span<const std::byte> bytes, uint32_t chunk)
     if (n == 0) break;
     const uint64_t expected = PatternWord(chunk, w);
     if (std::memcmp(bytes.data() + w * 8, &expected, n) != 0) {
-      return absl::DataLossError(absl::StrCat("chunk ", chunk, " differs from its pattern at byte ", w * 8,
-                                              " (of ", bytes.size(), ")"));
+      return absl::DataLossError(
+          absl::StrCat("chunk ", chunk, " differs from its pattern at byte ", w * 8, " (of ", bytes.size(), ")"));
     }
   }
   return absl::OkStatus();

@@ -223,11 +223,6 @@ absl::StatusOr<Prefix> MakePrefix(uint64_t mib, uint32_t seed) {
   return p;
 }
 
-uint64_t Counter(const std::map<std::string, uint64_t>& stats, const std::string& name) {
-  auto it = stats.find(name);
-  return it == stats.end() ? 0 : it->second;
-}
-
 // Fills a region with the prefix's pattern and stores every chunk; the region is the caller's to release.
 absl::StatusOr<MappedRegion> RegisterFilledRegion(Client& client, const Prefix& p) {
   auto region = client.RegisterRegion(p.bytes);
@@ -440,7 +435,8 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
     absl::Cleanup release_region = [&] { target->client->ReleaseRegion(*region).IgnoreError(); };
     const Clock::time_point start = Clock::now();
     if (absl::Status s = StoreAll(*target->client, p, *region); !s.ok()) return s;
-    if (absl::Status s = WaitForCounter(*target->client, "tier_disk_chunks", p.chunks, kWriteBackStall); !s.ok()) return s;
+    if (absl::Status s = WaitForCounter(*target->client, "tier_disk_chunks", p.chunks, kWriteBackStall); !s.ok())
+      return s;
     store_seconds = SecondsSince(start);
   }
   auto fio_write = RunFio(*fio_file, "write", p.bytes >> 20);
@@ -823,7 +819,8 @@ absl::Status RunStoreBench(const StoreBenchOptions& options) {
       const Clock::time_point start = Clock::now();
       if (absl::Status s = StoreAll(*target->client, p, *region); !s.ok()) return s;
       call_s.push_back(SecondsSince(start));
-      if (absl::Status s = WaitForCounter(*target->client, "tier_disk_chunks", p.chunks, kWriteBackStall); !s.ok()) return s;
+      if (absl::Status s = WaitForCounter(*target->client, "tier_disk_chunks", p.chunks, kWriteBackStall); !s.ok())
+        return s;
       total_s.push_back(SecondsSince(start));
       store_gbps.push_back(GigabytesPerSecond(p.bytes, total_s.back()));
     }

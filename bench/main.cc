@@ -71,8 +71,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 256u));
   io_command->add_option("--caked-config", io.caked_config, "caked --config FILE, e.g. for disk.queue_depth");
   io_command
-      ->add_option("--load-dram-mib", io.load_dram_mib,
-                   "DRAM tier of the loading daemons, MiB; below one chunk (32) no chunk is promoted")
+      ->add_option(
+          "--load-dram-mib", io.load_dram_mib,
+          "DRAM tier of the loading daemons, MiB; loads are promoted only when the prefix is at most half of it")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   io_command

@@ -93,8 +93,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   auto dram_tier = std::make_unique<DramTier>(config.dram_capacity_bytes, config.dram_prefault);
   if (!dram_tier->status().ok()) return dram_tier->status();
   if (config.dram_prefault) {
-    spdlog::info("DRAM tier: {} MiB prefaulted in {:.0f} ms", config.dram_capacity_bytes >> 20,
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - prefault_started).count());
+    spdlog::info(
+        "DRAM tier: {} MiB prefaulted in {:.0f} ms", config.dram_capacity_bytes >> 20,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - prefault_started).count());
   }
   std::unique_ptr<Tier> dram = std::move(dram_tier);
   if (config.dram_read_gbps > 0) dram = std::make_unique<ThrottledTier>(std::move(dram), config.dram_read_gbps);

@@ -221,8 +221,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* c
   return Reply(context, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* context,
-                                                  const v1::EvictRequest* request, v1::EvictResponse* response) {
+grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* context, const v1::EvictRequest* request,
+                                                  v1::EvictResponse* response) {
   TierKind kind = TierKind::kNone;
   if (request->tier() == "dram") kind = TierKind::kDram;
   if (request->tier() == "disk") kind = TierKind::kDisk;

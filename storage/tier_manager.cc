@@ -19,9 +19,7 @@ const char* TierKindName(TierKind kind) {
 }
 
 TierManager::TierManager(const Options& options)
-    : options_(options),
-      write_back_(options.write_back_queue_bytes),
-      promotion_(options.promotion_queue_bytes) {}
+    : options_(options), write_back_(options.write_back_queue_bytes), promotion_(options.promotion_queue_bytes) {}
 
 TierManager::~TierManager() = default;
 

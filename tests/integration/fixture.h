@@ -3,12 +3,11 @@
 #pragma once
 
 #include <catch2/catch.hpp>
-
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cake/v1/admin.grpc.pb.h"

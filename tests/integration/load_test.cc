@@ -84,8 +84,8 @@ TEST_CASE("the meeting point follows the engine's speed", "[load][meeting]") {
     CHECK(result.done.loaded_chunks == h);
   }
   SECTION("a balanced engine meets the loader in the middle") {
-    auto result = RunCakeLoad(*client, options, 11,
-                              [](uint32_t) { std::this_thread::sleep_for(std::chrono::milliseconds(10)); });
+    auto result =
+        RunCakeLoad(*client, options, 11, [](uint32_t) { std::this_thread::sleep_for(std::chrono::milliseconds(10)); });
     // Even speeds meet near h/2; the margin absorbs a loaded machine's jitter.
     CHECK(result.done.meeting_chunk >= 3);
     CHECK(result.done.meeting_chunk <= h - 3);
@@ -186,8 +186,8 @@ TEST_CASE("prompts shorter than a chunk and unknown namespaces load nothing, gra
   auto client = Connect(daemon);
   auto region = client->RegisterRegion(1 << 20);
   REQUIRE(region.ok());
-  for (const auto& [ns, tokens] : {std::pair{SmallNamespace(), Tokens(7)},
-                                   std::pair{SmallNamespace(16, "never-stored-tenant"), Tokens(64)}}) {
+  for (const auto& [ns, tokens] :
+       {std::pair{SmallNamespace(), Tokens(7)}, std::pair{SmallNamespace(16, "never-stored-tenant"), Tokens(64)}}) {
     auto lookup = client->Lookup(ns, {tokens, {}});
     REQUIRE(lookup.ok());
     CHECK(lookup->cached_chunks == 0);

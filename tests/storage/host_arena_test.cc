@@ -1,14 +1,14 @@
 // The DRAM tier's memory: the extent allocator, the arena, lending, and the bounded background worker that the
 // write-back and promotion queues run on.
-#include <catch2/catch.hpp>
+#include "storage/host_arena.h"
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
 
 #include "storage/bounded_worker.h"
 #include "storage/dram_tier.h"
-#include "storage/host_arena.h"
 #include "tests/storage/tier_test_util.h"
 
 using namespace cake;

@@ -1,7 +1,6 @@
 // TierManager's write path: Store lands in the fastest tier and is written back to the slower ones in the
 // background, bounded in memory; reads from a slower tier are promoted into the fastest.
 #include <catch2/catch.hpp>
-
 #include <thread>
 
 #include "storage/dram_tier.h"
@@ -61,8 +60,7 @@ TEST_CASE("write-back: a write reaches every tier, the fastest at once", "[stora
   }
   // The fast tier holds 4 chunks: the older ones were evicted there but survive in the slower tier.
   CHECK(t.fast_tier->Usage().chunks == 4);
-  CHECK(t.manager.LookupPrefix(std::vector{TestKey(0), TestKey(7)}) ==
-        std::vector{TierKind::kDisk, TierKind::kDram});
+  CHECK(t.manager.LookupPrefix(std::vector{TestKey(0), TestKey(7)}) == std::vector{TierKind::kDisk, TierKind::kDram});
   CHECK(t.manager.write_back_stats().written == 8);
   CHECK(t.manager.write_back_stats().queued_bytes == 0);
 }
