@@ -57,8 +57,8 @@ class DemoEngine {
     auto found = client_.Lookup(ns_, Prompt());
     if (!found.ok()) return found.status();
     if (found->cached_chunks != chunks()) {
-      return absl::FailedPreconditionError(absl::StrCat("the daemon holds ", found->cached_chunks, " of the ",
-                                                        chunks(), " chunks just stored; is its DRAM tier too small?"));
+      return absl::FailedPreconditionError(absl::StrCat("the daemon holds ", found->cached_chunks, " of the ", chunks(),
+                                                        " chunks just stored; is its DRAM tier too small?"));
     }
     return absl::OkStatus();
   }
@@ -92,9 +92,13 @@ class DemoEngine {
     absl::Cleanup release = [&] { session.Release().IgnoreError(); };
     uint32_t engine_stop = 0;
     if (mode == LoadMode::kCake) {
+      // The plan says whether sharing pays: under I/O-only the engine computes only what has no room to load.
+      auto plan = session.WaitPlan();
+      if (!plan.ok()) return plan.status();
+      const uint32_t compute_limit = plan->strategy == LoadPlan::Strategy::kIoOnly ? plan->lowest_loadable : chunks();
       Clock::time_point gpu_free = start;
       // One residency check per engine step, as the paper's engine does.
-      while (engine_stop < chunks() && !session.IsResident(engine_stop)) {
+      while (engine_stop < compute_limit && !session.IsResident(engine_stop)) {
         ComputeChunk(engine_stop, gpu_free);
         ++engine_stop;
         if (absl::Status s = session.ReportProgress(engine_stop); !s.ok()) return s;
@@ -187,9 +191,9 @@ absl::Status RunDemo(const DemoOptions& options) {
     chunk_compute_s[c] = cost.PrefixSeconds(begin + chunk_tokens) - cost.PrefixSeconds(begin);
   }
 
-  auto target = OpenDaemon(options.common.socket_path,
-                           {"--dram-read-gbps", absl::StrCat(options.read_gbps), "--dram-capacity-mib",
-                            absl::StrCat((prompt_bytes >> 20) + 256)});
+  auto target =
+      OpenDaemon(options.common.socket_path, {"--dram-read-gbps", absl::StrCat(options.read_gbps),
+                                              "--dram-capacity-mib", absl::StrCat((prompt_bytes >> 20) + 256)});
   if (!target.ok()) return target.status();
   Client& client = *target->client;
   auto region = client.RegisterRegion(prompt_bytes);
@@ -227,10 +231,11 @@ absl::Status RunDemo(const DemoOptions& options) {
   const double io_only_gbit_per_s = static_cast<double>(prompt_bytes) * 8 / io_only->ttft_s / 1e9;
   const double over_compute = compute_only_s / cake->ttft_s;
   const double over_io = io_only->ttft_s / cake->ttft_s;
-  std::printf("cake-bench demo: %s, %u tokens = %u chunks of %u, KV %llu MiB, loaded from %s, reads capped at %g "
-              "Gbit/s\n",
-              model->name, options.tokens, chunks, chunk_tokens, static_cast<unsigned long long>(prompt_bytes >> 20),
-              from_disk ? "the disk tier (DRAM emptied before each load)" : "the DRAM tier", options.read_gbps);
+  std::printf(
+      "cake-bench demo: %s, %u tokens = %u chunks of %u, KV %llu MiB, loaded from %s, reads capped at %g "
+      "Gbit/s\n",
+      model->name, options.tokens, chunks, chunk_tokens, static_cast<unsigned long long>(prompt_bytes >> 20),
+      from_disk ? "the disk tier (DRAM emptied before each load)" : "the DRAM tier", options.read_gbps);
   std::printf("  engine: simulated, F = %.3g FLOP/s (%s); whole prompt: compute %.3f s, load %.3f s\n", cost.flops,
               options.gpu_tflops ? "--gpu-tflops" : "balanced", cost.PrefixSeconds(options.tokens), prompt_load_s);
   std::printf("  %-13s %9s  %s\n", "mode", "TTFT s", "");
@@ -259,9 +264,9 @@ absl::Status RunDemo(const DemoOptions& options) {
   report.Set("meeting_chunk", cake->meeting_chunk);
   report.Set("meeting_token", cake->meeting_chunk * chunk_tokens);
   report.Set("engine_stop_chunk", cake->engine_stop_chunk);
-  report.Set("predicted_meeting_chunk",
-             cake->predicted_meeting_chunk ? static_cast<double>(*cake->predicted_meeting_chunk)
-                                           : std::numeric_limits<double>::quiet_NaN());
+  report.Set("predicted_meeting_chunk", cake->predicted_meeting_chunk
+                                            ? static_cast<double>(*cake->predicted_meeting_chunk)
+                                            : std::numeric_limits<double>::quiet_NaN());
   report.Set("model_optimum_s", optimum_s);
   report.Set("speedup_over_compute_only", over_compute);
   report.Set("speedup_over_io_only", over_io);

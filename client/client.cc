@@ -138,6 +138,10 @@ class GrpcLoadSession final : public LoadSession {
           plan.lowest_loadable = p.lowest_loadable();
           plan.chunk_bytes = p.chunk_bytes();
           if (p.has_predicted_meeting_chunk()) plan.predicted_meeting_chunk = p.predicted_meeting_chunk();
+          plan.strategy = static_cast<LoadPlan::Strategy>(p.strategy());
+          if (p.has_predicted_cake_s()) plan.predicted_cake_s = p.predicted_cake_s();
+          if (p.has_predicted_compute_only_s()) plan.predicted_compute_only_s = p.predicted_compute_only_s();
+          if (p.has_predicted_io_only_s()) plan.predicted_io_only_s = p.predicted_io_only_s();
           for (int t : p.chunk_tiers()) plan.tiers.push_back(static_cast<TierKind>(t));
           loaded_low_ = plan.cached_chunks;
           plan_ = std::move(plan);

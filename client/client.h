@@ -76,6 +76,11 @@ struct LoadPlan {
   uint64_t chunk_bytes = 0;
   std::optional<uint32_t> predicted_meeting_chunk;
   std::vector<TierKind> tiers;
+  // How the daemon serves the request (cake.v1.LoadPlan.Strategy): kCake, compute until a chunk is resident;
+  // kIoOnly, compute only [0, lowest_loadable) and wait; kComputeOnly, compute everything.
+  enum class Strategy { kCake = 0, kIoOnly = 1, kComputeOnly = 2 };
+  Strategy strategy = Strategy::kCake;
+  std::optional<double> predicted_cake_s, predicted_compute_only_s, predicted_io_only_s;
 };
 
 struct LoadDone {

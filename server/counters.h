@@ -8,13 +8,14 @@
 
 namespace cake {
 
-#define CAKE_COUNTERS(X)                                                                                       \
-  X(lookups)                                                                                                   \
-  X(lookup_chunks)                                                                                             \
-  X(lookup_cached_chunks) X(loads_started) X(loads_finished) X(loads_cancelled) X(load_chunks_loaded)          \
-      X(load_bytes_loaded) X(load_chunk_read_failures) X(load_chunks_computed) X(loads_not_promoted) X(stores) \
-          X(store_chunks_stored) X(store_chunks_already_cached) X(store_bytes_stored) X(store_chunks_rejected) \
-              X(regions_registered) X(regions_released) X(invalid_requests)
+#define CAKE_COUNTERS(X)                                                                                              \
+  X(lookups)                                                                                                          \
+  X(lookup_chunks)                                                                                                    \
+  X(lookup_cached_chunks)                                                                                             \
+  X(loads_started) X(loads_finished) X(loads_cancelled) X(load_chunks_loaded) X(load_bytes_loaded)                    \
+      X(load_chunk_read_failures) X(load_chunks_computed) X(loads_not_promoted) X(loads_cake) X(loads_io_only)        \
+          X(loads_compute_only) X(stores) X(store_chunks_stored) X(store_chunks_already_cached) X(store_bytes_stored) \
+              X(store_chunks_rejected) X(regions_registered) X(regions_released) X(invalid_requests)
 
 struct Counters {
 #define CAKE_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};

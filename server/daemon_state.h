@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "scheduler/io_pool.h"
+#include "scheduler/planner.h"
 #include "server/config.h"
 #include "server/counters.h"
 #include "server/region_registry.h"
@@ -31,6 +32,31 @@ class LoadTracker {
   uint64_t next_ = 1;
 };
 
+// What earlier loads taught the daemon about each namespace's engine: its compute cost per chunk. A new load's
+// plan starts from it, so an engine that sends no hints still gets a planned split from its second load on.
+class ComputeModels {
+ public:
+  ComputeModel Get(const ChunkKey& ns) const {
+    std::lock_guard lock(mu_);
+    auto it = models_.find(ns);
+    return it == models_.end() ? ComputeModel() : it->second;
+  }
+  // Older knowledge fades (the engine's load changes), the latest load counts most.
+  void Learn(const ChunkKey& ns, const ComputeModel& observed) {
+    if (!observed.known()) return;
+    std::lock_guard lock(mu_);
+    if (models_.size() >= kMaxNamespaces && !models_.contains(ns)) models_.clear();  // rare: start over
+    ComputeModel& model = models_[ns];
+    model.Scale(0.5);
+    model.Merge(observed);
+  }
+
+ private:
+  static constexpr size_t kMaxNamespaces = 4096;
+  mutable std::mutex mu_;
+  absl::flat_hash_map<ChunkKey, ComputeModel> models_;
+};
+
 struct DaemonState {
   explicit DaemonState(const DaemonConfig& c)
       : config(c),
@@ -45,6 +71,7 @@ struct DaemonState {
   RegionRegistry regions;
   Counters counters;
   LoadTracker loads;
+  ComputeModels compute_models;
   std::string listen_address;
   IoPool pool;  // last member: destroyed first, so queued work never outlives what it touches
 };

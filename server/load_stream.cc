@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "scheduler/load_cursor.h"
+#include "scheduler/planner.h"
 #include "server/requests.h"
 #include "spdlog/spdlog.h"
 #include "storage/status_macros.h"
@@ -108,6 +109,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   void OnDone() {
     std::lock_guard lock(mu_);
     reactor_ = nullptr;
+    if (phase_ != Phase::kAwaitStart) state_.compute_models.Learn(ns_id_, observed_compute_);
     // A finished RPC no longer counts as a live load, even while its last reads drain.
     if (ticket_ != 0) state_.loads.Remove(std::exchange(ticket_, 0));
   }
@@ -182,36 +184,51 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     }
     lowest_loadable_ = lowest_loadable;
     window_ = start.window() == 0 ? config.load_window : start.window();
-    cursor_.emplace(LoadCursor::Options{cached, lowest_loadable, window_, start.mode() == v1::LoadStart::MODE_CAKE});
     phase_ = Phase::kLoading;
     started_ = Clock::now();
+    last_progress_at_ = started_;
+    ns_id_ = ns->id();
     Bump(state_.counters.loads_started);
+
+    // The plan: what this namespace's engine was seen to cost (plus its hint), against the tier's measured speed.
+    ComputeModel compute = state_.compute_models.Get(ns_id_);
+    ComputeModel hint;
+    hint.Seed(start.compute_first_chunk_s(), start.compute_growth_s());
+    compute.Merge(hint);
+    PlanInput input;
+    input.cached_chunks = cached;
+    input.lowest_loadable = lowest_loadable;
+    if (cached > 0) {
+      input.load_chunk_s = state_.tiers.LoadSecondsPerByte(tiers_.back()) * static_cast<double>(chunk_bytes_);
+    }
+    input.io_only_requested = start.mode() == v1::LoadStart::MODE_IO_ONLY;
+    const PlanDecision decision = Decide(input, compute);
+    strategy_ = decision.strategy;
+    // Compute-only loads nothing: the cursor starts with nothing loadable, so the split is final at once.
+    cursor_.emplace(LoadCursor::Options{cached, strategy_ == Strategy::kComputeOnly ? cached : lowest_loadable, window_,
+                                        strategy_ == Strategy::kCake});
+    Bump(strategy_ == Strategy::kCake     ? state_.counters.loads_cake
+         : strategy_ == Strategy::kIoOnly ? state_.counters.loads_io_only
+                                          : state_.counters.loads_compute_only);
 
     v1::LoadResponse response;
     v1::LoadPlan* plan = response.mutable_plan();
     load_id_ = absl::StrCat("load-", ticket_);
-    promote_ = ShouldPromote(cached, lowest_loadable);
+    promote_ = strategy_ != Strategy::kComputeOnly && ShouldPromote(cached, lowest_loadable);
     plan->set_load_id(load_id_);
     plan->set_total_chunks(static_cast<uint32_t>(keys_.size()));
     plan->set_cached_chunks(cached);
     for (TierKind kind : tiers_) plan->add_chunk_tiers(static_cast<v1::TierKind>(kind));
     plan->set_lowest_loadable(lowest_loadable);
     plan->set_chunk_bytes(chunk_bytes_);
-    if (cached > 0) {
-      const double seconds_per_byte = state_.tiers.LoadSecondsPerByte(tiers_.back());
-      if (start.mode() == v1::LoadStart::MODE_IO_ONLY) {
-        plan->set_predicted_meeting_chunk(lowest_loadable);
-      } else if (seconds_per_byte > 0 && start.compute_first_chunk_s() > 0) {
-        SplitCosts costs{start.compute_first_chunk_s(), start.compute_growth_s(),
-                         seconds_per_byte * static_cast<double>(chunk_bytes_)};
-        plan->set_predicted_meeting_chunk(PredictMeetingChunk(cached, lowest_loadable, costs));
-      }
-    } else {
-      plan->set_predicted_meeting_chunk(0);
-    }
+    plan->set_strategy(static_cast<v1::LoadPlan::Strategy>(strategy_));
+    if (decision.meeting_chunk) plan->set_predicted_meeting_chunk(*decision.meeting_chunk);
+    if (decision.cake_s) plan->set_predicted_cake_s(*decision.cake_s);
+    if (decision.compute_only_s) plan->set_predicted_compute_only_s(*decision.compute_only_s);
+    if (decision.io_only_s) plan->set_predicted_io_only_s(*decision.io_only_s);
     outbox_.push_back(std::move(response));
-    spdlog::debug("{}: {} chunks, {} cached, lowest loadable {}, window {}, {}", load_id_, keys_.size(), cached,
-                  lowest_loadable, window_, inline_ ? "inline" : "region");
+    spdlog::debug("{}: {} chunks, {} cached, lowest loadable {}, window {}, {}, {}", load_id_, keys_.size(), cached,
+                  lowest_loadable, window_, inline_ ? "inline" : "region", StrategyName(strategy_));
     IssueReadsLocked();
     CheckMeetingLocked();
     return absl::OkStatus();
@@ -240,6 +257,15 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       // One past the full chunks is allowed: the engine may count a partial tail chunk.
       return absl::InvalidArgumentError(
           absl::StrCat("computed_through ", computed_through, " exceeds the prompt's ", keys_.size(), " full chunks"));
+    }
+    // Every advance is a measured span of the engine's compute, for the next loads' plans; not under I/O-only,
+    // where the engine was told to wait and what it reports is not its compute speed.
+    const Clock::time_point now = Clock::now();
+    if (computed_through > reported_through_ && phase_ != Phase::kAwaitStart && strategy_ != Strategy::kIoOnly) {
+      observed_compute_.Observe(reported_through_, computed_through,
+                                std::chrono::duration<double>(now - last_progress_at_).count());
+      reported_through_ = computed_through;
+      last_progress_at_ = now;
     }
     if (phase_ != Phase::kLoading) return absl::OkStatus();
     cursor_->OnProgress(computed_through);
@@ -439,6 +465,11 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   uint32_t window_ = 1;
   bool inline_ = false;
   bool promote_ = false;  // copy what is read from slower tiers into DRAM
+  Strategy strategy_ = Strategy::kCake;
+  ChunkKey ns_id_;
+  ComputeModel observed_compute_;  // this load's Progress spans
+  uint32_t reported_through_ = 0;
+  Clock::time_point last_progress_at_;
   RegionRegistry::WindowLease lease_;
   std::shared_ptr<Region> region_;
   uint64_t base_offset_ = 0;

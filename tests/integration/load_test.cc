@@ -6,6 +6,7 @@
 
 using namespace cake;
 using namespace cake::testing;
+using namespace std::chrono_literals;
 
 TEST_CASE("stored chunks load back byte for byte, I/O only", "[load]") {
   auto daemon = StartDaemon();
@@ -319,4 +320,85 @@ TEST_CASE("a client that vanishes mid-load loses nothing for others", "[load][ca
   auto lookup = client->Lookup(ns, {tokens, {}});
   REQUIRE(lookup.ok());
   CHECK(lookup->cached_chunks == 4);
+}
+
+TEST_CASE("the planner falls back to compute-only or I/O-only when sharing cannot win", "[load][planner]") {
+  // 1 MiB chunks read at 0.8 Gbit/s: about 10 ms each once the daemon has measured it.
+  auto daemon = StartDaemon({"--dram-read-gbps", "0.8"});
+  auto client = Connect(daemon);
+  const auto ns = SmallNamespace(1024);
+  const uint64_t chunk_bytes = 1024 * kSmallBytesPerToken;
+  const uint32_t h = 8;
+  const auto tokens = Tokens(1024 * h);
+  StorePrompt(*client, ns, tokens, 6, h, chunk_bytes);
+  auto region = client->RegisterRegion(h * chunk_bytes);
+  REQUIRE(region.ok());
+  LoadOptions options{ns, {tokens, {}}, &*region};
+  options.io_only = true;
+  auto first = RunCakeLoad(*client, options, 6, [](uint32_t) {});
+  CHECK(first.plan.strategy == LoadPlan::Strategy::kIoOnly);  // asked for
+  options.io_only = false;
+
+  SECTION("an engine 100x faster than the loads: compute-only, Done at once") {
+    options.compute_first_chunk_s = 0.0001;
+    auto session = client->StartLoad(options);
+    REQUIRE(session.ok());
+    auto plan = (*session)->WaitPlan();
+    REQUIRE(plan.ok());
+    CHECK(plan->strategy == LoadPlan::Strategy::kComputeOnly);
+    CHECK(plan->predicted_meeting_chunk == h);
+    REQUIRE(plan->predicted_compute_only_s);
+    REQUIRE(plan->predicted_io_only_s);
+    CHECK(*plan->predicted_compute_only_s < *plan->predicted_io_only_s);
+    auto done = (*session)->WaitDone();
+    REQUIRE(done.ok());
+    CHECK(done->meeting_chunk == h);
+    CHECK(done->loaded_chunks == 0);
+    CHECK((*session)->Release().ok());
+    auto stats = client->Stats();
+    REQUIRE(stats.ok());
+    CHECK(stats->at("loads_compute_only") == 1);
+  }
+  SECTION("an engine 100x slower than the loads: I/O-only, every chunk loaded") {
+    options.compute_first_chunk_s = 1.0;
+    auto result = RunCakeLoad(*client, options, 6, [](uint32_t) {});
+    CHECK(result.plan.strategy == LoadPlan::Strategy::kIoOnly);
+    CHECK(result.plan.predicted_meeting_chunk == 0u);
+    CHECK(result.done.meeting_chunk == 0);
+    CHECK(result.done.loaded_chunks == h);
+    auto stats = client->Stats();
+    REQUIRE(stats.ok());
+    CHECK(stats->at("loads_io_only") == 2);
+  }
+}
+
+TEST_CASE("the daemon learns the engine's speed from Progress and plans later loads without hints", "[load][planner]") {
+  auto daemon = StartDaemon({"--dram-read-gbps", "0.8"});
+  auto client = Connect(daemon);
+  const auto ns = SmallNamespace(1024);
+  const uint64_t chunk_bytes = 1024 * kSmallBytesPerToken;
+  const uint32_t h = 16;
+  const auto tokens = Tokens(1024 * h);
+  StorePrompt(*client, ns, tokens, 8, h, chunk_bytes);
+  auto region = client->RegisterRegion(h * chunk_bytes);
+  REQUIRE(region.ok());
+  LoadOptions options{ns, {tokens, {}}, &*region};
+  options.io_only = true;
+  RunCakeLoad(*client, options, 8, [](uint32_t) {});  // the tier's speed
+  options.io_only = false;
+
+  // No hints: nothing to predict from yet. The engine computes 10 ms per chunk and reports each.
+  auto unplanned = RunCakeLoad(*client, options, 8, [](uint32_t) { std::this_thread::sleep_for(10ms); });
+  CHECK(unplanned.plan.strategy == LoadPlan::Strategy::kCake);
+  CHECK(!unplanned.plan.predicted_cake_s);
+  CHECK(unplanned.done.meeting_chunk > 0);
+
+  // Still no hints, but the daemon has seen the engine's chunks take about 10 ms: the plan predicts the split.
+  auto planned = RunCakeLoad(*client, options, 8, [](uint32_t) { std::this_thread::sleep_for(10ms); });
+  CHECK(planned.plan.strategy == LoadPlan::Strategy::kCake);
+  REQUIRE(planned.plan.predicted_cake_s);
+  REQUIRE(planned.plan.predicted_meeting_chunk);
+  CHECK(*planned.plan.predicted_meeting_chunk > 0);
+  CHECK(*planned.plan.predicted_meeting_chunk < h);
+  CHECK(*planned.plan.predicted_cake_s < *planned.plan.predicted_compute_only_s);
 }

@@ -1,0 +1,155 @@
+#include "scheduler/planner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "scheduler/load_cursor.h"
+
+namespace cake {
+namespace {
+
+// A hint counts as this many observed spans: enough to plan the first load, little enough that a few real
+// Progress reports outweigh a wrong one.
+constexpr double kHintWeight = 2;
+
+}  // namespace
+
+void ComputeModel::Add(double n, double s, double y, double weight) {
+  nn_ += weight * n * n;
+  ns_ += weight * n * s;
+  ss_ += weight * s * s;
+  ny_ += weight * n * y;
+  sy_ += weight * s * y;
+  weight_ += weight;
+  solved_ = false;
+}
+
+void ComputeModel::Seed(double first_chunk_s, double growth_s) {
+  if (!(first_chunk_s > 0) || !(growth_s >= 0)) return;
+  // Two one-chunk pseudo-spans, one at the start and one further out, pin both coefficients.
+  for (double chunk : {0.0, 16.0}) Add(1, chunk, first_chunk_s + growth_s * chunk, kHintWeight / 2);
+}
+
+void ComputeModel::Observe(uint32_t from, uint32_t to, double seconds) {
+  if (to <= from || !(seconds >= 0) || !std::isfinite(seconds)) return;
+  const double n = to - from;
+  const double s = (static_cast<double>(from) + static_cast<double>(to) - 1) * n / 2;
+  // Weighted 1/n: a span of n chunks counts as n one-chunk observations of its mean, not n^2 of them.
+  Add(n, s, seconds, 1 / n);
+}
+
+void ComputeModel::Merge(const ComputeModel& other) {
+  nn_ += other.nn_;
+  ns_ += other.ns_;
+  ss_ += other.ss_;
+  ny_ += other.ny_;
+  sy_ += other.sy_;
+  weight_ += other.weight_;
+  solved_ = false;
+}
+
+void ComputeModel::Scale(double factor) {
+  nn_ *= factor;
+  ns_ *= factor;
+  ss_ *= factor;
+  ny_ *= factor;
+  sy_ *= factor;
+  weight_ *= factor;
+  solved_ = false;
+}
+
+void ComputeModel::Solve() const {
+  if (solved_) return;
+  solved_ = true;
+  a_ = b_ = 0;
+  if (nn_ <= 0) return;
+  const double det = nn_ * ss_ - ns_ * ns_;
+  // Spans all at one place cannot tell a constant cost from a growing one: take the average cost per chunk.
+  if (det > 1e-9 * nn_ * ss_) {
+    a_ = (ny_ * ss_ - sy_ * ns_) / det;
+    b_ = (nn_ * sy_ - ns_ * ny_) / det;
+  }
+  if (det <= 1e-9 * nn_ * ss_ || a_ < 0 || b_ < 0) {
+    // A fit with a negative term is noise around a flat cost: fall back to one that is non-negative.
+    b_ = std::max(0.0, b_);
+    a_ = std::max(0.0, (ny_ - b_ * ns_) / nn_);
+    if (a_ == 0 && b_ == 0) a_ = ny_ / nn_;
+  }
+}
+
+double ComputeModel::first_chunk_s() const {
+  Solve();
+  return a_;
+}
+
+double ComputeModel::growth_s() const {
+  Solve();
+  return b_;
+}
+
+double ComputeModel::RangeSeconds(uint32_t from, uint32_t to) const {
+  if (to <= from) return 0;
+  Solve();
+  const double n = to - from;
+  const double s = (static_cast<double>(from) + static_cast<double>(to) - 1) * n / 2;
+  return a_ * n + b_ * s;
+}
+
+const char* StrategyName(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kCake:
+      return "cake";
+    case Strategy::kIoOnly:
+      return "io-only";
+    case Strategy::kComputeOnly:
+      return "compute-only";
+  }
+  return "unknown";
+}
+
+PlanDecision Decide(const PlanInput& input, const ComputeModel& compute) {
+  PlanDecision d;
+  const uint32_t h = input.cached_chunks;
+  const uint32_t low = std::min(input.lowest_loadable, h);
+  if (input.io_only_requested) {
+    d.strategy = Strategy::kIoOnly;
+    d.meeting_chunk = low;
+    return d;
+  }
+  if (h == low) {
+    // Nothing can be loaded: the engine computes everything whatever the plan says.
+    d.strategy = Strategy::kComputeOnly;
+    d.meeting_chunk = h;
+    return d;
+  }
+  if (!compute.known() || !(input.load_chunk_s > 0)) return d;  // Cake adapts to whatever the speeds turn out to be
+
+  auto load = [&](uint32_t from, uint32_t to) { return (to - from) * input.load_chunk_s; };
+  const double compute_only = compute.RangeSeconds(0, h);
+  // I/O-only still computes what has no room in the region, while the loads run.
+  const double io_only = std::max(compute.RangeSeconds(0, low), load(low, h));
+  const SplitCosts costs{compute.first_chunk_s(), compute.growth_s(), input.load_chunk_s};
+  const uint32_t m = PredictMeetingChunk(h, low, costs);
+  const double cake = std::max(compute.RangeSeconds(0, m), load(m, h));
+  d.meeting_chunk = m;
+  d.cake_s = cake;
+  d.compute_only_s = compute_only;
+  d.io_only_s = io_only;
+
+  // Sharing can lose up to one chunk at the meeting point: the engine finishes the chunk it is computing when
+  // the loads reach it, or a read in flight lands after the engine computed its chunk.
+  const uint32_t edge = std::clamp(m, low + 1, h);
+  const double waste = std::max(compute.RangeSeconds(edge - 1, edge), input.load_chunk_s);
+  const double best_baseline = std::min(compute_only, io_only);
+  if (cake + waste < best_baseline) return d;
+  if (io_only <= compute_only) {
+    d.strategy = Strategy::kIoOnly;
+    d.meeting_chunk = low;
+  } else {
+    d.strategy = Strategy::kComputeOnly;
+    d.meeting_chunk = h;
+  }
+  return d;
+}
+
+}  // namespace cake

@@ -1,0 +1,67 @@
+// The load planner: what one chunk costs the engine to compute (learned online from its Progress reports) and
+// the daemon to load, and from those the split of a request between the two, including the decision that
+// sharing is not worth it. Pure logic, no clock: callers pass times in, so every case is testable.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace cake {
+
+// The engine's prefill cost of chunk i, t(i) = first_chunk_s + growth_s * i (attention over a longer prefix
+// makes later chunks dearer; PAPER.md's cost model is exactly this at chunk granularity). Fit by least squares
+// over observed spans of chunks, each "chunks [from, to) took s seconds"; a hint from the engine enters as one
+// observation worth a few real ones, so the first real spans refine it rather than replace it.
+class ComputeModel {
+ public:
+  // The engine's own estimate (LoadStart's compute hints).
+  void Seed(double first_chunk_s, double growth_s);
+  // The engine computed chunks [from, to) in `seconds`.
+  void Observe(uint32_t from, uint32_t to, double seconds);
+  // Folds another model's observations in (what earlier loads of the same model taught the daemon).
+  void Merge(const ComputeModel& other);
+  // Weighs everything observed so far by `factor` (older observations fade against newer ones).
+  void Scale(double factor);
+
+  bool known() const { return weight_ > 0; }
+  double first_chunk_s() const;
+  double growth_s() const;
+  // Seconds to compute chunks [from, to).
+  double RangeSeconds(uint32_t from, uint32_t to) const;
+
+ private:
+  void Add(double n, double s, double y, double weight);
+  void Solve() const;
+
+  // Normal equations of min sum w (y - a n - b s)^2 over spans with n chunks whose indexes sum to s.
+  double nn_ = 0, ns_ = 0, ss_ = 0, ny_ = 0, sy_ = 0;
+  double weight_ = 0;
+  mutable bool solved_ = false;
+  mutable double a_ = 0, b_ = 0;
+};
+
+enum class Strategy : int { kCake = 0, kIoOnly = 1, kComputeOnly = 2 };
+const char* StrategyName(Strategy strategy);
+
+struct PlanInput {
+  uint32_t cached_chunks = 0;    // H
+  uint32_t lowest_loadable = 0;  // chunks below it must be computed whatever the plan
+  double load_chunk_s = 0;       // seconds per chunk at the load's measured speed; 0: unknown
+  bool io_only_requested = false;
+};
+
+struct PlanDecision {
+  Strategy strategy = Strategy::kCake;
+  // The chunk where compute and loading are predicted to meet, when both costs are known.
+  std::optional<uint32_t> meeting_chunk;
+  // Predicted time to first token of each choice, seconds (absent when a cost is unknown).
+  std::optional<double> cake_s, compute_only_s, io_only_s;
+};
+
+// Chooses how to serve a request. Cake when both costs are known and sharing beats the better baseline by more
+// than the work it can waste (one chunk on either side, at the meeting point); otherwise the better baseline:
+// I/O-only when loading everything is at least as fast, compute-only when the cache could not save even one
+// chunk's worth of time. With a cost unknown, Cake: it adapts at run time whatever the speeds turn out to be.
+PlanDecision Decide(const PlanInput& input, const ComputeModel& compute);
+
+}  // namespace cake
