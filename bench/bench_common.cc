@@ -117,14 +117,21 @@ void JsonReport::Set(const std::string& key, double value) {
 
 void JsonReport::Set(const std::string& key, const std::string& value) { fields_.emplace_back(key, JsonQuoted(value)); }
 
-absl::Status JsonReport::WriteTo(const std::string& path) const {
-  if (path.empty()) return absl::OkStatus();
+void JsonReport::SetRaw(const std::string& key, std::string json) { fields_.emplace_back(key, std::move(json)); }
+
+std::string JsonReport::ToString() const {
   std::string text = "{\n";
   for (size_t i = 0; i < fields_.size(); ++i) {
     absl::StrAppend(&text, "  ", JsonQuoted(fields_[i].first), ": ", fields_[i].second,
                     i + 1 < fields_.size() ? ",\n" : "\n");
   }
-  text += "}\n";
+  text += "}";
+  return text;
+}
+
+absl::Status JsonReport::WriteTo(const std::string& path) const {
+  if (path.empty()) return absl::OkStatus();
+  const std::string text = ToString() + "\n";
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
   const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();

@@ -56,6 +56,10 @@ class JsonReport {
  public:
   void Set(const std::string& key, double value);
   void Set(const std::string& key, const std::string& value);
+  // A value that is already JSON text (an array of objects, say).
+  void SetRaw(const std::string& key, std::string json);
+  // The object as JSON text.
+  std::string ToString() const;
   // Writes the object to `path` (nothing when `path` is empty).
   absl::Status WriteTo(const std::string& path) const;
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -33,10 +34,10 @@ absl::Status RunRegionBench(const RegionBenchOptions& options);
 // The simulated engine of scripts/demo: compute-only, I/O-only and Cake time to first token for one prompt.
 struct DemoOptions {
   CommonOptions common;
-  double read_gbps = 16;                // the daemon's DRAM read cap, Gbit/s
+  double read_gbps = 16;  // the daemon's DRAM read cap, Gbit/s
   uint32_t tokens = 8192;
   std::string model = "llama3.1-8b";
-  std::optional<double> gpu_tflops;     // effective prefill TFLOP/s; default: balances compute and load
+  std::optional<double> gpu_tflops;  // effective prefill TFLOP/s; default: balances compute and load
 };
 absl::Status RunDemo(const DemoOptions& options);
 
@@ -74,5 +75,21 @@ struct StoreBenchOptions {
   uint32_t runs = 3;
 };
 absl::Status RunStoreBench(const StoreBenchOptions& options);
+
+// The paper's evaluation grid on the simulated engine and storage: compute-only, I/O-only, Cake and the oracle
+// split per cell (model x prompt length x KV bits x bandwidth x utilisation), speedup tables and JSON rows.
+struct GridOptions {
+  CommonOptions common;
+  std::vector<std::string> models = {"llama3.1-8b"};
+  std::vector<uint32_t> tokens = {16384};
+  std::vector<uint32_t> bits = {16};  // KV compression: 16, 8 or 3 bits per value means fewer bytes to load
+  std::vector<double> bandwidths = {7, 25, 32, 56, 100};
+  std::vector<double> utils = {0.125, 0.5, 0.875, 1};
+  double gpu_tflops = 100;  // F, the effective prefill throughput of the whole GPU
+  double time_scale = 10;   // every duration divided by this
+  uint32_t chunk_tokens = 128;
+  uint32_t step_tokens = 512;
+};
+absl::Status RunGridBench(const GridOptions& options);
 
 }  // namespace cake::bench

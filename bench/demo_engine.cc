@@ -16,17 +16,6 @@
 namespace cake::bench {
 namespace {
 
-// PAPER.md: a prefix of k tokens costs (2 P k + 2 L d k^2) / F seconds to compute.
-struct PrefillCostModel {
-  double params = 0;
-  double layers = 0;
-  double hidden = 0;
-  double flops = 0;  // effective FLOP/s during chunked prefill
-
-  double Flop(double tokens) const { return 2 * params * tokens + 2 * layers * hidden * tokens * tokens; }
-  double PrefixSeconds(double tokens) const { return Flop(tokens) / flops; }
-};
-
 struct LoadRunResult {
   double ttft_s = 0;
   uint32_t meeting_chunk = 0;

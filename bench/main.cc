@@ -109,6 +109,35 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 100u));
 
+  cake::bench::GridOptions grid;
+  CLI::App* grid_command = app.add_subcommand(
+      "grid", "the paper's grid: compute-only, I/O-only, Cake and the oracle per bandwidth and utilisation");
+  AddCommonOptions(grid_command, grid.common);
+  grid_command->add_option("--model", grid.models, "longalpaca-7b, longalpaca-13b, llama3.1-8b, llama3.1-70b")
+      ->delimiter(',')
+      ->capture_default_str();
+  grid_command->add_option("--tokens", grid.tokens, "prompt lengths, multiples of the I/O chunk")
+      ->delimiter(',')
+      ->capture_default_str();
+  grid_command->add_option("--bits", grid.bits, "KV bits per value (16, 8, 3: compression)")
+      ->delimiter(',')
+      ->capture_default_str();
+  grid_command->add_option("--bandwidths", grid.bandwidths, "storage bandwidths, Gbit/s")
+      ->delimiter(',')
+      ->capture_default_str();
+  grid_command->add_option("--utils", grid.utils, "shares of the step budget the request gets")
+      ->delimiter(',')
+      ->capture_default_str();
+  grid_command->add_option("--gpu-tflops", grid.gpu_tflops, "effective prefill TFLOP/s of the GPU (F)")
+      ->capture_default_str();
+  grid_command->add_option("--time-scale", grid.time_scale, "divide every duration by this")->capture_default_str();
+  grid_command->add_option("--chunk-tokens", grid.chunk_tokens, "I/O chunk, tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(16u, 4096u));
+  grid_command->add_option("--step-tokens", grid.step_tokens, "engine step budget, tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(16u, 65536u));
+
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
@@ -122,6 +151,8 @@ int main(int argc, char** argv) {
     status = cake::bench::RunRebuildBench(rebuild);
   } else if (store_command->parsed()) {
     status = cake::bench::RunStoreBench(store);
+  } else if (grid_command->parsed()) {
+    status = cake::bench::RunGridBench(grid);
   } else {
     status = cake::bench::RunDemo(demo);
   }

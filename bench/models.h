@@ -11,10 +11,10 @@ namespace cake::bench {
 
 struct ModelSpec {
   const char* name;
-  double params;        // P in the cost model
-  uint32_t layers;      // L
-  uint32_t hidden;      // d
-  uint32_t kv_heads;    // GQA: fewer KV heads than attention heads
+  double params;      // P in the cost model
+  uint32_t layers;    // L
+  uint32_t hidden;    // d
+  uint32_t kv_heads;  // GQA: fewer KV heads than attention heads
   uint32_t head_dim;
 };
 
@@ -31,6 +31,22 @@ inline const ModelSpec* FindModel(std::string_view name) {
     if (std::string_view(m.name) == name) return &m;
   }
   return nullptr;
+}
+
+// PAPER.md: a prefix of k tokens costs (2 P k + 2 L d k^2) / F seconds to compute.
+struct PrefillCostModel {
+  double params = 0;
+  double layers = 0;
+  double hidden = 0;
+  double flops = 0;  // effective FLOP/s during chunked prefill
+
+  double Flop(double tokens) const { return 2 * params * tokens + 2 * layers * hidden * tokens * tokens; }
+  double PrefixSeconds(double tokens) const { return Flop(tokens) / flops; }
+};
+
+// KV bytes per token in BF16: keys and values of every layer and KV head.
+inline double KvBytesPerToken(const ModelSpec& model) {
+  return 2.0 * model.layers * model.kv_heads * model.head_dim * 2;
 }
 
 // The model's KV layout as a namespace: BF16, one tensor-parallel rank, the default 256-token chunks.

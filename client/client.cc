@@ -99,10 +99,19 @@ class GrpcLoadSession final : public LoadSession {
   }
 
   bool WaitResident(uint32_t chunk) override {
+    return WaitResidentUntil(chunk, std::chrono::steady_clock::time_point::max());
+  }
+
+  bool WaitResidentUntil(uint32_t chunk, std::chrono::steady_clock::time_point deadline) override {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] {
+    auto settled = [&] {
       return done_.has_value() || ended_ || (plan_ && chunk >= loaded_low_ && chunk < plan_->cached_chunks);
-    });
+    };
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      cv_.wait(lock, settled);
+    } else {
+      cv_.wait_until(lock, deadline, settled);
+    }
     return plan_ && chunk >= loaded_low_ && chunk < plan_->cached_chunks;
   }
 

@@ -2,6 +2,7 @@
 // Blocking calls, safe to use from several threads; a LoadSession is driven by one engine thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -107,6 +108,8 @@ class LoadSession {
   virtual absl::StatusOr<LoadDone> WaitDone() = 0;
   // Blocks until chunk is resident or Done arrived; returns IsResident(chunk).
   virtual bool WaitResident(uint32_t chunk) = 0;
+  // The same, giving up at `deadline` (an engine waiting at the predicted meeting for loads that fell behind).
+  virtual bool WaitResidentUntil(uint32_t chunk, std::chrono::steady_clock::time_point deadline) = 0;
   // Tells the daemon the chunks were copied out and ends the stream; returns its final status.
   virtual absl::Status Release() = 0;
 };

@@ -128,20 +128,16 @@ PlanDecision Decide(const PlanInput& input, const ComputeModel& compute) {
   const double compute_only = compute.RangeSeconds(0, h);
   // I/O-only still computes what has no room in the region, while the loads run.
   const double io_only = std::max(compute.RangeSeconds(0, low), load(low, h));
+  // The best split: the engine computes [0, m) and then waits for the loads of [m, H) (docs/protocol.md: it
+  // stops at the predicted meeting chunk rather than racing past it, unless the loads fall behind).
   const SplitCosts costs{compute.first_chunk_s(), compute.growth_s(), input.load_chunk_s};
-  const uint32_t m = PredictMeetingChunk(h, low, costs);
-  const double cake = std::max(compute.RangeSeconds(0, m), load(m, h));
-  d.meeting_chunk = m;
+  const uint32_t k = PredictMeetingChunk(h, low, costs);
+  const double cake = std::max(compute.RangeSeconds(0, k), load(k, h));
+  d.meeting_chunk = k;
   d.cake_s = cake;
   d.compute_only_s = compute_only;
   d.io_only_s = io_only;
-
-  // Sharing can lose up to one chunk at the meeting point: the engine finishes the chunk it is computing when
-  // the loads reach it, or a read in flight lands after the engine computed its chunk.
-  const uint32_t edge = std::clamp(m, low + 1, h);
-  const double waste = std::max(compute.RangeSeconds(edge - 1, edge), input.load_chunk_s);
-  const double best_baseline = std::min(compute_only, io_only);
-  if (cake + waste < best_baseline) return d;
+  if (cake < std::min(compute_only, io_only)) return d;
   if (io_only <= compute_only) {
     d.strategy = Strategy::kIoOnly;
     d.meeting_chunk = low;

@@ -58,10 +58,12 @@ struct PlanDecision {
   std::optional<double> cake_s, compute_only_s, io_only_s;
 };
 
-// Chooses how to serve a request. Cake when both costs are known and sharing beats the better baseline by more
-// than the work it can waste (one chunk on either side, at the meeting point); otherwise the better baseline:
-// I/O-only when loading everything is at least as fast, compute-only when the cache could not save even one
-// chunk's worth of time. With a cost unknown, Cake: it adapts at run time whatever the speeds turn out to be.
+// Chooses how to serve a request. Cake when both costs are known and the best split, min over m of
+// max(compute [0, m), load [m, H)), is predicted faster than the better baseline; otherwise that baseline:
+// I/O-only when loading everything is at least as fast, compute-only when computing everything is. The split
+// assumes the engine stops at the predicted meeting chunk and waits for the loads (an engine that races on until
+// a chunk is resident can lose up to one chunk). With a cost unknown, Cake: it adapts at run time whatever the
+// speeds turn out to be.
 PlanDecision Decide(const PlanInput& input, const ComputeModel& compute);
 
 }  // namespace cake

@@ -146,6 +146,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   TableReader dram(root, "dram");
   dram.Unsigned("capacity_bytes", &c.dram_capacity_bytes, 1, uint64_t{1} << 50);
   dram.Double("read_gbps", &c.dram_read_gbps, 0, 1e6);
+  dram.Double("read_burst_us", &c.dram_read_burst_us, 0, 1e6);
   dram.Bool("prefault", &c.dram_prefault);
   dram.Unsigned("promotion_queue_bytes", &c.dram_promotion_queue_bytes, 0, uint64_t{1} << 44);
   TableReader disk(root, "disk");

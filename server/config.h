@@ -26,8 +26,9 @@ struct DaemonConfig {
   uint32_t max_concurrent_loads = 256;
   // [dram]
   uint64_t dram_capacity_bytes = uint64_t{4} << 30;
-  double dram_read_gbps = 0;   // 0: not throttled
-  bool dram_prefault = false;  // touch the whole tier at start-up, so no copy into it ever faults
+  double dram_read_gbps = 0;         // 0: not throttled
+  double dram_read_burst_us = 1000;  // what an idle throttled tier lets through at once; 0: one read after another
+  bool dram_prefault = false;        // touch the whole tier at start-up, so no copy into it ever faults
   uint64_t dram_promotion_queue_bytes = uint64_t{256} << 20;  // chunks read from disk waiting to be copied in
   // [disk]
   std::string disk_root;  // empty: no disk tier

@@ -98,7 +98,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - prefault_started).count());
   }
   std::unique_ptr<Tier> dram = std::move(dram_tier);
-  if (config.dram_read_gbps > 0) dram = std::make_unique<ThrottledTier>(std::move(dram), config.dram_read_gbps);
+  if (config.dram_read_gbps > 0) {
+    dram = std::make_unique<ThrottledTier>(std::move(dram), config.dram_read_gbps, Clock::Real(),
+                                           config.dram_read_burst_us * 1e-6);
+  }
   d->state_->tiers.AddTier(TierKind::kDram, std::move(dram));
   if (!config.disk_root.empty()) {
     DiskTier::Options disk;

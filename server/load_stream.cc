@@ -190,11 +190,11 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     ns_id_ = ns->id();
     Bump(state_.counters.loads_started);
 
-    // The plan: what this namespace's engine was seen to cost (plus its hint), against the tier's measured speed.
-    ComputeModel compute = state_.compute_models.Get(ns_id_);
-    ComputeModel hint;
-    hint.Seed(start.compute_first_chunk_s(), start.compute_growth_s());
-    compute.Merge(hint);
+    // The plan: the engine's hint when it sends one (it knows how busy it is now), else what this namespace's
+    // engine was seen to cost in earlier loads; against the tier's measured speed.
+    ComputeModel compute;
+    compute.Seed(start.compute_first_chunk_s(), start.compute_growth_s());
+    if (!compute.known()) compute = state_.compute_models.Get(ns_id_);
     PlanInput input;
     input.cached_chunks = cached;
     input.lowest_loadable = lowest_loadable;

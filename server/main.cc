@@ -40,7 +40,10 @@ int main(int argc, char** argv) {
   app.add_flag("--dram-prefault", prefault_flags, "touch the whole DRAM tier at start-up (dram.prefault)");
   app.add_flag("--no-dram-prefault", no_prefault_flags, "do not (dram.prefault = false)");
   app.add_option("--dram-capacity-mib", dram_mib, "DRAM tier size in MiB (dram.capacity_bytes)");
-  std::optional<double> dram_gbps;
+  std::optional<double> dram_gbps, dram_burst_us;
+  app.add_option("--dram-read-burst-us", dram_burst_us,
+                 "what an idle throttled DRAM tier lets through at once, in microseconds of its rate; 0 serves one "
+                 "read after another (dram.read_burst_us)");
   app.add_option("--dram-read-gbps", dram_gbps, "cap DRAM-tier reads at this many Gbit/s, 0 for none (dram.read_gbps)");
   std::string disk_root;
   app.add_option("--disk-root", disk_root, "folder of the disk tier; enables it (disk.root)");
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
   if (prefault_flags > 0) config.dram_prefault = true;
   if (no_prefault_flags > 0) config.dram_prefault = false;
   if (dram_gbps) config.dram_read_gbps = *dram_gbps;
+  if (dram_burst_us) config.dram_read_burst_us = *dram_burst_us;
   if (!disk_root.empty()) config.disk_root = disk_root;
   if (disk_mib) config.disk_capacity_bytes = *disk_mib << 20;
   if (!io_backend.empty()) config.disk_io_backend = io_backend;

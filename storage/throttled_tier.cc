@@ -36,10 +36,10 @@ double TokenBucket::rate() const {
   return rate_;
 }
 
-ThrottledTier::ThrottledTier(std::unique_ptr<Tier> inner, double read_gbps, Clock* clock)
-    // A burst of 1 ms worth of bandwidth: the cap holds at every time scale a load can notice.
+ThrottledTier::ThrottledTier(std::unique_ptr<Tier> inner, double read_gbps, Clock* clock, double burst_s)
     : TierDecorator(std::move(inner)),
-      bucket_(GbpsToBytesPerSecond(read_gbps), GbpsToBytesPerSecond(read_gbps) * 1e-3, clock) {}
+      bucket_(GbpsToBytesPerSecond(read_gbps), GbpsToBytesPerSecond(read_gbps) * burst_s, clock),
+      burst_s_(burst_s) {}
 
 absl::Status ThrottledTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   bucket_.Acquire(dst.size());
@@ -47,7 +47,7 @@ absl::Status ThrottledTier::Read(const ChunkKey& key, std::span<std::byte> dst) 
 }
 
 void ThrottledTier::SetReadGbps(double gbps) {
-  bucket_.SetRate(GbpsToBytesPerSecond(gbps), GbpsToBytesPerSecond(gbps) * 1e-3);
+  bucket_.SetRate(GbpsToBytesPerSecond(gbps), GbpsToBytesPerSecond(gbps) * burst_s_);
 }
 
 double ThrottledTier::read_gbps() const { return bucket_.rate() * 8 / 1e9; }

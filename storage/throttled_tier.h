@@ -34,8 +34,10 @@ inline double GbpsToBytesPerSecond(double gbps) { return gbps * 1e9 / 8; }
 
 class ThrottledTier final : public TierDecorator {
  public:
-  // Caps reads at read_gbps (0: unlimited); writes pass untouched, since the load path is what is modelled.
-  ThrottledTier(std::unique_ptr<Tier> inner, double read_gbps, Clock* clock = Clock::Real());
+  // Caps reads at read_gbps (0: unlimited); writes pass untouched, since the load path is what is modelled. An
+  // idle tier lets `burst_s` worth of bytes through at once (1 ms: the cap holds at every time scale a load can
+  // notice); 0 makes it a simulated device that serves one read after another, each taking size / bandwidth.
+  ThrottledTier(std::unique_ptr<Tier> inner, double read_gbps, Clock* clock = Clock::Real(), double burst_s = 1e-3);
 
   absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override;
   void SetReadGbps(double gbps);
@@ -43,6 +45,7 @@ class ThrottledTier final : public TierDecorator {
 
  private:
   TokenBucket bucket_;
+  double burst_s_;
 };
 
 }  // namespace cake

@@ -2,6 +2,8 @@
 // prompts whose KV bytes follow a pattern every test can check byte for byte.
 #pragma once
 
+#include <sys/wait.h>
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <fstream>
@@ -158,6 +160,24 @@ Loaded RunCakeLoad(Client& client, const LoadOptions& options, uint32_t seed, Co
   }
   REQUIRE((*session)->Release().ok());
   return {*plan, *done};
+}
+
+// Runs a shell command, standard error folded into the output.
+struct CommandResult {
+  int exit_code;
+  std::string output;
+};
+
+inline CommandResult Run(const std::string& command) {
+  CommandResult result{-1, ""};
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) result.output.append(buf, n);
+  int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
 }
 
 }  // namespace cake::testing

@@ -11,27 +11,6 @@
 using namespace cake;
 using namespace cake::testing;
 
-namespace {
-
-struct CommandResult {
-  int exit_code;
-  std::string output;
-};
-
-CommandResult Run(const std::string& command) {
-  CommandResult result{-1, ""};
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) result.output.append(buf, n);
-  int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-}  // namespace
-
 TEST_CASE("SIGTERM stops cleanly: live loads cancelled, regions released, socket removed, exit 0", "[lifecycle]") {
   auto daemon = StartDaemon({"--dram-read-gbps", "0.01"});
   auto client = Connect(daemon);

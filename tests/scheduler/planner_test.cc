@@ -150,11 +150,17 @@ TEST_CASE("planner: falls back to the better baseline when sharing cannot win", 
     CHECK(d.strategy == Strategy::kComputeOnly);
     CHECK(d.meeting_chunk == 16u);
   }
-  SECTION("a short prompt where the one chunk sharing could win is lost to waste") {
-    // Two chunks: Cake would compute one and load one (10 ms), but a chunk of waste at the meeting makes it no
-    // better than loading both (12 ms).
-    const PlanDecision d = Decide({2, 0, 0.006, false}, Learned(0.010, 0, 2));
+  SECTION("a short prompt: computing even one chunk takes longer than loading both") {
+    const PlanDecision d = Decide({2, 0, 0.004, false}, Learned(0.010, 0, 2));
     CHECK(d.strategy == Strategy::kIoOnly);
+    CHECK(*d.cake_s == Approx(0.008));  // the best split is to load everything
+    CHECK(*d.io_only_s == Approx(0.008));
+  }
+  SECTION("a short prompt where one computed chunk does win") {
+    // The engine computes chunk 0 (10 ms) while chunk 1 loads (6 ms): 10 ms against 12 ms for loading both.
+    const PlanDecision d = Decide({2, 0, 0.006, false}, Learned(0.010, 0, 2));
+    CHECK(d.strategy == Strategy::kCake);
+    CHECK(d.meeting_chunk == 1u);
   }
   SECTION("nothing fits the region: compute-only") {
     const PlanDecision d = Decide({8, 8, 0.010, false}, Learned(0.010, 0, 8));

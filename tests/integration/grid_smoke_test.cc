@@ -1,0 +1,49 @@
+// A small `cake-bench grid` against real daemons: a few cells at a strong time scale. The bench's goals (Cake
+// within 5% of the oracle, never 2% above the better baseline) are checked by the bench itself at full scale;
+// here the margins are wide enough to hold on a loaded two-core machine, and the point is that the grid runs,
+// reports every field, and that Cake is never far behind the better baseline in any cell.
+#include <regex>
+
+#include "tests/integration/fixture.h"
+
+using namespace cake::testing;
+
+namespace {
+
+std::vector<double> Fields(const std::string& json, const std::string& name) {
+  std::vector<double> values;
+  const std::regex pattern("\"" + name + "\": ([-0-9.e+]+)");
+  for (auto it = std::sregex_iterator(json.begin(), json.end(), pattern); it != std::sregex_iterator(); ++it) {
+    values.push_back(std::stod((*it)[1].str()));
+  }
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("cake-bench grid runs a few cells and Cake is never far behind the better baseline", "[grid]") {
+  const std::string json = "/tmp/cake-grid-smoke-" + std::to_string(getpid()) + ".json";
+  auto result = Run(std::string(CAKE_BENCH_PATH) +
+                    " grid --tokens 2048 --bandwidths 7,56 --utils 0.25,1 --time-scale 2 --json " + json);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  std::ifstream in(json);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(json.c_str());
+  const auto compute = Fields(text, "ttft_compute_s");
+  const auto io = Fields(text, "ttft_io_s");
+  const auto cake = Fields(text, "ttft_cake_s");
+  const auto oracle = Fields(text, "ttft_oracle_s");
+  REQUIRE(compute.size() == 4);
+  REQUIRE(io.size() == 4);
+  REQUIRE(cake.size() == 4);
+  REQUIRE(oracle.size() == 4);
+  for (size_t i = 0; i < cake.size(); ++i) {
+    INFO("cell " << i << ": compute " << compute[i] << " io " << io[i] << " cake " << cake[i] << " oracle "
+                 << oracle[i]);
+    CHECK(oracle[i] > 0);
+    CHECK(oracle[i] <= std::min(compute[i], io[i]) * 1.05);  // the oracle is a lower bound, up to timing noise
+    CHECK(cake[i] <= std::min(compute[i], io[i]) * 1.3);
+  }
+  CHECK(result.output.find("Cake's speedup over I/O-only / over compute-only") != std::string::npos);
+}
