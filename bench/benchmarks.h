@@ -92,4 +92,12 @@ struct GridOptions {
 };
 absl::Status RunGridBench(const GridOptions& options);
 
+// The daemon's CPU time per loaded chunk (scheduling, messages), over many I/O-only loads of small chunks.
+struct OverheadOptions {
+  CommonOptions common;
+  uint32_t loads = 20;
+  uint32_t chunks = 1024;
+};
+absl::Status RunOverheadBench(const OverheadOptions& options);
+
 }  // namespace cake::bench

@@ -138,6 +138,17 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(16u, 65536u));
 
+  cake::bench::OverheadOptions overhead;
+  CLI::App* overhead_command =
+      app.add_subcommand("overhead", "the daemon's CPU time per loaded chunk, over many loads of small chunks");
+  AddCommonOptions(overhead_command, overhead.common);
+  overhead_command->add_option("--loads", overhead.loads, "measured loads")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000u));
+  overhead_command->add_option("--chunks", overhead.chunks, "chunks of 16 KiB per load")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 65536u));
+
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
@@ -151,6 +162,8 @@ int main(int argc, char** argv) {
     status = cake::bench::RunRebuildBench(rebuild);
   } else if (store_command->parsed()) {
     status = cake::bench::RunStoreBench(store);
+  } else if (overhead_command->parsed()) {
+    status = cake::bench::RunOverheadBench(overhead);
   } else if (grid_command->parsed()) {
     status = cake::bench::RunGridBench(grid);
   } else {

@@ -1,0 +1,111 @@
+// cake-bench overhead: the daemon's CPU cost per loaded chunk (scheduling, reads from DRAM, messages), from the
+// daemon's own CPU time (/proc/<pid>/stat) over many loads of many small chunks, so the copies cost next to nothing
+// and what is left is the per-chunk work.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "bench/bench_common.h"
+#include "bench/benchmarks.h"
+
+namespace cake::bench {
+namespace {
+
+// User plus system CPU seconds of process `pid` so far.
+absl::StatusOr<double> ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(in, line)) return absl::UnavailableError(absl::StrCat("cannot read /proc/", pid, "/stat"));
+  // The command name (field 2) may hold spaces: fields after it start past the last ')'.
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+absl::Status RunOverheadBench(const OverheadOptions& options) {
+  if (!options.common.socket_path.empty()) {
+    return absl::InvalidArgumentError("overhead measures a daemon it starts itself: leave out --socket");
+  }
+  auto target = OpenDaemon("", {});
+  if (!target.ok()) return target.status();
+  Client& client = *target->client;
+  const pid_t pid = target->spawned->pid();
+
+  // 1 KiB of KV per token, 16-token chunks: 16 KiB a chunk, copied in about a microsecond.
+  NamespaceSpec ns;
+  ns.model_id = "overhead";
+  ns.num_layers = 1;
+  ns.num_kv_heads = 1;
+  ns.head_dim = 256;
+  ns.dtype = DType::kBf16;
+  ns.chunk_tokens = 16;
+  ns.tenant = "cake-bench";
+  const uint32_t chunks = options.chunks;
+  const uint64_t chunk_bytes = 16 * 1024;
+  const std::vector<uint32_t> prompt = SyntheticPrompt(uint64_t{chunks} * 16, 21);
+  auto region = client.RegisterRegion(uint64_t{chunks} * chunk_bytes);
+  if (!region.ok()) return region.status();
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c);
+  auto stored = client.Store(ns, TokensPrompt(prompt), 0, chunks, *region, 0);
+  if (!stored.ok()) return stored.status();
+
+  LoadOptions load;
+  load.ns = ns;
+  load.prompt = TokensPrompt(prompt);
+  load.region = &*region;
+  load.io_only = true;
+  auto one_load = [&]() -> absl::Status {
+    auto session = client.StartLoad(load);
+    if (!session.ok()) return session.status();
+    auto done = (*session)->WaitDone();
+    if (!done.ok()) return done.status();
+    if (done->loaded_chunks != chunks) {
+      return absl::InternalError(absl::StrCat("a load of ", chunks, " chunks loaded ", done->loaded_chunks));
+    }
+    return (*session)->Release();
+  };
+  if (absl::Status s = one_load(); !s.ok()) return s;  // warm: threads, buffers, the channel
+
+  auto cpu_before = ProcessCpuSeconds(pid);
+  if (!cpu_before.ok()) return cpu_before.status();
+  const Clock::time_point start = Clock::now();
+  for (uint32_t i = 0; i < options.loads; ++i) {
+    if (absl::Status s = one_load(); !s.ok()) return s;
+  }
+  const double wall_s = SecondsSince(start);
+  auto cpu_after = ProcessCpuSeconds(pid);
+  if (!cpu_after.ok()) return cpu_after.status();
+  for (uint32_t c = 0; c < chunks; ++c) {
+    if (absl::Status s = CheckChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c); !s.ok()) return s;
+  }
+
+  const double total_chunks = static_cast<double>(options.loads) * chunks;
+  const double cpu_us = (*cpu_after - *cpu_before) / total_chunks * 1e6;
+  const double wall_us = wall_s / total_chunks * 1e6;
+  std::printf("cake-bench overhead: %u I/O-only loads of %u chunks of 16 KiB from the DRAM tier\n", options.loads,
+              chunks);
+  std::printf("  daemon CPU per chunk: %.1f us (goal: under 50 us); wall per chunk: %.1f us; daemon CPU %.3f s\n",
+              cpu_us, wall_us, *cpu_after - *cpu_before);
+  JsonReport report;
+  report.Set("loads", options.loads);
+  report.Set("chunks_per_load", chunks);
+  report.Set("chunk_bytes", static_cast<double>(chunk_bytes));
+  report.Set("daemon_cpu_us_per_chunk", cpu_us);
+  report.Set("wall_us_per_chunk", wall_us);
+  report.Set("daemon_cpu_s", *cpu_after - *cpu_before);
+  return report.WriteTo(options.common.json_path);
+}
+
+}  // namespace cake::bench
