@@ -100,4 +100,18 @@ struct OverheadOptions {
 };
 absl::Status RunOverheadBench(const OverheadOptions& options);
 
+// Many cached requests at once on one simulated disk: mean and p99 time to first token per arbiter policy.
+struct ConcurrentOptions {
+  CommonOptions common;
+  std::vector<std::string> policies = {"fifo", "fair", "srf"};
+  uint32_t requests = 16;
+  uint32_t min_tokens = 512;
+  uint32_t max_tokens = 16384;
+  std::string model = "llama3.1-8b";
+  double bandwidth_gbps = 25;
+  double time_scale = 4;
+  uint32_t window = 4;
+};
+absl::Status RunConcurrentBench(const ConcurrentOptions& options);
+
 }  // namespace cake::bench

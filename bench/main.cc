@@ -149,6 +149,26 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 65536u));
 
+  cake::bench::ConcurrentOptions concurrent;
+  CLI::App* concurrent_command = app.add_subcommand(
+      "concurrent", "many cached requests at once on one simulated disk: mean and p99 TTFT per arbiter policy");
+  AddCommonOptions(concurrent_command, concurrent.common);
+  concurrent_command->add_option("--policies", concurrent.policies, "arbiter policies to compare (srf, fifo, fair)")
+      ->delimiter(',')
+      ->capture_default_str();
+  concurrent_command->add_option("--requests", concurrent.requests, "requests arriving at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
+  concurrent_command->add_option("--min-tokens", concurrent.min_tokens, "shortest prompt")->capture_default_str();
+  concurrent_command->add_option("--max-tokens", concurrent.max_tokens, "longest prompt")->capture_default_str();
+  concurrent_command->add_option("--model", concurrent.model, "KV size per token of this model")->capture_default_str();
+  concurrent_command->add_option("--bandwidth", concurrent.bandwidth_gbps, "the disk's Gbit/s")->capture_default_str();
+  concurrent_command->add_option("--time-scale", concurrent.time_scale, "divide every duration by this")
+      ->capture_default_str();
+  concurrent_command->add_option("--window", concurrent.window, "caked --window")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
@@ -162,6 +182,8 @@ int main(int argc, char** argv) {
     status = cake::bench::RunRebuildBench(rebuild);
   } else if (store_command->parsed()) {
     status = cake::bench::RunStoreBench(store);
+  } else if (concurrent_command->parsed()) {
+    status = cake::bench::RunConcurrentBench(concurrent);
   } else if (overhead_command->parsed()) {
     status = cake::bench::RunOverheadBench(overhead);
   } else if (grid_command->parsed()) {

@@ -1,8 +1,30 @@
 #include "scheduler/io_pool.h"
 
+#include <algorithm>
+#include <tuple>
+
 namespace cake {
 
-IoPool::IoPool(int threads, size_t queue_capacity) : capacity_(queue_capacity) {
+std::optional<ArbiterPolicy> ParseArbiterPolicy(std::string_view name) {
+  if (name == "fifo") return ArbiterPolicy::kFifo;
+  if (name == "fair") return ArbiterPolicy::kFairShare;
+  if (name == "srf") return ArbiterPolicy::kShortestRemaining;
+  return std::nullopt;
+}
+
+const char* ArbiterPolicyName(ArbiterPolicy policy) {
+  switch (policy) {
+    case ArbiterPolicy::kFifo:
+      return "fifo";
+    case ArbiterPolicy::kFairShare:
+      return "fair";
+    case ArbiterPolicy::kShortestRemaining:
+      return "srf";
+  }
+  return "unknown";
+}
+
+IoPool::IoPool(int threads, size_t queue_capacity, ArbiterPolicy policy) : capacity_(queue_capacity), policy_(policy) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
 }
 
@@ -15,11 +37,31 @@ IoPool::~IoPool() {
   for (auto& t : threads_) t.join();
 }
 
+std::shared_ptr<IoGroup> IoPool::NewGroup() {
+  auto group = std::make_shared<IoGroup>();
+  std::lock_guard lock(mu_);
+  group->arrival_ = next_arrival_++;
+  return group;
+}
+
 bool IoPool::TrySubmit(std::function<void()> task) {
   {
     std::lock_guard lock(mu_);
-    if (stopping_ || queue_.size() >= capacity_) return false;
-    queue_.push_back(std::move(task));
+    if (stopping_ || queued_ >= capacity_) return false;
+    ungrouped_.push_back(std::move(task));
+    ++queued_;
+  }
+  cv_.notify_one();
+  return true;
+}
+
+bool IoPool::TrySubmit(const std::shared_ptr<IoGroup>& group, std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || queued_ >= capacity_) return false;
+    if (group->queue_.empty()) waiting_.push_back(group);
+    group->queue_.push_back(std::move(task));
+    ++queued_;
   }
   cv_.notify_one();
   return true;
@@ -27,7 +69,35 @@ bool IoPool::TrySubmit(std::function<void()> task) {
 
 size_t IoPool::queued() const {
   std::lock_guard lock(mu_);
-  return queue_.size();
+  return queued_;
+}
+
+std::function<void()> IoPool::TakeLocked() {
+  --queued_;
+  if (!ungrouped_.empty()) {
+    std::function<void()> task = std::move(ungrouped_.front());
+    ungrouped_.pop_front();
+    return task;
+  }
+  auto key = [&](const std::shared_ptr<IoGroup>& g) {
+    switch (policy_) {
+      case ArbiterPolicy::kFifo:
+        return std::make_tuple(g->arrival_, uint64_t{0});
+      case ArbiterPolicy::kFairShare:
+        return std::make_tuple(g->last_served_, g->arrival_);
+      case ArbiterPolicy::kShortestRemaining:
+        return std::make_tuple(uint64_t{g->remaining_.load(std::memory_order_relaxed)}, g->arrival_);
+    }
+    return std::make_tuple(g->arrival_, uint64_t{0});
+  };
+  auto best =
+      std::min_element(waiting_.begin(), waiting_.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
+  IoGroup& group = **best;
+  std::function<void()> task = std::move(group.queue_.front());
+  group.queue_.pop_front();
+  group.last_served_ = ++serve_clock_;
+  if (group.queue_.empty()) waiting_.erase(best);
+  return task;
 }
 
 void IoPool::Run() {
@@ -35,10 +105,9 @@ void IoPool::Run() {
     std::function<void()> task;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      task = std::move(queue_.front());
-      queue_.pop_front();
+      cv_.wait(lock, [&] { return stopping_ || queued_ > 0; });
+      if (queued_ == 0) return;
+      task = TakeLocked();
     }
     task();
   }

@@ -1,35 +1,74 @@
 // The threads that run tier reads and writes, fed through one bounded queue so overload shows up as
-// backpressure (a refused submission) instead of unbounded memory.
+// backpressure (a refused submission) instead of unbounded memory. Loads' reads are grouped, one group per load,
+// and an arbiter policy decides which load's queued read a free thread takes next: loads share a tier's
+// bandwidth, and the order in which they are served decides their times to first token.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 namespace cake {
 
+enum class ArbiterPolicy {
+  kFifo,               // the load that started first is served first
+  kFairShare,          // round robin: the load served least recently goes next
+  kShortestRemaining,  // the load with the fewest chunks left to read goes next (ties: the older one)
+};
+std::optional<ArbiterPolicy> ParseArbiterPolicy(std::string_view name);  // "fifo", "fair", "srf"
+const char* ArbiterPolicyName(ArbiterPolicy policy);
+
+// One load's place in the arbiter. The load keeps `remaining` up to date for kShortestRemaining.
+class IoGroup {
+ public:
+  void SetRemaining(uint32_t chunks) { remaining_.store(chunks, std::memory_order_relaxed); }
+
+ private:
+  friend class IoPool;
+  uint64_t arrival_ = 0;
+  uint64_t last_served_ = 0;  // guarded by the pool's mutex
+  std::atomic<uint32_t> remaining_{0};
+  std::deque<std::function<void()>> queue_;  // guarded by the pool's mutex
+};
+
 class IoPool {
  public:
-  IoPool(int threads, size_t queue_capacity);
+  IoPool(int threads, size_t queue_capacity, ArbiterPolicy policy = ArbiterPolicy::kShortestRemaining);
   ~IoPool();  // runs what is queued, then joins
   IoPool(const IoPool&) = delete;
   IoPool& operator=(const IoPool&) = delete;
 
-  // False when the queue is full: the caller turns that into RESOURCE_EXHAUSTED or retries later.
+  std::shared_ptr<IoGroup> NewGroup();
+  // False when the queue is full: the caller turns that into RESOURCE_EXHAUSTED or retries later. Tasks without
+  // a group (RPC work: Store, RegisterRegion, Evict) go before any load's reads, in the order they came.
   bool TrySubmit(std::function<void()> task);
+  bool TrySubmit(const std::shared_ptr<IoGroup>& group, std::function<void()> task);
   size_t queued() const;
+  ArbiterPolicy policy() const { return policy_; }
 
  private:
   void Run();
+  // The next task by the policy; requires mu_ and queued_ > 0.
+  std::function<void()> TakeLocked();
 
   const size_t capacity_;
+  const ArbiterPolicy policy_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<std::function<void()>> ungrouped_;
+  std::vector<std::shared_ptr<IoGroup>> waiting_;  // groups with queued tasks
+  size_t queued_ = 0;
+  uint64_t next_arrival_ = 1;
+  uint64_t serve_clock_ = 0;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "scheduler/io_pool.h"
 
 namespace cake {
 
@@ -163,6 +164,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   loader.Unsigned("window", &c.load_window, 1, 4096);
   loader.Unsigned("max_window", &c.max_load_window, 1, 4096);
   loader.Unsigned("io_threads", &c.io_threads, 1, 1024);
+  loader.String("arbiter", &c.arbiter);
   TableReader keys(root, "keys");
   keys.String("secret", &c.key_secret);
   for (TableReader* t : {&server, &limits, &dram, &disk, &writeback, &loader, &keys}) {
@@ -191,6 +193,9 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.disk_io_backend != "auto" && c.disk_io_backend != "uring" && c.disk_io_backend != "pread") {
     return absl::InvalidArgumentError(
         absl::StrCat("disk.io_backend is \"", c.disk_io_backend, "\"; accepted: auto, uring, pread"));
+  }
+  if (!ParseArbiterPolicy(c.arbiter)) {
+    return absl::InvalidArgumentError(absl::StrCat("loader.arbiter is \"", c.arbiter, "\"; accepted: srf, fifo, fair"));
   }
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
   if (!kLevels.contains(c.log_level)) {

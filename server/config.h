@@ -44,6 +44,7 @@ struct DaemonConfig {
   uint32_t load_window = 4;  // reads in flight per load
   uint32_t max_load_window = 64;
   uint32_t io_threads = 4;
+  std::string arbiter = "srf";  // order in which concurrent loads' reads are served: srf, fifo, fair
   // [keys]
   std::string key_secret;  // mixed into every key root; daemons that share a store must share it
 

@@ -63,7 +63,8 @@ struct DaemonState {
         tiers(TierManager::Options{c.write_back_queue_bytes, c.dram_promotion_queue_bytes}),
         regions(RegionRegistry::Limits{c.max_region_bytes, c.max_regions_per_client}),
         // Room for every live load's full window, so a load that got admitted is never refused a read.
-        pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024) {}
+        pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024,
+             ParseArbiterPolicy(c.arbiter).value_or(ArbiterPolicy::kShortestRemaining)) {}
 
   const DaemonConfig config;
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();

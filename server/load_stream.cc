@@ -207,6 +207,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     // Compute-only loads nothing: the cursor starts with nothing loadable, so the split is final at once.
     cursor_.emplace(LoadCursor::Options{cached, strategy_ == Strategy::kComputeOnly ? cached : lowest_loadable, window_,
                                         strategy_ == Strategy::kCake});
+    io_group_ = state_.pool.NewGroup();
+    UpdateRemainingLocked();
     Bump(strategy_ == Strategy::kCake     ? state_.counters.loads_cake
          : strategy_ == Strategy::kIoOnly ? state_.counters.loads_io_only
                                           : state_.counters.loads_compute_only);
@@ -269,6 +271,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     }
     if (phase_ != Phase::kLoading) return absl::OkStatus();
     cursor_->OnProgress(computed_through);
+    UpdateRemainingLocked();
     CheckMeetingLocked();
     return absl::OkStatus();
   }
@@ -284,7 +287,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       if (!first_read_) first_read_ = Clock::now();
       auto self = shared_from_this();
       const uint32_t c = *chunk;
-      const bool submitted = state_.pool.TrySubmit([self, c] { self->ReadChunk(c); });
+      const bool submitted = state_.pool.TrySubmit(io_group_, [self, c] { self->ReadChunk(c); });
       if (submitted) ++reads_outstanding_;
       if (!submitted) {
         spdlog::warn("{}: the I/O queue is full; chunk {} will be computed", load_id_, c);
@@ -370,8 +373,16 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       Bump(state_.counters.load_chunks_loaded);
       Bump(state_.counters.load_bytes_loaded, chunk_bytes_);
     }
+    UpdateRemainingLocked();
     CheckMeetingLocked();
     IssueReadsLocked();
+  }
+
+  // What the arbiter's shortest-remaining-first policy ranks this load by: chunks it still has to read.
+  void UpdateRemainingLocked() {
+    const uint32_t floor = std::max(cursor_->computed_through(), lowest_loadable_);
+    const uint32_t low = cursor_->loaded_low();
+    io_group_->SetRemaining(low > floor ? low - floor : 0);
   }
 
   void CheckMeetingLocked() {
@@ -474,6 +485,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   std::shared_ptr<Region> region_;
   uint64_t base_offset_ = 0;
   std::optional<LoadCursor> cursor_;
+  std::shared_ptr<IoGroup> io_group_;  // this load's place in the I/O arbiter
   absl::flat_hash_map<uint32_t, std::string> pending_inline_;
   Clock::time_point started_;
   std::optional<Clock::time_point> first_read_;

@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
   std::optional<uint32_t> io_threads, window;
   app.add_option("--io-threads", io_threads, "I/O threads (loader.io_threads)");
   app.add_option("--window", window, "reads in flight per load (loader.window)");
+  std::string arbiter;
+  app.add_option("--arbiter", arbiter, "srf, fifo or fair: which concurrent load's read goes next (loader.arbiter)");
   bool check_config = false;
   app.add_flag("--check-config", check_config, "validate the configuration and exit");
   try {
@@ -84,6 +86,7 @@ int main(int argc, char** argv) {
   if (dram_gbps) config.dram_read_gbps = *dram_gbps;
   if (dram_burst_us) config.dram_read_burst_us = *dram_burst_us;
   if (!disk_root.empty()) config.disk_root = disk_root;
+  if (!arbiter.empty()) config.arbiter = arbiter;
   if (disk_mib) config.disk_capacity_bytes = *disk_mib << 20;
   if (!io_backend.empty()) config.disk_io_backend = io_backend;
   if (disk_gbps) config.disk_read_gbps = *disk_gbps;

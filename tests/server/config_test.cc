@@ -194,6 +194,14 @@ TEST_CASE("config: ValidateConfig checks rules across fields", "[config]") {
       CHECK(ValidateConfig(c).ok());
     }
   }
+  SECTION("an unknown arbiter policy") {
+    c.arbiter = "lifo";
+    CHECK_THAT(std::string(ValidateConfig(c).message()), Catch::Contains("loader.arbiter"));
+    for (const char* policy : {"srf", "fifo", "fair"}) {
+      c.arbiter = policy;
+      CHECK(ValidateConfig(c).ok());
+    }
+  }
   SECTION("zeros that flags can set and the file cannot") {
     c.dram_capacity_bytes = 0;
     CHECK_THAT(std::string(ValidateConfig(c).message()), Catch::Contains("--dram-capacity-mib"));
