@@ -15,6 +15,11 @@ int main(int argc, char** argv) {
   auto* evict = app.add_subcommand("evict", "drop every chunk of one tier");
   std::string evict_tier;
   evict->add_option("--tier", evict_tier, "dram or disk")->required();
+  auto* read_cap = app.add_subcommand("read-cap", "change a capped tier's read cap while the daemon runs");
+  std::string cap_tier;
+  double cap_gbps = 0;
+  read_cap->add_option("--tier", cap_tier, "dram or disk")->required();
+  read_cap->add_option("--gbps", cap_gbps, "the new cap, Gbit/s")->required();
   CLI11_PARSE(app, argc, argv);
 
   auto client = cake::Client::Connect({socket, "cakectl"});
@@ -44,6 +49,13 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::printf("evicted %llu chunks from %s\n", static_cast<unsigned long long>(*evicted), evict_tier.c_str());
+  } else if (read_cap->parsed()) {
+    auto previous = (*client)->SetReadCap(cap_tier, cap_gbps);
+    if (!previous.ok()) {
+      std::fprintf(stderr, "cakectl: %s\n", previous.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("%s read cap: %g -> %g Gbit/s\n", cap_tier.c_str(), *previous, cap_gbps);
   } else if (ping->parsed()) {
     if (auto s = (*client)->Ping(); !s.ok()) {
       std::fprintf(stderr, "cakectl: %s\n", s.ToString().c_str());

@@ -79,6 +79,11 @@ class GrpcLoadSession final : public LoadSession {
     return plan_.has_value() && chunk >= loaded_low_ && chunk < plan_->cached_chunks;
   }
 
+  uint32_t LoadedLow() const override {
+    std::lock_guard lock(mu_);
+    return plan_ ? std::min(loaded_low_, plan_->cached_chunks) : 0;
+  }
+
   uint64_t RegionOffset(uint32_t chunk) const override {
     std::lock_guard lock(mu_);
     if (!plan_ || chunk < plan_->lowest_loadable) return 0;
@@ -300,6 +305,16 @@ class GrpcClient final : public Client {
     v1::EvictResponse response;
     if (auto s = FromGrpc(admin_->Evict(&context, request, &response)); !s.ok()) return s;
     return response.chunks();
+  }
+
+  absl::StatusOr<double> SetReadCap(const std::string& tier, double gbps) override {
+    grpc::ClientContext context;
+    v1::SetReadCapRequest request;
+    request.set_tier(tier);
+    request.set_gbps(gbps);
+    v1::SetReadCapResponse response;
+    if (auto s = FromGrpc(admin_->SetReadCap(&context, request, &response)); !s.ok()) return s;
+    return response.previous_gbps();
   }
 
   absl::StatusOr<std::string> StatusText() override {

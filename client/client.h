@@ -100,6 +100,8 @@ class LoadSession {
   virtual absl::Status ReportProgress(uint32_t computed_through) = 0;
   // Whether chunk's bytes are in the region (or held inline); true means all of [chunk, cached) are.
   virtual bool IsResident(uint32_t chunk) const = 0;
+  // The lowest chunk of the loaded suffix [LoadedLow(), cached) so far (cached_chunks while nothing is loaded).
+  virtual uint32_t LoadedLow() const = 0;
   // Where chunk landed in the region (valid once resident).
   virtual uint64_t RegionOffset(uint32_t chunk) const = 0;
   // Inline loads: the chunk's bytes (empty unless resident).
@@ -134,6 +136,8 @@ class Client {
   virtual absl::StatusOr<std::map<std::string, uint64_t>> Stats() = 0;
   // Drops every chunk of one tier ("dram" or "disk"); returns how many.
   virtual absl::StatusOr<uint64_t> Evict(const std::string& tier) = 0;
+  // Changes a capped tier's read cap; returns the previous cap, Gbit/s.
+  virtual absl::StatusOr<double> SetReadCap(const std::string& tier, double gbps) = 0;
   // The daemon's status as "key: value" lines, for people.
   virtual absl::StatusOr<std::string> StatusText() = 0;
 };

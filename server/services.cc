@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "server/load_stream.h"
 #include "server/requests.h"
@@ -254,6 +256,36 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* c
     reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError("the daemon's I/O queue is full; retry shortly")));
   }
   return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::SetReadCap(grpc::CallbackServerContext* context,
+                                                       const v1::SetReadCapRequest* request,
+                                                       v1::SetReadCapResponse* response) {
+  TierKind kind = TierKind::kNone;
+  if (request->tier() == "dram") kind = TierKind::kDram;
+  if (request->tier() == "disk") kind = TierKind::kDisk;
+  if (kind == TierKind::kNone) {
+    return Reply(context, absl::InvalidArgumentError(
+                              absl::StrCat("unknown tier \"", request->tier(), "\"; accepted: dram, disk")));
+  }
+  if (!(request->gbps() > 0) || !std::isfinite(request->gbps())) {
+    return Reply(context, absl::InvalidArgumentError(
+                              absl::StrCat("gbps must be a positive number of Gbit/s; got ", request->gbps())));
+  }
+  Tier* tier = state_.tiers.tier(kind);
+  if (tier == nullptr) {
+    return Reply(context, absl::NotFoundError(absl::StrCat("this daemon has no ", request->tier(), " tier")));
+  }
+  auto* throttled = dynamic_cast<ThrottledTier*>(tier);
+  if (throttled == nullptr) {
+    return Reply(context, absl::FailedPreconditionError(absl::StrCat(
+                              "the ", request->tier(), " tier has no read cap to change; start caked with --",
+                              request->tier(), "-read-gbps")));
+  }
+  response->set_previous_gbps(throttled->read_gbps());
+  throttled->SetReadGbps(request->gbps());
+  spdlog::info("{} tier read cap: {} -> {} Gbit/s", request->tier(), response->previous_gbps(), request->gbps());
+  return Reply(context, absl::OkStatus());
 }
 
 }  // namespace cake

@@ -38,6 +38,8 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
                                   v1::StatsResponse* response) override;
   grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* context, const v1::EvictRequest* request,
                                   v1::EvictResponse* response) override;
+  grpc::ServerUnaryReactor* SetReadCap(grpc::CallbackServerContext* context, const v1::SetReadCapRequest* request,
+                                       v1::SetReadCapResponse* response) override;
 
  private:
   DaemonState& state_;

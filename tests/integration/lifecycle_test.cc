@@ -109,3 +109,30 @@ TEST_CASE("a setting from the file holds unless a flag says otherwise", "[lifecy
   CHECK(zero.output.find("--dram-capacity-mib") != std::string::npos);
   std::remove(file.c_str());
 }
+
+TEST_CASE("a tier's read cap changes while the daemon runs; bad requests get the right codes", "[lifecycle][admin]") {
+  auto daemon = StartDaemon({"--dram-read-gbps", "8"});
+  auto client = Connect(daemon);
+  auto previous = client->SetReadCap("dram", 2.5);
+  REQUIRE(previous.ok());
+  CHECK(*previous == 8);
+  auto status = client->StatusText();
+  REQUIRE(status.ok());
+  CHECK(status->find("reads capped at 2.5 Gbps") != std::string::npos);
+
+  auto by_cakectl =
+      Run(std::string(CAKE_CAKECTL_PATH) + " --socket " + daemon.socket_path() + " read-cap --tier dram --gbps 4");
+  CHECK(by_cakectl.exit_code == 0);
+  CHECK(by_cakectl.output.find("dram read cap: 2.5 -> 4 Gbit/s") != std::string::npos);
+
+  CHECK(client->SetReadCap("tape", 1).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(client->SetReadCap("dram", 0).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(client->SetReadCap("dram", -1).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(client->SetReadCap("dram", std::nan("")).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(client->SetReadCap("disk", 1).status().code() == absl::StatusCode::kNotFound);
+  auto uncapped = StartDaemon();
+  auto refused = Connect(uncapped)->SetReadCap("dram", 1);
+  CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(refused.status().message().find("--dram-read-gbps") != std::string_view::npos);
+  CHECK(client->Ping().ok());  // the daemon serves on
+}
