@@ -114,4 +114,19 @@ struct ConcurrentOptions {
 };
 absl::Status RunConcurrentBench(const ConcurrentOptions& options);
 
+// One Cake load while the engine's budget and the disk's bandwidth change under it: both cursors over time.
+struct FluctuateOptions {
+  CommonOptions common;
+  std::string model = "llama3.1-8b";
+  uint32_t tokens = 16384;
+  uint32_t max_budget = 512;  // tokens of a 512-token step the request may get
+  double max_gbps = 25;
+  double interval_ms = 100;  // modelled time between bandwidth changes
+  double gpu_tflops = 0;     // 0: balanced on average
+  double time_scale = 1;
+  uint32_t seed = 1;
+  std::string out_prefix = "fluctuate";  // writes <prefix>.csv and, with gnuplot, <prefix>.png
+};
+absl::Status RunFluctuateBench(const FluctuateOptions& options);
+
 }  // namespace cake::bench

@@ -169,6 +169,27 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 64u));
 
+  cake::bench::FluctuateOptions fluctuate;
+  CLI::App* fluctuate_command = app.add_subcommand(
+      "fluctuate", "one Cake load while the engine's budget and the disk's bandwidth change: both cursors over time");
+  AddCommonOptions(fluctuate_command, fluctuate.common);
+  fluctuate_command->add_option("--model", fluctuate.model, "KV size and cost model")->capture_default_str();
+  fluctuate_command->add_option("--tokens", fluctuate.tokens, "prompt length, a multiple of 128")
+      ->capture_default_str();
+  fluctuate_command->add_option("--max-budget", fluctuate.max_budget, "most tokens per step for the request")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 512u));
+  fluctuate_command->add_option("--max-gbps", fluctuate.max_gbps, "highest bandwidth drawn")->capture_default_str();
+  fluctuate_command->add_option("--interval-ms", fluctuate.interval_ms, "time between bandwidth changes")
+      ->capture_default_str();
+  fluctuate_command->add_option("--gpu-tflops", fluctuate.gpu_tflops, "F; 0 balances compute and load on average")
+      ->capture_default_str();
+  fluctuate_command->add_option("--time-scale", fluctuate.time_scale, "divide every duration by this")
+      ->capture_default_str();
+  fluctuate_command->add_option("--seed", fluctuate.seed, "random draws")->capture_default_str();
+  fluctuate_command->add_option("--out", fluctuate.out_prefix, "writes PREFIX.csv and PREFIX.png")
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
@@ -182,6 +203,8 @@ int main(int argc, char** argv) {
     status = cake::bench::RunRebuildBench(rebuild);
   } else if (store_command->parsed()) {
     status = cake::bench::RunStoreBench(store);
+  } else if (fluctuate_command->parsed()) {
+    status = cake::bench::RunFluctuateBench(fluctuate);
   } else if (concurrent_command->parsed()) {
     status = cake::bench::RunConcurrentBench(concurrent);
   } else if (overhead_command->parsed()) {

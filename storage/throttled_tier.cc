@@ -28,7 +28,10 @@ void TokenBucket::SetRate(double rate_bytes_per_s, double burst_bytes) {
   std::lock_guard lock(mu_);
   rate_ = rate_bytes_per_s;
   burst_bytes_ = burst_bytes;
-  next_free_ = TimePoint::min();  // a full bucket at the new rate, as after construction
+  // An idle bucket starts full at the new rate, as after construction. Bytes already granted keep their times and
+  // later ones queue behind them, so reads still finish in the order they were issued (a load's loaded suffix
+  // grows one chunk at a time, not in a jump when a slow old read finally lands).
+  if (next_free_ <= clock_->Now()) next_free_ = TimePoint::min();
 }
 
 double TokenBucket::rate() const {
