@@ -129,4 +129,18 @@ struct FluctuateOptions {
 };
 absl::Status RunFluctuateBench(const FluctuateOptions& options);
 
+// One long cached request and a burst of short uncached ones on one engine: first come first served against the
+// adaptive order (uncached prefills first, the Cake request with what is left of each step's budget).
+struct AdaptiveOptions {
+  CommonOptions common;
+  std::string model = "llama3.1-8b";
+  uint32_t cached_tokens = 16384;
+  uint32_t short_requests = 22;
+  uint32_t step_tokens = 512;
+  double bandwidth_gbps = 25;
+  double gpu_tflops = 100;
+  double time_scale = 1;
+};
+absl::Status RunAdaptiveBench(const AdaptiveOptions& options);
+
 }  // namespace cake::bench

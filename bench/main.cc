@@ -190,6 +190,24 @@ int main(int argc, char** argv) {
   fluctuate_command->add_option("--out", fluctuate.out_prefix, "writes PREFIX.csv and PREFIX.png")
       ->capture_default_str();
 
+  cake::bench::AdaptiveOptions adaptive;
+  CLI::App* adaptive_command = app.add_subcommand(
+      "adaptive", "a long cached request and a burst of short ones: first come first served against adaptive order");
+  AddCommonOptions(adaptive_command, adaptive.common);
+  adaptive_command->add_option("--model", adaptive.model, "cost model and KV size")->capture_default_str();
+  adaptive_command->add_option("--cached-tokens", adaptive.cached_tokens, "the cached request's prompt")
+      ->capture_default_str();
+  adaptive_command->add_option("--short-requests", adaptive.short_requests, "uncached requests of 32 to 448 tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1000u));
+  adaptive_command->add_option("--step-tokens", adaptive.step_tokens, "engine step budget")
+      ->capture_default_str()
+      ->check(CLI::Range(16u, 65536u));
+  adaptive_command->add_option("--bandwidth", adaptive.bandwidth_gbps, "the disk's Gbit/s")->capture_default_str();
+  adaptive_command->add_option("--gpu-tflops", adaptive.gpu_tflops, "F")->capture_default_str();
+  adaptive_command->add_option("--time-scale", adaptive.time_scale, "divide every duration by this")
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
@@ -203,6 +221,8 @@ int main(int argc, char** argv) {
     status = cake::bench::RunRebuildBench(rebuild);
   } else if (store_command->parsed()) {
     status = cake::bench::RunStoreBench(store);
+  } else if (adaptive_command->parsed()) {
+    status = cake::bench::RunAdaptiveBench(adaptive);
   } else if (fluctuate_command->parsed()) {
     status = cake::bench::RunFluctuateBench(fluctuate);
   } else if (concurrent_command->parsed()) {

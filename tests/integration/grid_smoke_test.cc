@@ -47,3 +47,32 @@ TEST_CASE("cake-bench grid runs a few cells and Cake is never far behind the bet
   }
   CHECK(result.output.find("Cake's speedup over I/O-only / over compute-only") != std::string::npos);
 }
+
+TEST_CASE("cake-bench concurrent, adaptive, fluctuate and overhead run small and report", "[grid][bench]") {
+  const std::string bench(CAKE_BENCH_PATH);
+  auto concurrent = Run(bench + " concurrent --requests 4 --max-tokens 2048 --time-scale 4");
+  INFO(concurrent.output);
+  CHECK(concurrent.exit_code == 0);
+  CHECK(concurrent.output.find("srf") != std::string::npos);
+
+  auto adaptive = Run(bench + " adaptive --cached-tokens 2048 --short-requests 4 --time-scale 4");
+  INFO(adaptive.output);
+  CHECK(adaptive.exit_code == 0);
+  CHECK(adaptive.output.find("adaptive (uncached first)") != std::string::npos);
+
+  const std::string prefix = "/tmp/cake-fluctuate-smoke-" + std::to_string(getpid());
+  auto fluctuate = Run(bench + " fluctuate --tokens 2048 --time-scale 2 --out " + prefix);
+  INFO(fluctuate.output);
+  CHECK(fluctuate.exit_code == 0);
+  std::ifstream csv(prefix + ".csv");
+  std::string header;
+  CHECK(std::getline(csv, header));
+  CHECK(header == "t_s,engine_tokens,loaded_from_token,gbps,budget");
+  std::remove((prefix + ".csv").c_str());
+  std::remove((prefix + ".png").c_str());
+
+  auto overhead = Run(bench + " overhead --loads 2 --chunks 64");
+  INFO(overhead.output);
+  CHECK(overhead.exit_code == 0);
+  CHECK(overhead.output.find("daemon CPU per chunk") != std::string::npos);
+}
