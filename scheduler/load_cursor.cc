@@ -8,10 +8,14 @@ namespace cake {
 LoadCursor::LoadCursor(const Options& options)
     : options_(options),
       state_(options.cached_chunks, State::kUnread),
-      next_(options.cached_chunks),
+      top_unread_(options.cached_chunks),
       low_(options.cached_chunks) {
   options_.lowest_loadable = std::min(options_.lowest_loadable, options_.cached_chunks);
   if (options_.window == 0) options_.window = 1;
+  if (options_.chunk_class.size() != options_.cached_chunks) options_.chunk_class.clear();
+  uint8_t classes = 1;
+  for (uint8_t c : options_.chunk_class) classes = std::max<uint8_t>(classes, c + 1);
+  class_in_flight_.assign(classes, 0);
   SettleMeeting();
 }
 
@@ -22,17 +26,28 @@ uint32_t LoadCursor::Floor() const {
 }
 
 std::optional<uint32_t> LoadCursor::NextRead() {
-  if (Meeting().has_value() || in_flight_ >= options_.window || next_ <= Floor()) return std::nullopt;
-  --next_;
-  state_[next_] = State::kReading;
-  ++in_flight_;
-  return next_;
+  if (Meeting().has_value()) return std::nullopt;
+  if (std::none_of(class_in_flight_.begin(), class_in_flight_.end(), [&](uint32_t n) { return n < options_.window; })) {
+    return std::nullopt;
+  }
+  const uint32_t floor = Floor();
+  for (uint32_t c = top_unread_; c > floor;) {
+    --c;
+    if (state_[c] != State::kUnread || class_in_flight_[ClassOf(c)] >= options_.window) continue;
+    state_[c] = State::kReading;
+    ++class_in_flight_[ClassOf(c)];
+    ++in_flight_;
+    while (top_unread_ > 0 && state_[top_unread_ - 1] != State::kUnread) --top_unread_;
+    return c;
+  }
+  return std::nullopt;
 }
 
 std::vector<uint32_t> LoadCursor::OnReadDone(uint32_t chunk, bool ok) {
   std::vector<uint32_t> newly_loaded;
   if (chunk >= state_.size() || state_[chunk] != State::kReading) return newly_loaded;
   --in_flight_;
+  --class_in_flight_[ClassOf(chunk)];
   if (!ok) {
     state_[chunk] = State::kFailed;
     ++failed_;

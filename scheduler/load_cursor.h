@@ -14,14 +14,18 @@ class LoadCursor {
   struct Options {
     uint32_t cached_chunks = 0;    // H: chunks [0, H) are in some tier
     uint32_t lowest_loadable = 0;  // chunks below it have no room in the region: the engine computes them
-    uint32_t window = 4;           // reads in flight at once
+    uint32_t window = 4;           // reads in flight at once, per class of chunk
     bool follow_progress = true;   // false for I/O-only loads: load everything, whatever the engine computed
+    // The class of each chunk (the tier holding it), or empty for one class. Each class gets its own window, so
+    // chunks in different tiers are read at the same time: the load gets the sum of the tiers' bandwidths, and
+    // chunks in DRAM are not held up behind slower reads.
+    std::vector<uint8_t> chunk_class;
   };
 
   explicit LoadCursor(const Options& options);
 
-  // The next chunk to start reading, or nullopt when the window is full or no unread chunk is still useful.
-  // Never returns a chunk the engine has already reported computed.
+  // The next chunk to start reading: the highest unread one whose class has room in its window; nullopt when
+  // none has, or no unread chunk is still useful. Never returns a chunk the engine has already reported computed.
   std::optional<uint32_t> NextRead();
 
   // A read finished. Returns the chunks that just joined the contiguous loaded suffix [loaded_low(), H) and the
@@ -51,10 +55,13 @@ class LoadCursor {
   // Fixes the meeting the first time the split is final, so later progress or completions cannot move it.
   void SettleMeeting();
 
+  uint8_t ClassOf(uint32_t chunk) const { return options_.chunk_class.empty() ? 0 : options_.chunk_class[chunk]; }
+
   Options options_;
   std::vector<State> state_;
-  uint32_t next_;  // chunks [next_, H) have been issued
-  uint32_t low_;   // chunks [low_, H) are loaded
+  uint32_t top_unread_;  // every chunk in [top_unread_, H) has been issued
+  std::vector<uint32_t> class_in_flight_;
+  uint32_t low_;  // chunks [low_, H) are loaded
   uint32_t failure_floor_ = 0;
   uint32_t computed_ = 0;
   uint32_t in_flight_ = 0;

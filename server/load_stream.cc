@@ -205,8 +205,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     const PlanDecision decision = Decide(input, compute);
     strategy_ = decision.strategy;
     // Compute-only loads nothing: the cursor starts with nothing loadable, so the split is final at once.
+    std::vector<uint8_t> chunk_tier(tiers_.size());
+    for (size_t i = 0; i < tiers_.size(); ++i) chunk_tier[i] = static_cast<uint8_t>(tiers_[i]);
     cursor_.emplace(LoadCursor::Options{cached, strategy_ == Strategy::kComputeOnly ? cached : lowest_loadable, window_,
-                                        strategy_ == Strategy::kCake});
+                                        strategy_ == Strategy::kCake, std::move(chunk_tier)});
     io_group_ = state_.pool.NewGroup();
     UpdateRemainingLocked();
     Bump(strategy_ == Strategy::kCake     ? state_.counters.loads_cake

@@ -3,7 +3,6 @@
 #include "scheduler/load_cursor.h"
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -217,7 +216,7 @@ TEST_CASE("load cursor: a failed read hands that chunk and everything below it t
   CHECK_FALSE(c.NextRead().has_value());  // nothing below the failure is worth reading
   CHECK_FALSE(c.Meeting().has_value());   // 9 is still in flight
 
-  CHECK(c.OnReadDone(7, true).empty());   // loaded, but below the gap
+  CHECK(c.OnReadDone(7, true).empty());  // loaded, but below the gap
   CHECK(c.OnReadDone(9, true) == Chunks{9});
   CHECK(c.Meeting() == 9u);
   CHECK(c.loaded_low() == 9);
@@ -395,17 +394,13 @@ TEST_CASE("load cursor: simulated load with lowest_loadable", "[load_cursor][sim
 }
 
 TEST_CASE("predict meeting chunk", "[load_cursor][predict]") {
-  SECTION("slow loads: the engine computes nearly everything") {
-    CHECK(PredictMeetingChunk(32, 0, {1, 0, 100}) >= 31);
-  }
+  SECTION("slow loads: the engine computes nearly everything") { CHECK(PredictMeetingChunk(32, 0, {1, 0, 100}) >= 31); }
   SECTION("fast loads: everything loadable is loaded") {
     CHECK(PredictMeetingChunk(32, 0, {1, 0, 0.01}) == 0);
     CHECK(PredictMeetingChunk(32, 5, {1, 0, 0.01}) == 5);
     CHECK(PredictMeetingChunk(32, 0, {1, 0, 0}) == 0);
   }
-  SECTION("free compute: the engine computes everything") {
-    CHECK(PredictMeetingChunk(32, 0, {0, 0, 1}) == 32);
-  }
+  SECTION("free compute: the engine computes everything") { CHECK(PredictMeetingChunk(32, 0, {0, 0, 1}) == 32); }
   SECTION("equal costs meet in the middle") {
     CHECK(PredictMeetingChunk(32, 0, {1, 0, 1}) == 16);
     CHECK(PredictMeetingChunk(33, 0, {1, 0, 1}) == 16);
@@ -431,6 +426,41 @@ TEST_CASE("predict meeting chunk", "[load_cursor][predict]") {
       CHECK(m <= h);
     }
   }
+}
+
+TEST_CASE("load cursor: chunks in different tiers are read at once, a window per tier", "[load_cursor]") {
+  // Chunks 0-3 on disk (class 2), 4-7 in DRAM (class 1): the DRAM chunks do not wait behind the disk reads.
+  std::vector<uint8_t> tiers = {2, 2, 2, 2, 1, 1, 1, 1};
+  LoadCursor cursor({8, 0, 2, true, tiers});
+  CHECK(cursor.NextRead() == 7u);
+  CHECK(cursor.NextRead() == 6u);
+  CHECK(cursor.NextRead() == 3u);  // DRAM's window is full: the disk's starts below
+  CHECK(cursor.NextRead() == 2u);
+  CHECK(cursor.NextRead() == std::nullopt);
+  CHECK(cursor.in_flight() == 4);
+
+  // A disk chunk landing first is held until everything above it is loaded.
+  CHECK(cursor.OnReadDone(3, true).empty());
+  CHECK(cursor.OnReadDone(7, true) == std::vector<uint32_t>{7});
+  CHECK(cursor.NextRead() == 5u);  // DRAM has room again; the highest unread chunk goes first
+  CHECK(cursor.OnReadDone(6, true) == std::vector<uint32_t>{6});
+  CHECK(cursor.OnReadDone(5, true) == std::vector<uint32_t>{5});
+  CHECK(cursor.NextRead() == 4u);
+  CHECK(cursor.NextRead() == 1u);  // the disk has one read in flight (2) after 3 landed: room for one more
+  CHECK(cursor.NextRead() == std::nullopt);
+  CHECK(cursor.OnReadDone(4, true) == (std::vector<uint32_t>{4, 3}));
+  CHECK(cursor.OnReadDone(2, true) == std::vector<uint32_t>{2});
+  CHECK(cursor.OnReadDone(1, true) == std::vector<uint32_t>{1});
+  CHECK(cursor.NextRead() == 0u);
+  CHECK(cursor.OnReadDone(0, true) == std::vector<uint32_t>{0});
+  CHECK(cursor.Meeting() == 0u);
+  CHECK(cursor.wasted_reads() == 0);
+}
+
+TEST_CASE("load cursor: a tier class list of the wrong size means one class", "[load_cursor]") {
+  LoadCursor cursor({4, 0, 1, true, {1, 2}});
+  CHECK(cursor.NextRead() == 3u);
+  CHECK(cursor.NextRead() == std::nullopt);
 }
 
 }  // namespace cake
