@@ -198,9 +198,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     PlanInput input;
     input.cached_chunks = cached;
     input.lowest_loadable = lowest_loadable;
-    if (cached > 0) {
-      input.load_chunk_s = state_.tiers.LoadSecondsPerByte(tiers_.back()) * static_cast<double>(chunk_bytes_);
-    }
+    input.load_chunk_s = LoadSecondsPerChunk(cached, lowest_loadable);
     input.io_only_requested = start.mode() == v1::LoadStart::MODE_IO_ONLY;
     const PlanDecision decision = Decide(input, compute);
     strategy_ = decision.strategy;
@@ -236,6 +234,24 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     IssueReadsLocked();
     CheckMeetingLocked();
     return absl::OkStatus();
+  }
+
+  // The load's cost per chunk, for the planner: tiers are read in parallel, so the load takes as long as its
+  // slowest tier's share, spread over the chunks. An unmeasured DRAM tier counts as free (a copy in memory); any
+  // other unmeasured tier makes the cost unknown (0). Also notes whether one tier holds every chunk to load, since
+  // only such loads measure a tier's speed.
+  double LoadSecondsPerChunk(uint32_t cached, uint32_t lowest_loadable) {
+    if (cached <= lowest_loadable) return 0;
+    absl::flat_hash_map<TierKind, uint32_t> per_tier;
+    for (uint32_t c = lowest_loadable; c < cached; ++c) ++per_tier[tiers_[c]];
+    single_tier_ = per_tier.size() == 1;
+    double slowest = 0;
+    for (const auto& [kind, count] : per_tier) {
+      const double seconds_per_byte = state_.tiers.LoadSecondsPerByte(kind);
+      if (seconds_per_byte <= 0 && kind != TierKind::kDram) return 0;
+      slowest = std::max(slowest, seconds_per_byte * static_cast<double>(chunk_bytes_) * count);
+    }
+    return slowest / (cached - lowest_loadable);
   }
 
   // A load from slower tiers larger than half the DRAM tier would only churn it: each promotion would evict an
@@ -401,7 +417,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     outbox_.push_back(std::move(response));
     Bump(state_.counters.loads_finished);
     Bump(state_.counters.load_chunks_computed, *meeting);
-    if (first_read_ && chunks_read_ > 0) {
+    if (first_read_ && chunks_read_ > 0 && single_tier_) {
       const double seconds = std::chrono::duration<double>(last_read_ - *first_read_).count();
       state_.tiers.RecordLoadThroughput(tiers_.back(), chunks_read_ * chunk_bytes_, seconds);
     }
@@ -477,7 +493,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   uint32_t lowest_loadable_ = 0;
   uint32_t window_ = 1;
   bool inline_ = false;
-  bool promote_ = false;  // copy what is read from slower tiers into DRAM
+  bool promote_ = false;      // copy what is read from slower tiers into DRAM
+  bool single_tier_ = false;  // one tier holds every chunk this load reads: it measures that tier's speed
   Strategy strategy_ = Strategy::kCake;
   ChunkKey ns_id_;
   ComputeModel observed_compute_;  // this load's Progress spans

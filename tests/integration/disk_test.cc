@@ -252,4 +252,10 @@ TEST_CASE("loads from disk are promoted into DRAM unless they would churn it", "
   CHECK(Eventually([&] { return Counter(*client, "promotions") == 6; }));
   for (TierKind t : tiers_of(6)) CHECK(t == TierKind::kDram);
   CHECK(Counter(*client, "promotions_dropped") == 0);
+
+  // Now 6 chunks in DRAM below 6 on disk: read at once, a window per tier, and every byte lands right.
+  std::memset(region->data(), 0, region->size());
+  result = RunCakeLoad(*client, all, 43, [](uint32_t) {});
+  CHECK(result.done.loaded_chunks == 12);
+  for (uint32_t c = 0; c < 12; ++c) CHECK(ChunkMatches(region->data() + c * chunk_bytes, chunk_bytes, 43, c));
 }
