@@ -14,11 +14,11 @@
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "bench/models.h"
+#include "bench/simulated_storage.h"
 
 namespace cake::bench {
 namespace {
 
-constexpr double kProxyBytesPerToken = 1024;
 constexpr uint32_t kChunkTokens = 128;
 
 struct OrderResult {
@@ -52,18 +52,9 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
   const uint32_t chunks = options.cached_tokens / kChunkTokens;
   const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * kProxyBytesPerToken);
   const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
-  NamespaceSpec ns;
-  ns.model_id = absl::StrCat("adaptive-", model->name);
-  ns.num_layers = 1;
-  ns.num_kv_heads = 1;
-  ns.head_dim = 256;
-  ns.dtype = DType::kBf16;
-  ns.chunk_tokens = kChunkTokens;
-  ns.tenant = "cake-bench";
-  const double daemon_gbps =
-      options.bandwidth_gbps * kProxyBytesPerToken / KvBytesPerToken(*model) * options.time_scale;
-  auto target = OpenDaemon("", {"--dram-read-gbps", absl::StrCat(daemon_gbps), "--dram-read-burst-us", "0",
-                                "--dram-capacity-mib", absl::StrCat((bytes >> 20) + 64)});
+  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("adaptive-", model->name), kChunkTokens);
+  auto target =
+      OpenDaemon("", SimulatedDiskArgs(options.bandwidth_gbps, KvBytesPerToken(*model), options.time_scale, bytes));
   if (!target.ok()) return target.status();
   Client& client = *target->client;
   auto region = client.RegisterRegion(bytes);

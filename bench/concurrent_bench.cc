@@ -14,11 +14,11 @@
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "bench/models.h"
+#include "bench/simulated_storage.h"
 
 namespace cake::bench {
 namespace {
 
-constexpr double kProxyBytesPerToken = 1024;
 constexpr uint32_t kChunkTokens = 128;
 
 struct PolicyResult {
@@ -53,22 +53,14 @@ absl::Status RunConcurrentBench(const ConcurrentOptions& options) {
     offsets[i] = region_bytes;
     region_bytes += chunks[i] * chunk_bytes;
   }
-  NamespaceSpec ns;
-  ns.model_id = absl::StrCat("concurrent-", model->name);
-  ns.num_layers = 1;
-  ns.num_kv_heads = 1;
-  ns.head_dim = 256;
-  ns.dtype = DType::kBf16;
-  ns.chunk_tokens = kChunkTokens;
-  ns.tenant = "cake-bench";
-  const double daemon_gbps =
-      options.bandwidth_gbps * kProxyBytesPerToken / KvBytesPerToken(*model) * options.time_scale;
+  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("concurrent-", model->name), kChunkTokens);
 
   std::vector<PolicyResult> results;
   for (const std::string& policy : options.policies) {
-    auto target = OpenDaemon(
-        "", {"--dram-read-gbps", absl::StrCat(daemon_gbps), "--dram-read-burst-us", "0", "--dram-capacity-mib",
-             absl::StrCat((region_bytes >> 20) + 64), "--arbiter", policy, "--window", absl::StrCat(options.window)});
+    std::vector<std::string> args =
+        SimulatedDiskArgs(options.bandwidth_gbps, KvBytesPerToken(*model), options.time_scale, region_bytes);
+    args.insert(args.end(), {"--arbiter", policy, "--window", absl::StrCat(options.window)});
+    auto target = OpenDaemon("", args);
     if (!target.ok()) return target.status();
     Client& client = *target->client;
     auto region = client.RegisterRegion(region_bytes);

@@ -18,11 +18,11 @@
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "bench/models.h"
+#include "bench/simulated_storage.h"
 
 namespace cake::bench {
 namespace {
 
-constexpr double kProxyBytesPerToken = 1024;
 constexpr uint32_t kChunkTokens = 128;
 
 struct Sample {
@@ -49,21 +49,14 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
   }
   const uint32_t chunks = options.tokens / kChunkTokens;
   const double kv = KvBytesPerToken(*model);
-  const double scale_gbps = kProxyBytesPerToken / kv * options.time_scale;  // modelled Gbit/s -> daemon cap
+  const double scale_gbps = SimulatedCapGbps(1, kv, options.time_scale);  // modelled Gbit/s -> daemon cap
   // Balanced on average: the whole prompt at half the budget computes as long as it loads at half the bandwidth.
   PrefillCostModel cost{model->params, static_cast<double>(model->layers), static_cast<double>(model->hidden), 0};
   const double mean_load_s = options.tokens * kv * 8 / (options.max_gbps / 2 * 1e9);
   cost.flops = options.gpu_tflops > 0 ? options.gpu_tflops * 1e12
                                       : cost.Flop(options.tokens) / mean_load_s * (512.0 / (options.max_budget / 2.0));
 
-  NamespaceSpec ns;
-  ns.model_id = absl::StrCat("fluctuate-", model->name);
-  ns.num_layers = 1;
-  ns.num_kv_heads = 1;
-  ns.head_dim = 256;
-  ns.dtype = DType::kBf16;
-  ns.chunk_tokens = kChunkTokens;
-  ns.tenant = "cake-bench";
+  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("fluctuate-", model->name), kChunkTokens);
   const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * kProxyBytesPerToken);
   const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
   std::mt19937 rng(options.seed);
@@ -71,8 +64,7 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
   std::uniform_int_distribution<uint32_t> budget_of(0, options.max_budget);
   const double first_gbps = gbps_of(rng);
 
-  auto target = OpenDaemon("", {"--dram-read-gbps", absl::StrCat(first_gbps * scale_gbps), "--dram-read-burst-us", "0",
-                                "--dram-capacity-mib", absl::StrCat((bytes >> 20) + 64)});
+  auto target = OpenDaemon("", SimulatedDiskArgs(first_gbps, kv, options.time_scale, bytes));
   if (!target.ok()) return target.status();
   Client& client = *target->client;
   auto region = client.RegisterRegion(bytes);

@@ -21,24 +21,10 @@
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "bench/models.h"
+#include "bench/simulated_storage.h"
 
 namespace cake::bench {
 namespace {
-
-// The stand-in layout: 1 layer, 1 KV head of 256 BF16 values: 1 KiB of keys and values per token.
-constexpr double kProxyBytesPerToken = 1024;
-
-NamespaceSpec ProxyNamespace(const ModelSpec& model, uint32_t bits, uint32_t chunk_tokens) {
-  NamespaceSpec ns;
-  ns.model_id = absl::StrCat("grid-", model.name, "-", bits, "bit");
-  ns.num_layers = 1;
-  ns.num_kv_heads = 1;
-  ns.head_dim = 256;
-  ns.dtype = DType::kBf16;
-  ns.chunk_tokens = chunk_tokens;
-  ns.tenant = "cake-bench-grid";
-  return ns;
-}
 
 struct Cell {
   std::string model;
@@ -255,18 +241,15 @@ absl::Status RunGridBench(const GridOptions& options) {
                           options.gpu_tflops * 1e12};
     for (uint32_t bits : options.bits) {
       const double kv_bytes_per_token = KvBytesPerToken(*model) * bits / 16;
-      const NamespaceSpec ns = ProxyNamespace(*model, bits, options.chunk_tokens);
+      const NamespaceSpec ns =
+          ProxyNamespace(absl::StrCat("grid-", model->name, "-", bits, "bit"), options.chunk_tokens);
       for (uint32_t tokens : options.tokens) {
         const uint32_t chunks = tokens / options.chunk_tokens;
         const uint64_t proxy_bytes = static_cast<uint64_t>(tokens * kProxyBytesPerToken);
         const std::vector<uint32_t> prompt = SyntheticPrompt(tokens, 11);
         std::vector<Cell> group;
         for (double bw : options.bandwidths) {
-          // The daemon's throttle moves the stand-in bytes as fast as the modelled bytes would move at `bw`.
-          const double daemon_gbps = bw * kProxyBytesPerToken / kv_bytes_per_token * options.time_scale;
-          // No burst: the paper's simulated backend serves one chunk after another, each taking size / bandwidth.
-          auto target = OpenDaemon("", {"--dram-read-gbps", absl::StrCat(daemon_gbps), "--dram-read-burst-us", "0",
-                                        "--dram-capacity-mib", absl::StrCat((proxy_bytes >> 20) + 64)});
+          auto target = OpenDaemon("", SimulatedDiskArgs(bw, kv_bytes_per_token, options.time_scale, proxy_bytes));
           if (!target.ok()) return target.status();
           Client& client = *target->client;
           auto region = client.RegisterRegion(proxy_bytes);

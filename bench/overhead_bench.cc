@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
+#include "bench/simulated_storage.h"
 
 namespace cake::bench {
 namespace {
@@ -43,14 +44,7 @@ absl::Status RunOverheadBench(const OverheadOptions& options) {
   const pid_t pid = target->spawned->pid();
 
   // 1 KiB of KV per token, 16-token chunks: 16 KiB a chunk, copied in about a microsecond.
-  NamespaceSpec ns;
-  ns.model_id = "overhead";
-  ns.num_layers = 1;
-  ns.num_kv_heads = 1;
-  ns.head_dim = 256;
-  ns.dtype = DType::kBf16;
-  ns.chunk_tokens = 16;
-  ns.tenant = "cake-bench";
+  const NamespaceSpec ns = ProxyNamespace("overhead", 16);
   const uint32_t chunks = options.chunks;
   const uint64_t chunk_bytes = 16 * 1024;
   const std::vector<uint32_t> prompt = SyntheticPrompt(uint64_t{chunks} * 16, 21);

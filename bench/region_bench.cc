@@ -66,14 +66,13 @@ absl::Status RunRegionBench(const RegionBenchOptions& options) {
   const uint64_t chunk_bytes = layout->chunk_bytes();
   const uint32_t chunks = static_cast<uint32_t>((options.mib << 20) / chunk_bytes);
   if (chunks == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--mib ", options.mib, " is less than one ", chunk_bytes >> 20,
-                                                   " MiB chunk of ", model.name));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mib ", options.mib, " is less than one ", chunk_bytes >> 20, " MiB chunk of ", model.name));
   }
   const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
 
   // The DRAM tier must hold the whole prefix, with room to spare for the tier's own accounting.
-  auto target = OpenDaemon(options.common.socket_path,
-                           {"--dram-capacity-mib", absl::StrCat((bytes >> 20) + 256)});
+  auto target = OpenDaemon(options.common.socket_path, {"--dram-capacity-mib", absl::StrCat((bytes >> 20) + 256)});
   if (!target.ok()) return target.status();
   Client& client = *target->client;
 
