@@ -24,7 +24,8 @@ const char* ArbiterPolicyName(ArbiterPolicy policy) {
   return "unknown";
 }
 
-IoPool::IoPool(int threads, size_t queue_capacity, ArbiterPolicy policy) : capacity_(queue_capacity), policy_(policy) {
+IoPool::IoPool(int threads, size_t queue_capacity, ArbiterPolicy policy, std::chrono::milliseconds starvation_limit)
+    : capacity_(queue_capacity), policy_(policy), starvation_limit_(starvation_limit) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
 }
 
@@ -60,7 +61,7 @@ bool IoPool::TrySubmit(const std::shared_ptr<IoGroup>& group, std::function<void
     std::lock_guard lock(mu_);
     if (stopping_ || queued_ >= capacity_) return false;
     if (group->queue_.empty()) waiting_.push_back(group);
-    group->queue_.push_back(std::move(task));
+    group->queue_.push_back(IoGroup::Queued{std::chrono::steady_clock::now(), std::move(task)});
     ++queued_;
   }
   cv_.notify_one();
@@ -92,8 +93,15 @@ std::function<void()> IoPool::TakeLocked() {
   };
   auto best =
       std::min_element(waiting_.begin(), waiting_.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
+  if (policy_ == ArbiterPolicy::kShortestRemaining) {
+    // Aging: the load whose read has waited longest goes first once that wait passes the limit.
+    auto oldest = std::min_element(waiting_.begin(), waiting_.end(), [](const auto& a, const auto& b) {
+      return a->queue_.front().since < b->queue_.front().since;
+    });
+    if (std::chrono::steady_clock::now() - (*oldest)->queue_.front().since > starvation_limit_) best = oldest;
+  }
   IoGroup& group = **best;
-  std::function<void()> task = std::move(group.queue_.front());
+  std::function<void()> task = std::move(group.queue_.front().task);
   group.queue_.pop_front();
   group.last_served_ = ++serve_clock_;
   if (group.queue_.empty()) waiting_.erase(best);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -22,7 +23,8 @@ namespace cake {
 enum class ArbiterPolicy {
   kFifo,               // the load that started first is served first
   kFairShare,          // round robin: the load served least recently goes next
-  kShortestRemaining,  // the load with the fewest chunks left to read goes next (ties: the older one)
+  kShortestRemaining,  // the load with the fewest chunks left to read goes next (ties: the older one), unless
+                       // a load's oldest queued read has waited longer than the starvation limit: then that one
 };
 std::optional<ArbiterPolicy> ParseArbiterPolicy(std::string_view name);  // "fifo", "fair", "srf"
 const char* ArbiterPolicyName(ArbiterPolicy policy);
@@ -37,12 +39,19 @@ class IoGroup {
   uint64_t arrival_ = 0;
   uint64_t last_served_ = 0;  // guarded by the pool's mutex
   std::atomic<uint32_t> remaining_{0};
-  std::deque<std::function<void()>> queue_;  // guarded by the pool's mutex
+  struct Queued {
+    std::chrono::steady_clock::time_point since;
+    std::function<void()> task;
+  };
+  std::deque<Queued> queue_;  // guarded by the pool's mutex
 };
 
 class IoPool {
  public:
-  IoPool(int threads, size_t queue_capacity, ArbiterPolicy policy = ArbiterPolicy::kShortestRemaining);
+  // `starvation_limit`: under kShortestRemaining, a load whose oldest queued read has waited this long is served
+  // first, so a long load cannot starve behind a steady stream of short ones.
+  IoPool(int threads, size_t queue_capacity, ArbiterPolicy policy = ArbiterPolicy::kShortestRemaining,
+         std::chrono::milliseconds starvation_limit = std::chrono::milliseconds(1000));
   ~IoPool();  // runs what is queued, then joins
   IoPool(const IoPool&) = delete;
   IoPool& operator=(const IoPool&) = delete;
@@ -62,6 +71,7 @@ class IoPool {
 
   const size_t capacity_;
   const ArbiterPolicy policy_;
+  const std::chrono::steady_clock::duration starvation_limit_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> ungrouped_;

@@ -165,6 +165,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   loader.Unsigned("max_window", &c.max_load_window, 1, 4096);
   loader.Unsigned("io_threads", &c.io_threads, 1, 1024);
   loader.String("arbiter", &c.arbiter);
+  loader.Unsigned("arbiter_starvation_ms", &c.arbiter_starvation_ms, 1, 3600000);
   TableReader keys(root, "keys");
   keys.String("secret", &c.key_secret);
   for (TableReader* t : {&server, &limits, &dram, &disk, &writeback, &loader, &keys}) {

@@ -44,7 +44,8 @@ struct DaemonConfig {
   uint32_t load_window = 4;  // reads in flight per load
   uint32_t max_load_window = 64;
   uint32_t io_threads = 4;
-  std::string arbiter = "srf";  // order in which concurrent loads' reads are served: srf, fifo, fair
+  std::string arbiter = "srf";            // order in which concurrent loads' reads are served: srf, fifo, fair
+  uint32_t arbiter_starvation_ms = 1000;  // srf: a read queued this long goes first
   // [keys]
   std::string key_secret;  // mixed into every key root; daemons that share a store must share it
 

@@ -177,6 +177,40 @@ TEST_CASE("io pool arbiter: each policy serves the loads' queued reads in its or
   CHECK(ServeOrder(ArbiterPolicy::kFairShare) == V{"rpc", "big", "small", "medium", "big", "small", "medium"});
 }
 
+TEST_CASE("io pool arbiter: shortest remaining first still serves a read that waited past the limit",
+          "[io_pool][arbiter]") {
+  IoPool pool(1, 64, ArbiterPolicy::kShortestRemaining, std::chrono::milliseconds(20));
+  Gate gate;
+  std::atomic<bool> blocked{false};
+  REQUIRE(pool.TrySubmit([&] {
+    blocked = true;
+    gate.Wait();
+  }));
+  REQUIRE(Eventually([&] { return blocked.load(); }));
+  std::mutex mu;
+  std::vector<std::string> order;
+  auto record = [&](std::string name) {
+    return [&, name] {
+      std::lock_guard lock(mu);
+      order.push_back(name);
+    };
+  };
+  auto big = pool.NewGroup();
+  auto small = pool.NewGroup();
+  big->SetRemaining(100);
+  small->SetRemaining(1);
+  REQUIRE(pool.TrySubmit(big, record("big")));
+  std::this_thread::sleep_for(30ms);  // the big load's read is now past the 20 ms limit
+  REQUIRE(pool.TrySubmit(small, record("small")));
+  REQUIRE(pool.TrySubmit(small, record("small")));
+  gate.Open();
+  REQUIRE(Eventually([&] {
+    std::lock_guard lock(mu);
+    return order.size() == 3;
+  }));
+  CHECK(order == std::vector<std::string>{"big", "small", "small"});
+}
+
 TEST_CASE("io pool arbiter: policy names", "[io_pool][arbiter]") {
   for (ArbiterPolicy p : {ArbiterPolicy::kFifo, ArbiterPolicy::kFairShare, ArbiterPolicy::kShortestRemaining}) {
     CHECK(ParseArbiterPolicy(ArbiterPolicyName(p)) == p);
