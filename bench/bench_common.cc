@@ -172,6 +172,25 @@ absl::Status CheckChunkPattern(std::span<const std::byte> bytes, uint32_t chunk)
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::filesystem::path> FreshPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return absl::InvalidArgumentError("--dir is required");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const std::filesystem::path path = std::filesystem::path(dir) / name;
+  if (std::filesystem::exists(path, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat(path.string(),
+                                                      " already exists; the bench creates and deletes it itself: "
+                                                      "remove it or choose another --dir"));
+  }
+  return path;
+}
+
+void RemoveQuietly(const std::filesystem::path& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
 double GigabytesPerSecond(uint64_t bytes, double seconds) {
   return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
@@ -76,6 +77,11 @@ inline PromptRef TokensPrompt(std::span<const uint32_t> tokens) { return PromptR
 void FillChunkPattern(std::span<std::byte> dst, uint32_t chunk);
 // OK when `bytes` hold chunk `chunk`'s pattern; DATA_LOSS naming the first differing byte otherwise.
 absl::Status CheckChunkPattern(std::span<const std::byte> bytes, uint32_t chunk);
+
+// A bench folder `name` under `dir` (created if needed) that the bench creates and removes itself; one that already
+// exists is refused, never touched.
+absl::StatusOr<std::filesystem::path> FreshPath(const std::string& dir, const std::string& name);
+void RemoveQuietly(const std::filesystem::path& path);
 
 // Gigabytes (1e9 bytes) per second.
 double GigabytesPerSecond(uint64_t bytes, double seconds);

@@ -143,4 +143,14 @@ struct AdaptiveOptions {
 };
 absl::Status RunAdaptiveBench(const AdaptiveOptions& options);
 
+// One prefix loaded from DRAM alone, disk alone and half from each, both tiers capped at the same bandwidth.
+struct TiersOptions {
+  std::string dir;  // the disk tier goes in <dir>/cake-tiers, removed afterwards
+  std::string json_path;
+  uint64_t mib = 256;
+  double gbps = 7;
+  uint32_t runs = 3;
+};
+absl::Status RunTiersBench(const TiersOptions& options);
+
 }  // namespace cake::bench

@@ -176,26 +176,6 @@ bool DropPageCache() {
   return ok;
 }
 
-// A bench folder under `dir` that the bench creates and removes; one left by someone else is never touched.
-absl::StatusOr<fs::path> FreshPath(const std::string& dir, const std::string& name) {
-  if (dir.empty()) return absl::InvalidArgumentError("--dir is required");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  const fs::path path = fs::path(dir) / name;
-  if (fs::exists(path, ec)) {
-    return absl::FailedPreconditionError(absl::StrCat(path.string(),
-                                                      " already exists; the bench creates and deletes it itself: "
-                                                      "remove it or choose another --dir"));
-  }
-  return path;
-}
-
-void RemoveQuietly(const fs::path& path) {
-  std::error_code ec;
-  fs::remove_all(path, ec);
-}
-
 // ---- the prefix and the daemon ----
 
 struct Prefix {

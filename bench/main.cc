@@ -208,6 +208,15 @@ int main(int argc, char** argv) {
   adaptive_command->add_option("--time-scale", adaptive.time_scale, "divide every duration by this")
       ->capture_default_str();
 
+  cake::bench::TiersOptions tiers;
+  CLI::App* tiers_command = app.add_subcommand(
+      "tiers", "one prefix from DRAM alone, disk alone and half from each, both tiers capped at the same bandwidth");
+  tiers_command->add_option("--dir", tiers.dir, "folder for the disk tier")->required();
+  tiers_command->add_option("--json", tiers.json_path, "also write the results to this file as one JSON object");
+  tiers_command->add_option("--mib", tiers.mib, "prefix size, MiB")->capture_default_str();
+  tiers_command->add_option("--gbps", tiers.gbps, "each tier's read cap, Gbit/s")->capture_default_str();
+  tiers_command->add_option("--runs", tiers.runs, "runs of each")->capture_default_str()->check(CLI::Range(1u, 100u));
+
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
@@ -221,6 +230,8 @@ int main(int argc, char** argv) {
     status = cake::bench::RunRebuildBench(rebuild);
   } else if (store_command->parsed()) {
     status = cake::bench::RunStoreBench(store);
+  } else if (tiers_command->parsed()) {
+    status = cake::bench::RunTiersBench(tiers);
   } else if (adaptive_command->parsed()) {
     status = cake::bench::RunAdaptiveBench(adaptive);
   } else if (fluctuate_command->parsed()) {

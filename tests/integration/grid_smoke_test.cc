@@ -2,6 +2,7 @@
 // within 5% of the oracle, never 2% above the better baseline) are checked by the bench itself at full scale;
 // here the margins are wide enough to hold on a loaded two-core machine, and the point is that the grid runs,
 // reports every field, and that Cake is never far behind the better baseline in any cell.
+#include <filesystem>
 #include <regex>
 
 #include "tests/integration/fixture.h"
@@ -48,7 +49,7 @@ TEST_CASE("cake-bench grid runs a few cells and Cake is never far behind the bet
   CHECK(result.output.find("Cake's speedup over I/O-only / over compute-only") != std::string::npos);
 }
 
-TEST_CASE("cake-bench concurrent, adaptive, fluctuate and overhead run small and report", "[grid][bench]") {
+TEST_CASE("cake-bench concurrent, adaptive, fluctuate, tiers and overhead run small and report", "[grid][bench]") {
   const std::string bench(CAKE_BENCH_PATH);
   auto concurrent = Run(bench + " concurrent --requests 4 --max-tokens 2048 --time-scale 4");
   INFO(concurrent.output);
@@ -70,6 +71,13 @@ TEST_CASE("cake-bench concurrent, adaptive, fluctuate and overhead run small and
   CHECK(header == "t_s,engine_tokens,loaded_from_token,gbps,budget");
   std::remove((prefix + ".csv").c_str());
   std::remove((prefix + ".png").c_str());
+
+  const std::string tiers_dir = "/tmp/cake-tiers-smoke-" + std::to_string(getpid());
+  auto tiers = Run(bench + " tiers --mib 8 --runs 1 --dir " + tiers_dir);
+  INFO(tiers.output);
+  CHECK(tiers.exit_code == 0);
+  CHECK(tiers.output.find("half in each") != std::string::npos);
+  std::filesystem::remove_all(tiers_dir);
 
   auto overhead = Run(bench + " overhead --loads 2 --chunks 64");
   INFO(overhead.output);

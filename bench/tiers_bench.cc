@@ -1,0 +1,126 @@
+// cake-bench tiers: one prefix loaded from the DRAM tier alone, the disk tier alone, and half from each, with both
+// tiers capped at the same bandwidth. A load reads its chunks in different tiers at the same time (a window per
+// tier), so the split prefix should load in about half the time: the sum of the tiers' bandwidths.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "bench/bench_common.h"
+#include "bench/benchmarks.h"
+#include "bench/simulated_storage.h"
+
+namespace cake::bench {
+namespace {
+
+absl::StatusOr<double> TimedIoOnlyLoad(Client& client, const LoadOptions& base, uint32_t chunks, uint64_t chunk_bytes,
+                                       const MappedRegion& region) {
+  std::memset(region.data(), 0, region.size());
+  LoadOptions load = base;
+  load.io_only = true;
+  const Clock::time_point start = Clock::now();
+  auto session = client.StartLoad(load);
+  if (!session.ok()) return session.status();
+  auto done = (*session)->WaitDone();
+  const double seconds = SecondsSince(start);
+  if (!done.ok()) return done.status();
+  if (done->loaded_chunks != chunks) return absl::InternalError("a load came back incomplete");
+  for (uint32_t c = 0; c < chunks; ++c) {
+    if (absl::Status s = CheckChunkPattern({region.data() + (*session)->RegionOffset(c), chunk_bytes}, c); !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = (*session)->Release(); !s.ok()) return s;
+  return seconds;
+}
+
+}  // namespace
+
+absl::Status RunTiersBench(const TiersOptions& options) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("--dir is required (the disk tier's folder)");
+  if (options.mib < 8 || options.gbps <= 0) return absl::InvalidArgumentError("need --mib >= 8 and --gbps > 0");
+  auto root = FreshPath(options.dir, "cake-tiers");
+  if (!root.ok()) return root.status();
+  absl::Cleanup remove_root = [&] { RemoveQuietly(*root); };
+  constexpr uint32_t kChunkTokens = 256;
+  const NamespaceSpec ns = ProxyNamespace("tiers", kChunkTokens);  // 256 KiB chunks
+  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * kProxyBytesPerToken);
+  const uint32_t chunks = static_cast<uint32_t>((options.mib << 20) / chunk_bytes);
+  const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
+  auto target =
+      OpenDaemon("", {"--disk-root", root->string(), "--dram-read-gbps", absl::StrCat(options.gbps), "--disk-read-gbps",
+                      absl::StrCat(options.gbps), "--dram-capacity-mib", absl::StrCat(4 * (bytes >> 20) + 64)});
+  if (!target.ok()) return target.status();
+  Client& client = *target->client;
+  auto region = client.RegisterRegion(bytes);
+  if (!region.ok()) return region.status();
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+  const std::vector<uint32_t> prompt = SyntheticPrompt(uint64_t{chunks} * kChunkTokens, 61);
+  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c);
+  auto stored = client.Store(ns, TokensPrompt(prompt), 0, chunks, *region, 0);
+  if (!stored.ok()) return stored.status();
+  if (absl::Status s = WaitForCounter(client, "tier_disk_chunks", chunks, std::chrono::seconds(60)); !s.ok()) return s;
+
+  LoadOptions load;
+  load.ns = ns;
+  load.prompt = TokensPrompt(prompt);
+  load.region = &*region;
+  std::vector<double> dram_s, disk_s, split_s;
+  for (uint32_t run = 0; run < options.runs; ++run) {
+    // Everything in DRAM (it is, after the Store).
+    auto dram = TimedIoOnlyLoad(client, load, chunks, chunk_bytes, *region);
+    if (!dram.ok()) return dram.status();
+    dram_s.push_back(*dram);
+    // Everything on disk.
+    if (auto evicted = client.Evict("dram"); !evicted.ok()) return evicted.status();
+    auto disk = TimedIoOnlyLoad(client, load, chunks, chunk_bytes, *region);
+    if (!disk.ok()) return disk.status();
+    disk_s.push_back(*disk);
+    // Half and half: the first half back in DRAM (promoted by a load of it), the second half on disk.
+    if (auto evicted = client.Evict("dram"); !evicted.ok()) return evicted.status();
+    const std::vector<uint32_t> first_half(prompt.begin(), prompt.begin() + (chunks / 2) * kChunkTokens);
+    LoadOptions half = load;
+    half.prompt = TokensPrompt(first_half);
+    auto before = client.Stats();
+    if (!before.ok()) return before.status();
+    if (auto warm = TimedIoOnlyLoad(client, half, chunks / 2, chunk_bytes, *region); !warm.ok()) return warm.status();
+    if (absl::Status s =
+            WaitForCounter(client, "promotions", before->at("promotions") + chunks / 2, std::chrono::seconds(30));
+        !s.ok()) {
+      return s;
+    }
+    auto lookup = client.Lookup(ns, TokensPrompt(prompt));
+    if (!lookup.ok()) return lookup.status();
+    const auto in_dram = std::count(lookup->tiers.begin(), lookup->tiers.end(), TierKind::kDram);
+    if (in_dram != chunks / 2) {
+      return absl::InternalError(absl::StrCat(in_dram, " of ", chunks, " chunks in DRAM; expected ", chunks / 2));
+    }
+    auto split = TimedIoOnlyLoad(client, load, chunks, chunk_bytes, *region);
+    if (!split.ok()) return split.status();
+    split_s.push_back(*split);
+    // Back to everything in DRAM for the next run.
+    if (auto again = TimedIoOnlyLoad(client, load, chunks, chunk_bytes, *region); !again.ok()) return again.status();
+    std::printf("  run %u: DRAM alone %.3f s, disk alone %.3f s, half in each %.3f s\n", run + 1, dram_s.back(),
+                disk_s.back(), split_s.back());
+    std::fflush(stdout);
+  }
+  const double best_single = std::min(Median(dram_s), Median(disk_s));
+  std::printf(
+      "cake-bench tiers: %u chunks of %llu KiB (%llu MiB), DRAM and disk tiers each capped at %g Gbit/s; I/O-only "
+      "loads, every byte checked\n",
+      chunks, static_cast<unsigned long long>(chunk_bytes >> 10), static_cast<unsigned long long>(bytes >> 20),
+      options.gbps);
+  std::printf("  median: DRAM alone %.3f s, disk alone %.3f s, half in each %.3f s (%.2fx the faster single tier)\n",
+              Median(dram_s), Median(disk_s), Median(split_s), Median(split_s) / best_single);
+  JsonReport report;
+  report.Set("gbps", options.gbps);
+  report.Set("bytes", static_cast<double>(bytes));
+  report.Set("dram_alone_s", Median(dram_s));
+  report.Set("disk_alone_s", Median(disk_s));
+  report.Set("split_s", Median(split_s));
+  report.Set("split_over_best_single", Median(split_s) / best_single);
+  return report.WriteTo(options.json_path);
+}
+
+}  // namespace cake::bench
