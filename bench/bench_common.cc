@@ -191,6 +191,29 @@ void RemoveQuietly(const std::filesystem::path& path) {
   std::filesystem::remove_all(path, ec);
 }
 
+absl::StatusOr<double> TimedIoOnlyLoad(Client& client, const LoadOptions& options, uint32_t chunks,
+                                       uint64_t chunk_bytes) {
+  if (options.region == nullptr) return absl::InvalidArgumentError("TimedIoOnlyLoad needs a region");
+  std::memset(options.region->data() + options.region_offset, 0, uint64_t{chunks} * chunk_bytes);
+  LoadOptions load = options;
+  load.io_only = true;
+  const Clock::time_point start = Clock::now();
+  auto session = client.StartLoad(load);
+  if (!session.ok()) return session.status();
+  auto done = (*session)->WaitDone();
+  const double seconds = SecondsSince(start);
+  if (!done.ok()) return done.status();
+  if (done->loaded_chunks != chunks) {
+    return absl::InternalError(absl::StrCat("an I/O-only load of ", chunks, " chunks loaded ", done->loaded_chunks));
+  }
+  for (uint32_t c = 0; c < chunks; ++c) {
+    const std::byte* bytes = options.region->data() + (*session)->RegionOffset(c);
+    if (absl::Status s = CheckChunkPattern({bytes, chunk_bytes}, c); !s.ok()) return s;
+  }
+  if (absl::Status s = (*session)->Release(); !s.ok()) return s;
+  return seconds;
+}
+
 double GigabytesPerSecond(uint64_t bytes, double seconds) {
   return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
 }

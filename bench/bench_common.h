@@ -83,6 +83,12 @@ absl::Status CheckChunkPattern(std::span<const std::byte> bytes, uint32_t chunk)
 absl::StatusOr<std::filesystem::path> FreshPath(const std::string& dir, const std::string& name);
 void RemoveQuietly(const std::filesystem::path& path);
 
+// One I/O-only load of `chunks` chunks into options.region (a region is required; its window is zeroed first),
+// timed from Start to Done; every chunk is then checked against its pattern and the load released. Returns the
+// seconds.
+absl::StatusOr<double> TimedIoOnlyLoad(Client& client, const LoadOptions& options, uint32_t chunks,
+                                       uint64_t chunk_bytes);
+
 // Gigabytes (1e9 bytes) per second.
 double GigabytesPerSecond(uint64_t bytes, double seconds);
 

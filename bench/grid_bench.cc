@@ -102,19 +102,6 @@ class GridEngine {
   double time_scale_;
 };
 
-absl::StatusOr<double> TimedIoOnly(Client& client, const LoadOptions& base) {
-  LoadOptions load = base;
-  load.io_only = true;
-  const Clock::time_point start = Clock::now();
-  auto session = client.StartLoad(load);
-  if (!session.ok()) return session.status();
-  auto done = (*session)->WaitDone();
-  const double seconds = SecondsSince(start);
-  if (!done.ok()) return done.status();
-  if (absl::Status s = (*session)->Release(); !s.ok()) return s;
-  return seconds;
-}
-
 struct CakeRun {
   double seconds = 0;
   uint32_t meeting_chunk = 0;
@@ -264,7 +251,7 @@ absl::Status RunGridBench(const GridOptions& options) {
           load.prompt = TokensPrompt(prompt);
           load.region = &*region;
           // Untimed: teaches the daemon the tier's speed, as earlier requests would have.
-          if (auto warm = TimedIoOnly(client, load); !warm.ok()) return warm.status();
+          if (auto warm = TimedIoOnlyLoad(client, load, chunks, chunk_bytes); !warm.ok()) return warm.status();
           const double chunk_load_s = options.chunk_tokens * kv_bytes_per_token * 8 / (bw * 1e9);
           for (double u : options.utils) {
             GridEngine engine(cost, u, options.step_tokens, options.chunk_tokens, tokens, options.time_scale);
@@ -276,7 +263,7 @@ absl::Status RunGridBench(const GridOptions& options) {
             cell.util = u;
             cell.gpu_tflops = options.gpu_tflops;
             // I/O-only and Cake back to back, so both find the daemon equally warm; compute-only needs no daemon.
-            auto io = TimedIoOnly(client, load);
+            auto io = TimedIoOnlyLoad(client, load, chunks, chunk_bytes);
             if (!io.ok()) return io.status();
             cell.io_s = *io * options.time_scale;
             auto cake = TimedCake(client, load, engine, tokens, options.chunk_tokens);

@@ -12,31 +12,6 @@
 #include "bench/simulated_storage.h"
 
 namespace cake::bench {
-namespace {
-
-absl::StatusOr<double> TimedIoOnlyLoad(Client& client, const LoadOptions& base, uint32_t chunks, uint64_t chunk_bytes,
-                                       const MappedRegion& region) {
-  std::memset(region.data(), 0, region.size());
-  LoadOptions load = base;
-  load.io_only = true;
-  const Clock::time_point start = Clock::now();
-  auto session = client.StartLoad(load);
-  if (!session.ok()) return session.status();
-  auto done = (*session)->WaitDone();
-  const double seconds = SecondsSince(start);
-  if (!done.ok()) return done.status();
-  if (done->loaded_chunks != chunks) return absl::InternalError("a load came back incomplete");
-  for (uint32_t c = 0; c < chunks; ++c) {
-    if (absl::Status s = CheckChunkPattern({region.data() + (*session)->RegionOffset(c), chunk_bytes}, c); !s.ok()) {
-      return s;
-    }
-  }
-  if (absl::Status s = (*session)->Release(); !s.ok()) return s;
-  return seconds;
-}
-
-}  // namespace
-
 absl::Status RunTiersBench(const TiersOptions& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("--dir is required (the disk tier's folder)");
   if (options.mib < 8 || options.gbps <= 0) return absl::InvalidArgumentError("need --mib >= 8 and --gbps > 0");
@@ -69,12 +44,12 @@ absl::Status RunTiersBench(const TiersOptions& options) {
   std::vector<double> dram_s, disk_s, split_s;
   for (uint32_t run = 0; run < options.runs; ++run) {
     // Everything in DRAM (it is, after the Store).
-    auto dram = TimedIoOnlyLoad(client, load, chunks, chunk_bytes, *region);
+    auto dram = TimedIoOnlyLoad(client, load, chunks, chunk_bytes);
     if (!dram.ok()) return dram.status();
     dram_s.push_back(*dram);
     // Everything on disk.
     if (auto evicted = client.Evict("dram"); !evicted.ok()) return evicted.status();
-    auto disk = TimedIoOnlyLoad(client, load, chunks, chunk_bytes, *region);
+    auto disk = TimedIoOnlyLoad(client, load, chunks, chunk_bytes);
     if (!disk.ok()) return disk.status();
     disk_s.push_back(*disk);
     // Half and half: the first half back in DRAM (promoted by a load of it), the second half on disk.
@@ -84,7 +59,7 @@ absl::Status RunTiersBench(const TiersOptions& options) {
     half.prompt = TokensPrompt(first_half);
     auto before = client.Stats();
     if (!before.ok()) return before.status();
-    if (auto warm = TimedIoOnlyLoad(client, half, chunks / 2, chunk_bytes, *region); !warm.ok()) return warm.status();
+    if (auto warm = TimedIoOnlyLoad(client, half, chunks / 2, chunk_bytes); !warm.ok()) return warm.status();
     if (absl::Status s =
             WaitForCounter(client, "promotions", before->at("promotions") + chunks / 2, std::chrono::seconds(30));
         !s.ok()) {
@@ -96,11 +71,11 @@ absl::Status RunTiersBench(const TiersOptions& options) {
     if (in_dram != chunks / 2) {
       return absl::InternalError(absl::StrCat(in_dram, " of ", chunks, " chunks in DRAM; expected ", chunks / 2));
     }
-    auto split = TimedIoOnlyLoad(client, load, chunks, chunk_bytes, *region);
+    auto split = TimedIoOnlyLoad(client, load, chunks, chunk_bytes);
     if (!split.ok()) return split.status();
     split_s.push_back(*split);
     // Back to everything in DRAM for the next run.
-    if (auto again = TimedIoOnlyLoad(client, load, chunks, chunk_bytes, *region); !again.ok()) return again.status();
+    if (auto again = TimedIoOnlyLoad(client, load, chunks, chunk_bytes); !again.ok()) return again.status();
     std::printf("  run %u: DRAM alone %.3f s, disk alone %.3f s, half in each %.3f s\n", run + 1, dram_s.back(),
                 disk_s.back(), split_s.back());
     std::fflush(stdout);

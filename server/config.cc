@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <set>
 
@@ -183,6 +184,9 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     return absl::InvalidArgumentError("dram.capacity_bytes (--dram-capacity-mib) must be positive");
   }
   if (c.io_threads == 0) return absl::InvalidArgumentError("loader.io_threads (--io-threads) must be at least 1");
+  if (!(c.dram_read_burst_us >= 0) || !std::isfinite(c.dram_read_burst_us)) {
+    return absl::InvalidArgumentError("dram.read_burst_us (--dram-read-burst-us) must be 0 or more microseconds");
+  }
   if (c.load_window == 0) return absl::InvalidArgumentError("loader.window (--window) must be at least 1");
   if (c.load_window > c.max_load_window) {
     return absl::InvalidArgumentError(

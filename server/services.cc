@@ -223,19 +223,25 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* c
   return Reply(context, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* context, const v1::EvictRequest* request,
-                                                  v1::EvictResponse* response) {
+// The tier an admin request names: INVALID_ARGUMENT for a name that is no tier, NOT_FOUND for one this daemon
+// was not started with.
+absl::StatusOr<Tier*> AdminServiceImpl::NamedTier(const std::string& name) const {
   TierKind kind = TierKind::kNone;
-  if (request->tier() == "dram") kind = TierKind::kDram;
-  if (request->tier() == "disk") kind = TierKind::kDisk;
+  if (name == "dram") kind = TierKind::kDram;
+  if (name == "disk") kind = TierKind::kDisk;
   if (kind == TierKind::kNone) {
-    return Reply(context, absl::InvalidArgumentError(
-                              absl::StrCat("unknown tier \"", request->tier(), "\"; accepted: dram, disk")));
+    return absl::InvalidArgumentError(absl::StrCat("unknown tier \"", name, "\"; accepted: dram, disk"));
   }
   Tier* tier = state_.tiers.tier(kind);
-  if (tier == nullptr) {
-    return Reply(context, absl::NotFoundError(absl::StrCat("this daemon has no ", request->tier(), " tier")));
-  }
+  if (tier == nullptr) return absl::NotFoundError(absl::StrCat("this daemon has no ", name, " tier"));
+  return tier;
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* context, const v1::EvictRequest* request,
+                                                  v1::EvictResponse* response) {
+  auto named = NamedTier(request->tier());
+  if (!named.ok()) return Reply(context, named.status());
+  Tier* tier = *named;
   // Removing thousands of files takes a while: an I/O thread does it.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const bool submitted = state_.pool.TrySubmit([reactor, tier, response, name = request->tier()] {
@@ -261,21 +267,13 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* AdminServiceImpl::SetReadCap(grpc::CallbackServerContext* context,
                                                        const v1::SetReadCapRequest* request,
                                                        v1::SetReadCapResponse* response) {
-  TierKind kind = TierKind::kNone;
-  if (request->tier() == "dram") kind = TierKind::kDram;
-  if (request->tier() == "disk") kind = TierKind::kDisk;
-  if (kind == TierKind::kNone) {
-    return Reply(context, absl::InvalidArgumentError(
-                              absl::StrCat("unknown tier \"", request->tier(), "\"; accepted: dram, disk")));
-  }
   if (!(request->gbps() > 0) || !std::isfinite(request->gbps())) {
     return Reply(context, absl::InvalidArgumentError(
                               absl::StrCat("gbps must be a positive number of Gbit/s; got ", request->gbps())));
   }
-  Tier* tier = state_.tiers.tier(kind);
-  if (tier == nullptr) {
-    return Reply(context, absl::NotFoundError(absl::StrCat("this daemon has no ", request->tier(), " tier")));
-  }
+  auto named = NamedTier(request->tier());
+  if (!named.ok()) return Reply(context, named.status());
+  Tier* tier = *named;
   auto* throttled = dynamic_cast<ThrottledTier*>(tier);
   if (throttled == nullptr) {
     return Reply(context, absl::FailedPreconditionError(absl::StrCat(

@@ -42,6 +42,7 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
                                        v1::SetReadCapResponse* response) override;
 
  private:
+  absl::StatusOr<Tier*> NamedTier(const std::string& name) const;
   DaemonState& state_;
 };
 

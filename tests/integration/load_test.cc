@@ -8,6 +8,31 @@ using namespace cake;
 using namespace cake::testing;
 using namespace std::chrono_literals;
 
+namespace {
+
+// A daemon whose DRAM tier reads 1 MiB chunks at 0.8 Gbit/s (about 10 ms each), `chunks` of them stored from a
+// prompt with `seed`'s pattern, and a region for them: the set-up of the planner's tests.
+struct MeasuredTier {
+  MeasuredTier(uint32_t chunks, uint32_t seed)
+      : h(chunks), daemon(StartDaemon({"--dram-read-gbps", "0.8"})), client(Connect(daemon)), tokens(Tokens(1024 * h)) {
+    StorePrompt(*client, ns, tokens, seed, h, chunk_bytes);
+    auto registered = client->RegisterRegion(h * chunk_bytes);
+    REQUIRE(registered.ok());
+    region.emplace(std::move(*registered));
+  }
+  LoadOptions Options() const { return LoadOptions{ns, {tokens, {}}, &*region}; }
+
+  const uint32_t h;
+  const NamespaceSpec ns = SmallNamespace(1024);
+  const uint64_t chunk_bytes = 1024 * kSmallBytesPerToken;
+  SpawnedDaemon daemon;
+  std::unique_ptr<Client> client;
+  const std::vector<uint32_t> tokens;
+  std::optional<MappedRegion> region;
+};
+
+}  // namespace
+
 TEST_CASE("stored chunks load back byte for byte, I/O only", "[load]") {
   auto daemon = StartDaemon();
   auto client = Connect(daemon);
@@ -94,16 +119,10 @@ TEST_CASE("the meeting point follows the engine's speed", "[load][meeting]") {
 }
 
 TEST_CASE("the plan predicts the meeting point once the load speed is known", "[load][meeting]") {
-  auto daemon = StartDaemon({"--dram-read-gbps", "0.8"});
-  auto client = Connect(daemon);
-  const auto ns = SmallNamespace(1024);
-  const uint64_t chunk_bytes = 1024 * kSmallBytesPerToken;
-  const uint32_t h = 16;
-  const auto tokens = Tokens(1024 * h);
-  StorePrompt(*client, ns, tokens, 5, h, chunk_bytes);
-  auto region = client->RegisterRegion(h * chunk_bytes);
-  REQUIRE(region.ok());
-  LoadOptions options{ns, {tokens, {}}, &*region};
+  MeasuredTier t(16, 5);
+  const uint32_t h = t.h;
+  auto& client = t.client;
+  LoadOptions options = t.Options();
   options.io_only = true;
   RunCakeLoad(*client, options, 5, [](uint32_t) {});  // teaches the daemon the tier's speed
 
@@ -324,16 +343,10 @@ TEST_CASE("a client that vanishes mid-load loses nothing for others", "[load][ca
 
 TEST_CASE("the planner falls back to compute-only or I/O-only when sharing cannot win", "[load][planner]") {
   // 1 MiB chunks read at 0.8 Gbit/s: about 10 ms each once the daemon has measured it.
-  auto daemon = StartDaemon({"--dram-read-gbps", "0.8"});
-  auto client = Connect(daemon);
-  const auto ns = SmallNamespace(1024);
-  const uint64_t chunk_bytes = 1024 * kSmallBytesPerToken;
-  const uint32_t h = 8;
-  const auto tokens = Tokens(1024 * h);
-  StorePrompt(*client, ns, tokens, 6, h, chunk_bytes);
-  auto region = client->RegisterRegion(h * chunk_bytes);
-  REQUIRE(region.ok());
-  LoadOptions options{ns, {tokens, {}}, &*region};
+  MeasuredTier t(8, 6);
+  const uint32_t h = t.h;
+  auto& client = t.client;
+  LoadOptions options = t.Options();
   options.io_only = true;
   auto first = RunCakeLoad(*client, options, 6, [](uint32_t) {});
   CHECK(first.plan.strategy == LoadPlan::Strategy::kIoOnly);  // asked for
@@ -373,16 +386,10 @@ TEST_CASE("the planner falls back to compute-only or I/O-only when sharing canno
 }
 
 TEST_CASE("the daemon learns the engine's speed from Progress and plans later loads without hints", "[load][planner]") {
-  auto daemon = StartDaemon({"--dram-read-gbps", "0.8"});
-  auto client = Connect(daemon);
-  const auto ns = SmallNamespace(1024);
-  const uint64_t chunk_bytes = 1024 * kSmallBytesPerToken;
-  const uint32_t h = 16;
-  const auto tokens = Tokens(1024 * h);
-  StorePrompt(*client, ns, tokens, 8, h, chunk_bytes);
-  auto region = client->RegisterRegion(h * chunk_bytes);
-  REQUIRE(region.ok());
-  LoadOptions options{ns, {tokens, {}}, &*region};
+  MeasuredTier t(16, 8);
+  const uint32_t h = t.h;
+  auto& client = t.client;
+  LoadOptions options = t.Options();
   options.io_only = true;
   RunCakeLoad(*client, options, 8, [](uint32_t) {});  // the tier's speed
   options.io_only = false;

@@ -128,25 +128,45 @@ TEST_CASE("io pool: the destructor runs what is queued before joining", "[io_poo
 namespace cake {
 namespace {
 
+// Holds a one-thread pool's worker on a gate while tasks queue up, then records the order they run in.
+class ServeRecorder {
+ public:
+  explicit ServeRecorder(IoPool& pool) {
+    REQUIRE(pool.TrySubmit([this] {
+      blocked_ = true;
+      gate_.Wait();
+    }));
+    REQUIRE(Eventually([this] { return blocked_.load(); }));
+  }
+  std::function<void()> Task(std::string name) {
+    return [this, name] {
+      std::lock_guard lock(mu_);
+      order_.push_back(name);
+    };
+  }
+  // Lets the worker go and waits until `count` recorded tasks ran.
+  std::vector<std::string> Release(size_t count) {
+    gate_.Open();
+    REQUIRE(Eventually([&] {
+      std::lock_guard lock(mu_);
+      return order_.size() == count;
+    }));
+    std::lock_guard lock(mu_);
+    return order_;
+  }
+
+ private:
+  Gate gate_;
+  std::atomic<bool> blocked_{false};
+  std::mutex mu_;
+  std::vector<std::string> order_;
+};
+
 // One worker held busy by a gate while tasks of three loads queue up; then the order in which the worker takes
 // them is the arbiter's.
 std::vector<std::string> ServeOrder(ArbiterPolicy policy) {
   IoPool pool(1, 64, policy);
-  Gate gate;
-  std::atomic<bool> blocked{false};
-  REQUIRE(pool.TrySubmit([&] {
-    blocked = true;
-    gate.Wait();
-  }));
-  REQUIRE(Eventually([&] { return blocked.load(); }));
-  std::mutex mu;
-  std::vector<std::string> order;
-  auto record = [&](std::string name) {
-    return [&, name] {
-      std::lock_guard lock(mu);
-      order.push_back(name);
-    };
-  };
+  ServeRecorder recorder(pool);
   auto big = pool.NewGroup();     // started first, 9 chunks left
   auto small = pool.NewGroup();   // started second, 1 chunk left
   auto medium = pool.NewGroup();  // started third, 4 chunks left
@@ -154,17 +174,12 @@ std::vector<std::string> ServeOrder(ArbiterPolicy policy) {
   small->SetRemaining(1);
   medium->SetRemaining(4);
   for (int i = 0; i < 2; ++i) {
-    REQUIRE(pool.TrySubmit(big, record("big")));
-    REQUIRE(pool.TrySubmit(medium, record("medium")));
-    REQUIRE(pool.TrySubmit(small, record("small")));
+    REQUIRE(pool.TrySubmit(big, recorder.Task("big")));
+    REQUIRE(pool.TrySubmit(medium, recorder.Task("medium")));
+    REQUIRE(pool.TrySubmit(small, recorder.Task("small")));
   }
-  REQUIRE(pool.TrySubmit(record("rpc")));  // ungrouped work: before every load's reads
-  gate.Open();
-  REQUIRE(Eventually([&] {
-    std::lock_guard lock(mu);
-    return order.size() == 7;
-  }));
-  return order;
+  REQUIRE(pool.TrySubmit(recorder.Task("rpc")));  // ungrouped work: before every load's reads
+  return recorder.Release(7);
 }
 
 }  // namespace
@@ -180,35 +195,16 @@ TEST_CASE("io pool arbiter: each policy serves the loads' queued reads in its or
 TEST_CASE("io pool arbiter: shortest remaining first still serves a read that waited past the limit",
           "[io_pool][arbiter]") {
   IoPool pool(1, 64, ArbiterPolicy::kShortestRemaining, std::chrono::milliseconds(20));
-  Gate gate;
-  std::atomic<bool> blocked{false};
-  REQUIRE(pool.TrySubmit([&] {
-    blocked = true;
-    gate.Wait();
-  }));
-  REQUIRE(Eventually([&] { return blocked.load(); }));
-  std::mutex mu;
-  std::vector<std::string> order;
-  auto record = [&](std::string name) {
-    return [&, name] {
-      std::lock_guard lock(mu);
-      order.push_back(name);
-    };
-  };
+  ServeRecorder recorder(pool);
   auto big = pool.NewGroup();
   auto small = pool.NewGroup();
   big->SetRemaining(100);
   small->SetRemaining(1);
-  REQUIRE(pool.TrySubmit(big, record("big")));
+  REQUIRE(pool.TrySubmit(big, recorder.Task("big")));
   std::this_thread::sleep_for(30ms);  // the big load's read is now past the 20 ms limit
-  REQUIRE(pool.TrySubmit(small, record("small")));
-  REQUIRE(pool.TrySubmit(small, record("small")));
-  gate.Open();
-  REQUIRE(Eventually([&] {
-    std::lock_guard lock(mu);
-    return order.size() == 3;
-  }));
-  CHECK(order == std::vector<std::string>{"big", "small", "small"});
+  REQUIRE(pool.TrySubmit(small, recorder.Task("small")));
+  REQUIRE(pool.TrySubmit(small, recorder.Task("small")));
+  CHECK(recorder.Release(3) == std::vector<std::string>{"big", "small", "small"});
 }
 
 TEST_CASE("io pool arbiter: policy names", "[io_pool][arbiter]") {

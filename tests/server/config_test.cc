@@ -211,6 +211,11 @@ TEST_CASE("config: ValidateConfig checks rules across fields", "[config]") {
     c = DefaultConfig();
     c.load_window = 0;
     CHECK(ValidateConfig(c).code() == absl::StatusCode::kInvalidArgument);
+    c = DefaultConfig();
+    c.dram_read_burst_us = -1;
+    CHECK_THAT(std::string(ValidateConfig(c).message()), Catch::Contains("--dram-read-burst-us"));
+    c.dram_read_burst_us = 0;
+    CHECK(ValidateConfig(c).ok());
   }
   SECTION("default chunk larger than the maximum") {
     c.default_chunk_tokens = c.max_chunk_tokens + 1;
