@@ -14,11 +14,12 @@ int main(int argc, char** argv) {
   auto* ping = app.add_subcommand("ping", "exit 0 when the daemon answers");
   auto* evict = app.add_subcommand("evict", "drop every chunk of one tier");
   std::string evict_tier;
-  evict->add_option("--tier", evict_tier, "dram or disk")->required();
+  evict->add_option("--tier", evict_tier, "dram, disk or remote (remote: every chunk under the daemon's key prefix)")
+      ->required();
   auto* read_cap = app.add_subcommand("read-cap", "change a capped tier's read cap while the daemon runs");
   std::string cap_tier;
   double cap_gbps = 0;
-  read_cap->add_option("--tier", cap_tier, "dram or disk")->required();
+  read_cap->add_option("--tier", cap_tier, "dram, disk or remote")->required();
   read_cap->add_option("--gbps", cap_gbps, "the new cap, Gbit/s")->required();
   CLI11_PARSE(app, argc, argv);
 

@@ -48,6 +48,27 @@ class TableReader {
       }
     }
   }
+  void StringList(const char* key, std::vector<std::string>* out) {
+    if (const toml::node* n = Find(key)) {
+      const toml::array* list = n->as_array();
+      std::vector<std::string> values;
+      if (list != nullptr) {
+        for (const toml::node& item : *list) {
+          auto v = item.value<std::string>();
+          if (!v) {
+            list = nullptr;
+            break;
+          }
+          values.push_back(*v);
+        }
+      }
+      if (list == nullptr) {
+        Fail(key, "a list of strings");
+      } else {
+        *out = std::move(values);
+      }
+    }
+  }
   void Bool(const char* key, bool* out) {
     if (const toml::node* n = Find(key)) {
       if (auto v = n->value_exact<bool>()) {
@@ -122,11 +143,11 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
     return absl::InvalidArgumentError(absl::StrCat("config ", path, " line ", where.line, " column ", where.column,
                                                    ": ", std::string(e.description())));
   }
-  static const std::set<std::string> kTables = {"server", "limits", "dram", "disk", "writeback", "loader", "keys"};
+  static const std::set<std::string> kTables = {"server", "limits", "dram", "disk", "remote", "writeback", "loader", "keys"};
   for (const auto& [key, value] : root) {
     if (!kTables.contains(std::string(key.str()))) {
       return absl::InvalidArgumentError(absl::StrCat("config ", path, ": unknown table [", std::string(key.str()),
-                                                     "]; known: server, limits, dram, disk, writeback, loader, keys"));
+                                                     "]; known: server, limits, dram, disk, remote, writeback, loader, keys"));
     }
   }
   constexpr uint64_t kU32 = UINT32_MAX;
@@ -159,6 +180,17 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   disk.Bool("allow_buffered", &c.disk_allow_buffered);
   disk.Unsigned("recovery_threads", &c.disk_recovery_threads, 1, 1024);
   disk.Double("read_gbps", &c.disk_read_gbps, 0, 1e6);
+  TableReader remote(root, "remote");
+  remote.StringList("endpoints", &c.remote_endpoints);
+  remote.String("user", &c.remote_user);
+  remote.String("password", &c.remote_password);
+  remote.String("key_prefix", &c.remote_key_prefix);
+  remote.Unsigned("part_bytes", &c.remote_part_bytes, 4096, uint64_t{512} << 20);
+  remote.Unsigned("connections", &c.remote_connections, 1, 1024);
+  remote.Unsigned("connect_timeout_ms", &c.remote_connect_timeout_ms, 1, 600000);
+  remote.Unsigned("command_timeout_ms", &c.remote_command_timeout_ms, 1, 600000);
+  remote.Unsigned("ttl_s", &c.remote_ttl_s, 0, uint64_t{1} << 31);
+  remote.Double("read_gbps", &c.remote_read_gbps, 0, 1e6);
   TableReader writeback(root, "writeback");
   writeback.Unsigned("queue_bytes", &c.write_back_queue_bytes, 0, uint64_t{1} << 44);
   TableReader loader(root, "loader");
@@ -169,7 +201,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   loader.Unsigned("arbiter_starvation_ms", &c.arbiter_starvation_ms, 1, 3600000);
   TableReader keys(root, "keys");
   keys.String("secret", &c.key_secret);
-  for (TableReader* t : {&server, &limits, &dram, &disk, &writeback, &loader, &keys}) {
+  for (TableReader* t : {&server, &limits, &dram, &disk, &remote, &writeback, &loader, &keys}) {
     if (auto s = t->Finish(); !s.ok())
       return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
   }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -38,6 +39,17 @@ struct DaemonConfig {
   bool disk_allow_buffered = false;      // accept a filesystem without O_DIRECT (page cache in the way)
   double disk_read_gbps = 0;             // 0: not throttled
   uint32_t disk_recovery_threads = 16;   // header reads in flight while the index is rebuilt at start-up
+  // [remote] Redis (standalone or cluster), shared by daemons on many machines
+  std::vector<std::string> remote_endpoints;  // "host:port"; empty: no remote tier
+  std::string remote_user;                    // ACL user (empty: AUTH with the password alone)
+  std::string remote_password;                // also from $CAKE_REMOTE_PASSWORD, which wins
+  std::string remote_key_prefix = "cake:";
+  uint64_t remote_part_bytes = uint64_t{4} << 20;
+  uint32_t remote_connections = 8;  // idle connections kept per Redis node
+  uint32_t remote_connect_timeout_ms = 500;
+  uint32_t remote_command_timeout_ms = 2000;
+  uint64_t remote_ttl_s = 0;      // 0: keys do not expire (Redis's maxmemory policy evicts)
+  double remote_read_gbps = 0;    // 0: not throttled
   // [writeback]
   uint64_t write_back_queue_bytes = uint64_t{1} << 30;
   // [loader]

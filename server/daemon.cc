@@ -8,12 +8,14 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/server_builder.h"
 #include "spdlog/spdlog.h"
 #include "storage/disk_tier.h"
+#include "storage/remote_tier.h"
 #include "storage/dram_tier.h"
 #include "storage/throttled_tier.h"
 
@@ -120,6 +122,27 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
       disk_tier = std::make_unique<ThrottledTier>(std::move(disk_tier), config.disk_read_gbps);
     }
     d->state_->tiers.AddTier(TierKind::kDisk, std::move(disk_tier));
+  }
+  if (!config.remote_endpoints.empty()) {
+    RemoteTier::Options remote;
+    remote.endpoints = config.remote_endpoints;
+    remote.user = config.remote_user;
+    remote.password = config.remote_password;
+    if (const char* password = std::getenv("CAKE_REMOTE_PASSWORD"); password != nullptr) remote.password = password;
+    remote.key_prefix = config.remote_key_prefix;
+    remote.part_bytes = config.remote_part_bytes;
+    remote.connections = config.remote_connections;
+    remote.connect_timeout = std::chrono::milliseconds(config.remote_connect_timeout_ms);
+    remote.command_timeout = std::chrono::milliseconds(config.remote_command_timeout_ms);
+    remote.ttl = std::chrono::seconds(config.remote_ttl_s);
+    auto tier = RemoteTier::Open(remote);
+    if (!tier.ok()) return tier.status();
+    d->state_->remote = tier->get();
+    std::unique_ptr<Tier> remote_tier = std::move(*tier);
+    if (config.remote_read_gbps > 0) {
+      remote_tier = std::make_unique<ThrottledTier>(std::move(remote_tier), config.remote_read_gbps);
+    }
+    d->state_->tiers.AddTier(TierKind::kRemote, std::move(remote_tier));
   }
 
   d->kv_service_ = std::make_unique<KvServiceImpl>(*d->state_);

@@ -17,6 +17,8 @@
 
 namespace cake {
 
+class RemoteTier;
+
 // Live loads, so a stopping daemon can cancel them and Status can count them.
 class LoadTracker {
  public:
@@ -74,6 +76,7 @@ struct DaemonState {
   Counters counters;
   LoadTracker loads;
   ComputeModels compute_models;
+  RemoteTier* remote = nullptr;  // owned by `tiers` (perhaps inside a throttle); for its counters
   std::string listen_address;
   IoPool pool;  // last member: destroyed first, so queued work never outlives what it touches
 };

@@ -51,6 +51,16 @@ int main(int argc, char** argv) {
   app.add_option("--disk-capacity-mib", disk_mib, "disk tier size in MiB (disk.capacity_bytes)");
   std::optional<double> disk_gbps;
   app.add_option("--disk-read-gbps", disk_gbps, "cap disk-tier reads at this many Gbit/s, 0 for none (disk.read_gbps)");
+  std::vector<std::string> remote_endpoints;
+  app.add_option("--remote", remote_endpoints,
+                 "Redis host:port (a standalone server or cluster seeds; repeat or comma-separate); enables the remote "
+                 "tier (remote.endpoints)")
+      ->delimiter(',');
+  std::string remote_prefix;
+  app.add_option("--remote-key-prefix", remote_prefix, "prefix of every Redis key (remote.key_prefix)");
+  std::optional<double> remote_gbps;
+  app.add_option("--remote-read-gbps", remote_gbps,
+                 "cap remote-tier reads at this many Gbit/s, 0 for none (remote.read_gbps)");
   std::string io_backend;
   app.add_option("--disk-io-backend", io_backend, "auto, uring or pread (disk.io_backend)");
   std::optional<uint32_t> io_threads, window;
@@ -90,6 +100,9 @@ int main(int argc, char** argv) {
   if (disk_mib) config.disk_capacity_bytes = *disk_mib << 20;
   if (!io_backend.empty()) config.disk_io_backend = io_backend;
   if (disk_gbps) config.disk_read_gbps = *disk_gbps;
+  if (!remote_endpoints.empty()) config.remote_endpoints = remote_endpoints;
+  if (!remote_prefix.empty()) config.remote_key_prefix = remote_prefix;
+  if (remote_gbps) config.remote_read_gbps = *remote_gbps;
   if (io_threads) config.io_threads = *io_threads;
   if (window) config.load_window = *window;
   if (auto s = cake::ValidateConfig(config); !s.ok()) {

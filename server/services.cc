@@ -8,6 +8,7 @@
 #include "server/load_stream.h"
 #include "server/requests.h"
 #include "spdlog/spdlog.h"
+#include "storage/remote_tier.h"
 #include "storage/throttled_tier.h"
 
 namespace cake {
@@ -220,6 +221,15 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* c
   counters["write_back_queued_bytes"] = wb.queued_bytes;
   counters["promotions"] = wb.promotions;
   counters["promotions_dropped"] = wb.promotions_dropped;
+  if (state_.remote != nullptr) {
+    const RemoteTier::Stats remote = state_.remote->stats();
+    counters["remote_errors"] = remote.errors;
+    counters["remote_connects"] = remote.connects;
+    counters["remote_fast_failures"] = remote.fast_failures;
+    counters["remote_moved"] = remote.moved;
+    counters["remote_ask"] = remote.ask;
+    counters["remote_corrupt_removed"] = remote.corrupt_removed;
+  }
   return Reply(context, absl::OkStatus());
 }
 
@@ -229,8 +239,9 @@ absl::StatusOr<Tier*> AdminServiceImpl::NamedTier(const std::string& name) const
   TierKind kind = TierKind::kNone;
   if (name == "dram") kind = TierKind::kDram;
   if (name == "disk") kind = TierKind::kDisk;
+  if (name == "remote") kind = TierKind::kRemote;
   if (kind == TierKind::kNone) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown tier \"", name, "\"; accepted: dram, disk"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown tier \"", name, "\"; accepted: dram, disk, remote"));
   }
   Tier* tier = state_.tiers.tier(kind);
   if (tier == nullptr) return absl::NotFoundError(absl::StrCat("this daemon has no ", name, " tier"));

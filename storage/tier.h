@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "storage/namespace.h"
@@ -27,6 +28,12 @@ class Tier {
 
   virtual std::string_view name() const = 0;
   virtual bool Contains(const ChunkKey& key) const = 0;
+  // Contains for many keys at once: a remote tier answers them in one round trip instead of one each.
+  virtual std::vector<bool> ContainsEach(std::span<const ChunkKey> keys) const {
+    std::vector<bool> found(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) found[i] = Contains(keys[i]);
+    return found;
+  }
   // Copies the stored value into dst, whose size must equal the value's.
   // NOT_FOUND: absent. INVALID_ARGUMENT: dst has the wrong size. DATA_LOSS: the stored value is corrupt (and
   // has been removed). UNAVAILABLE: the medium failed; the caller treats every error as a miss.
@@ -55,6 +62,7 @@ class TierDecorator : public Tier {
 
   std::string_view name() const override { return inner_->name(); }
   bool Contains(const ChunkKey& key) const override { return inner_->Contains(key); }
+  std::vector<bool> ContainsEach(std::span<const ChunkKey> keys) const override { return inner_->ContainsEach(keys); }
   absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override { return inner_->Read(key, dst); }
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override { return inner_->Write(key, src); }
   absl::Status Remove(const ChunkKey& key) override { return inner_->Remove(key); }

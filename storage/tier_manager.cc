@@ -43,20 +43,34 @@ Tier* TierManager::tier(TierKind kind) const {
 }
 
 std::vector<TierKind> TierManager::LookupPrefix(std::span<const ChunkKey> keys) const {
-  std::vector<TierKind> found;
-  found.reserve(keys.size());
-  for (const ChunkKey& key : keys) {
-    TierKind holder = TierKind::kNone;
-    for (const auto& e : tiers_) {
-      if (e->tier->Contains(key)) {
-        holder = e->kind;
-        break;
+  // Tier by tier, fastest first, asking each only about the keys no faster tier holds, all at once: a remote
+  // tier answers in one round trip.
+  std::vector<TierKind> holder(keys.size(), TierKind::kNone);
+  std::vector<ChunkKey> unresolved(keys.begin(), keys.end());
+  std::vector<size_t> positions(keys.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = i;
+  for (const auto& e : tiers_) {
+    if (unresolved.empty()) break;
+    const std::vector<bool> found = e->tier->ContainsEach(unresolved);
+    std::vector<ChunkKey> still;
+    std::vector<size_t> still_at;
+    for (size_t j = 0; j < unresolved.size(); ++j) {
+      if (found[j]) {
+        holder[positions[j]] = e->kind;
+      } else {
+        still.push_back(unresolved[j]);
+        still_at.push_back(positions[j]);
       }
     }
-    if (holder == TierKind::kNone) break;
-    found.push_back(holder);
+    unresolved = std::move(still);
+    positions = std::move(still_at);
   }
-  return found;
+  std::vector<TierKind> prefix;
+  for (TierKind kind : holder) {
+    if (kind == TierKind::kNone) break;
+    prefix.push_back(kind);
+  }
+  return prefix;
 }
 
 bool TierManager::Contains(const ChunkKey& key) const {

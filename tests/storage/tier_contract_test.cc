@@ -1,5 +1,6 @@
 // The contract every Tier implementation keeps, run once per implementation (DRAM, throttled DRAM, disk with
-// io_uring, disk with pread).
+// io_uring, disk with pread, remote on a standalone Redis and on a Redis Cluster). Capacity and usage sections run
+// only for tiers that own their capacity: Redis owns the remote tier's.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <map>
@@ -8,8 +9,10 @@
 #include <thread>
 #include <vector>
 
+#include "bench/redis_process.h"
 #include "storage/disk_tier.h"
 #include "storage/dram_tier.h"
+#include "storage/remote_tier.h"
 #include "storage/throttled_tier.h"
 #include "storage/tier.h"
 #include "tests/storage/tier_test_util.h"
@@ -21,10 +24,12 @@ using testing::TestKey;
 using testing::TestValue;
 
 struct DramFactory {
+  static constexpr bool kOwnsCapacity = true;
   static std::unique_ptr<Tier> Make(uint64_t capacity) { return std::make_unique<DramTier>(capacity); }
 };
 
 struct ThrottledDramFactory {
+  static constexpr bool kOwnsCapacity = true;
   // Fast enough that the contract runs at DRAM speed; the throttle's pacing has its own tests.
   static std::unique_ptr<Tier> Make(uint64_t capacity) {
     return std::make_unique<ThrottledTier>(std::make_unique<DramTier>(capacity), /*read_gbps=*/100);
@@ -54,6 +59,7 @@ class DiskTierInTempDir final : private TempDirHolder, public TierDecorator {
 };
 
 struct DiskUringFactory {
+  static constexpr bool kOwnsCapacity = true;
   static std::unique_ptr<Tier> Make(uint64_t capacity) {
     // Containers with Docker's default seccomp profile refuse io_uring: say so rather than fail the contract.
     static const bool available = MakeUringEngine(1).ok();
@@ -63,8 +69,40 @@ struct DiskUringFactory {
 };
 
 struct DiskPreadFactory {
+  static constexpr bool kOwnsCapacity = true;
   static std::unique_ptr<Tier> Make(uint64_t capacity) {
     return std::make_unique<DiskTierInTempDir>(capacity, IoBackend::kPread);
+  }
+};
+
+// One real redis-server (or cluster) for the whole run, started on first use; every tier made on it gets a key
+// prefix of its own, so sections never see each other's chunks.
+std::unique_ptr<Tier> MakeRemoteTier(const std::vector<std::string>& endpoints) {
+  static int next_prefix = 0;
+  RemoteTier::Options options;
+  options.endpoints = endpoints;
+  options.key_prefix = "contract-" + std::to_string(next_prefix++) + ":";
+  options.part_bytes = 16 << 10;  // values of 64 KiB span several parts
+  absl::StatusOr<std::unique_ptr<RemoteTier>> tier = RemoteTier::Open(options);
+  if (!tier.ok()) throw std::runtime_error(tier.status().ToString());
+  return std::move(tier).value();
+}
+
+struct RemoteStandaloneFactory {
+  static constexpr bool kOwnsCapacity = false;
+  static std::unique_ptr<Tier> Make(uint64_t) {
+    static absl::StatusOr<RedisServer> server = RedisServer::Start();
+    if (!server.ok()) throw std::runtime_error(server.status().ToString());
+    return MakeRemoteTier({server->address()});
+  }
+};
+
+struct RemoteClusterFactory {
+  static constexpr bool kOwnsCapacity = false;
+  static std::unique_ptr<Tier> Make(uint64_t) {
+    static absl::StatusOr<RedisCluster> cluster = RedisCluster::Start(3);
+    if (!cluster.ok()) throw std::runtime_error(cluster.status().ToString());
+    return MakeRemoteTier({cluster->addresses().front()});
   }
 };
 
@@ -73,7 +111,8 @@ constexpr size_t kValueBytes = 64 << 10;
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("tier contract", "[tier]", DramFactory, ThrottledDramFactory, DiskUringFactory, DiskPreadFactory) {
+TEMPLATE_TEST_CASE("tier contract", "[tier]", DramFactory, ThrottledDramFactory, DiskUringFactory, DiskPreadFactory,
+                   RemoteStandaloneFactory, RemoteClusterFactory) {
   std::unique_ptr<Tier> tier = TestType::Make(kCapacity);
   const ChunkKey a = TestKey(1);
   const auto va = TestValue(1, kValueBytes);
@@ -115,6 +154,7 @@ TEMPLATE_TEST_CASE("tier contract", "[tier]", DramFactory, ThrottledDramFactory,
   }
 
   SECTION("usage tracks writes and removes") {
+    if (!TestType::kOwnsCapacity) return;
     TierUsage u = tier->Usage();
     CHECK(u.used_bytes == 0);
     CHECK(u.chunks == 0);
@@ -133,9 +173,15 @@ TEMPLATE_TEST_CASE("tier contract", "[tier]", DramFactory, ThrottledDramFactory,
   SECTION("writing the same key twice keeps one copy") {
     REQUIRE(tier->Write(a, va).ok());
     REQUIRE(tier->Write(a, va).ok());
-    TierUsage u = tier->Usage();
-    CHECK(u.chunks == 1);
-    CHECK(u.used_bytes == kValueBytes);
+    if (TestType::kOwnsCapacity) {
+      TierUsage u = tier->Usage();
+      CHECK(u.chunks == 1);
+      CHECK(u.used_bytes == kValueBytes);
+    } else {
+      int visits = 0;
+      tier->ForEach([&](const ChunkKey&, uint64_t) { ++visits; });
+      CHECK(visits == 1);
+    }
     REQUIRE(tier->Remove(a).ok());
     CHECK_FALSE(tier->Contains(a));
   }
@@ -157,6 +203,7 @@ TEMPLATE_TEST_CASE("tier contract", "[tier]", DramFactory, ThrottledDramFactory,
   }
 
   SECTION("a value larger than the whole tier is RESOURCE_EXHAUSTED and stores nothing") {
+    if (!TestType::kOwnsCapacity) return;
     REQUIRE(tier->Write(a, va).ok());
     std::vector<std::byte> huge(kCapacity + 1);
     CHECK(tier->Write(TestKey(2), huge).code() == absl::StatusCode::kResourceExhausted);
@@ -194,7 +241,7 @@ TEMPLATE_TEST_CASE("tier contract", "[tier]", DramFactory, ThrottledDramFactory,
     }
     for (auto& th : threads) th.join();
     CHECK(bad_reads == 0);
-    CHECK(tier->Usage().chunks == kThreads * kKeysPerThread);
+    if (TestType::kOwnsCapacity) CHECK(tier->Usage().chunks == kThreads * kKeysPerThread);
     std::vector<std::byte> out(kBytes);
     for (int t = 0; t < kThreads; ++t) {
       for (uint32_t j = 0; j < kKeysPerThread; ++j) {

@@ -1,0 +1,89 @@
+// Remote tier: chunks in Redis (one server, or a Redis Cluster) through hiredis, so daemons on many machines share
+// one cache. Redis owns the capacity (its maxmemory policy evicts), so this tier never assumes a write stayed: every
+// read checks the value's header and checksum, and anything missing, partial or corrupt is a miss.
+//
+// Layout of one chunk (all keys of a chunk share the hash tag {<32 hex>}, so in a cluster they live in one slot and
+// one pipeline reads them):
+//   <prefix>{<key hex>}:h     the 64-byte header below
+//   <prefix>{<key hex>}:<i>   part i of the payload, i = 0 .. parts-1, each part_bytes long except the last
+// Parts keep every value small enough to neither block Redis for long nor exceed its limits (proto-max-bulk-len).
+// Writes put the parts first and the header last, so a reader that finds a header finds a complete write (unless
+// Redis evicted a part since: the checksum catches that).
+//
+// Header, little-endian: magic "CAKERMT1" (8), format version u32 = 1, part count u32, chunk key (16), payload
+// length u64, part bytes u64, XXH3-64 of the payload u64, XXH3-64 of header bytes [0, 56) u64.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "storage/tier.h"
+
+namespace cake {
+
+// The Redis Cluster slot of a key: CRC16 of the key (or of its first non-empty {hash tag}) modulo 16384.
+int RedisKeySlot(std::string_view key);
+
+class RemoteTier final : public Tier {
+ public:
+  struct Options {
+    // "host:port" of a standalone Redis, or seeds of a Redis Cluster (any reachable node will do: the slot map
+    // comes from CLUSTER SLOTS, and MOVED/ASK redirects are followed). Whether it is a cluster is detected.
+    std::vector<std::string> endpoints;
+    std::string user;  // ACL user; empty: AUTH with the password alone (or no AUTH without one)
+    std::string password;
+    // Prepended to every key, so one Redis can serve many models and many groups of daemons. No '{' or '}'.
+    std::string key_prefix = "cake:";
+    uint64_t part_bytes = uint64_t{4} << 20;
+    // Idle connections kept per Redis node; each concurrent read or write uses one of its own.
+    uint32_t connections = 8;
+    std::chrono::milliseconds connect_timeout{500};
+    std::chrono::milliseconds command_timeout{2000};
+    // 0: keys do not expire (Redis's maxmemory policy, e.g. allkeys-lru, evicts them).
+    std::chrono::seconds ttl{0};
+    // After a node fails, calls to it fail fast for a while, doubling from 50 ms up to this.
+    std::chrono::milliseconds max_backoff{2000};
+  };
+
+  struct Stats {
+    uint64_t errors = 0;           // a command or connection failed (timeouts included)
+    uint64_t connects = 0;         // connections opened
+    uint64_t fast_failures = 0;    // calls refused at once because their node was backing off
+    uint64_t moved = 0;            // MOVED redirects followed (the slot map was refreshed)
+    uint64_t ask = 0;              // ASK redirects followed (a slot being migrated)
+    uint64_t corrupt_removed = 0;  // values with a bad header, missing part or checksum, deleted
+  };
+
+  // Checks the options; does not need Redis to be up (a down remote is a miss until it comes back).
+  // INVALID_ARGUMENT: no endpoint, a malformed one, a bad prefix, part_bytes or connections of 0.
+  static absl::StatusOr<std::unique_ptr<RemoteTier>> Open(const Options& options);
+  ~RemoteTier() override;
+
+  std::string_view name() const override { return "remote"; }
+  bool Contains(const ChunkKey& key) const override;
+  std::vector<bool> ContainsEach(std::span<const ChunkKey> keys) const override;
+  absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override;
+  absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override;
+  absl::Status Remove(const ChunkKey& key) override;
+  // Redis's own memory figures, summed over the nodes (used_memory, maxmemory: 0 is unlimited), refreshed at
+  // most once a second; chunks are not counted (that would take a scan).
+  TierUsage Usage() const override;
+  // Scans every node for this prefix's headers (SCAN, so Redis keeps serving others meanwhile).
+  void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override;
+
+  Stats stats() const;
+  // True once a node answered CLUSTER SLOTS with a slot map.
+  bool is_cluster() const;
+
+  class Impl;
+
+ private:
+  explicit RemoteTier(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cake

@@ -1,0 +1,168 @@
+// The remote tier through real caked daemons and real Redis servers: two daemons share one Redis Cluster (what
+// the first stores, the second loads, byte for byte), a Redis master killed in the middle of a load (the load
+// completes, the engine computes what did not arrive), a remote that is down when the daemon starts, and an
+// engine with no shared region (bytes inline on the stream) storing and loading through the remote tier.
+#include <signal.h>
+
+#include "bench/redis_process.h"
+#include "tests/integration/fixture.h"
+
+using namespace cake;
+using namespace cake::testing;
+
+namespace {
+
+uint64_t Counter(Client& client, const std::string& name) {
+  auto stats = client.Stats();
+  REQUIRE(stats.ok());
+  auto it = stats->find(name);
+  return it == stats->end() ? 0 : it->second;
+}
+
+// Loads the whole cached prefix (I/O only) and checks every loaded chunk against its pattern.
+LoadDone LoadAndVerify(Client& client, const NamespaceSpec& ns, const std::vector<uint32_t>& tokens, uint32_t seed,
+                       const MappedRegion* region = nullptr) {
+  LoadOptions options{ns, {tokens, {}}, region};
+  options.io_only = true;
+  auto session = client.StartLoad(options);
+  REQUIRE(session.ok());
+  auto plan = (*session)->WaitPlan();
+  REQUIRE(plan.ok());
+  auto done = (*session)->WaitDone();
+  REQUIRE(done.ok());
+  for (uint32_t c = done->meeting_chunk; c < plan->cached_chunks; ++c) {
+    INFO("chunk " << c);
+    const std::byte* bytes = region != nullptr
+                                 ? region->data() + (*session)->RegionOffset(c)
+                                 : reinterpret_cast<const std::byte*>((*session)->InlineChunk(c).data());
+    REQUIRE(ChunkMatches(bytes, plan->chunk_bytes, seed, c));
+  }
+  REQUIRE((*session)->Release().ok());
+  return *done;
+}
+
+std::string Seeds(const RedisCluster& cluster) {
+  std::string out;
+  for (const std::string& a : cluster.addresses()) out += (out.empty() ? "" : ",") + a;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("two daemons share one Redis Cluster: what one stores, the other loads", "[remote][cluster]") {
+  auto cluster = RedisCluster::Start(3);
+  REQUIRE(cluster.ok());
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  const auto tokens = Tokens(64 * 16);
+  auto writer = StartDaemon({"--remote", Seeds(*cluster)});
+  auto writer_client = Connect(writer);
+  StorePrompt(*writer_client, ns, tokens, 41, 16, chunk_bytes);
+  REQUIRE(Eventually([&] { return Counter(*writer_client, "write_back_written") == 16; }));
+  CHECK(Counter(*writer_client, "remote_errors") == 0);
+
+  // The reader is seeded with one node only, and cuts values into parts of another size than the writer's.
+  const std::string config = WriteFile(writer.run_dir(), "reader.toml", "[remote]\npart_bytes = 16384\n");
+  auto reader = StartDaemon({"--config", config, "--remote", cluster->addresses()[1]});
+  auto reader_client = Connect(reader, "engine-b");
+  auto lookup = reader_client->Lookup(ns, {tokens, {}});
+  REQUIRE(lookup.ok());
+  REQUIRE(lookup->cached_chunks == 16);
+  for (TierKind t : lookup->tiers) CHECK(t == TierKind::kRemote);
+
+  auto region = reader_client->RegisterRegion(16 * chunk_bytes);
+  REQUIRE(region.ok());
+  auto done = LoadAndVerify(*reader_client, ns, tokens, 41, &*region);
+  CHECK(done.meeting_chunk == 0);
+  CHECK(done.loaded_chunks == 16);
+  CHECK(done.failed_chunks == 0);
+  // Promoted into the reader's DRAM: the next lookup finds it there.
+  REQUIRE(Eventually([&] {
+    auto again = reader_client->Lookup(ns, {tokens, {}});
+    return again.ok() && again->cached_chunks == 16 && again->tiers.back() == TierKind::kDram;
+  }));
+}
+
+TEST_CASE("a Redis master killed mid-load: the load completes and the engine computes what did not arrive",
+          "[remote][cluster]") {
+  auto cluster = RedisCluster::Start(3);
+  REQUIRE(cluster.ok());
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  constexpr uint32_t kChunks = 48;
+  const auto tokens = Tokens(64 * kChunks);
+  {
+    auto writer = StartDaemon({"--remote", Seeds(*cluster)});
+    auto client = Connect(writer);
+    StorePrompt(*client, ns, tokens, 43, kChunks, chunk_bytes);
+    REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == kChunks; }));
+  }
+  // Remote reads capped so the load takes about a second: 48 x 64 KiB at 0.025 Gbit/s.
+  auto daemon = StartDaemon({"--remote", Seeds(*cluster), "--remote-read-gbps", "0.025", "--window", "2"});
+  auto client = Connect(daemon);
+  LoadOptions options{ns, {tokens, {}}, nullptr};
+  options.io_only = true;
+  auto session = client->StartLoad(options);
+  REQUIRE(session.ok());
+  auto plan = session.value()->WaitPlan();
+  REQUIRE(plan.ok());
+  REQUIRE(plan->cached_chunks == kChunks);
+  // Once the tail has arrived, a master dies.
+  REQUIRE(Eventually([&] { return session.value()->IsResident(kChunks - 4); }));
+  cluster->node(0).Kill();
+  auto done = session.value()->WaitDone();
+  REQUIRE(done.ok());
+  CHECK(done->failed_chunks >= 1);  // node 0 owns a third of the slots: some chunk below the tail was there
+  CHECK(done->meeting_chunk >= 1);
+  CHECK(done->meeting_chunk < kChunks - 3);
+  CHECK(done->loaded_chunks == kChunks - done->meeting_chunk);
+  for (uint32_t c = done->meeting_chunk; c < kChunks; ++c) {
+    INFO("chunk " << c);
+    REQUIRE(ChunkMatches(reinterpret_cast<const std::byte*>(session.value()->InlineChunk(c).data()), chunk_bytes, 43,
+                         c));
+  }
+  REQUIRE(session.value()->Release().ok());
+  CHECK(Counter(*client, "remote_errors") >= 1);
+  // The daemon goes on serving: a lookup answers (the dead node's chunks are simply not found).
+  auto lookup = client->Lookup(ns, {tokens, {}});
+  REQUIRE(lookup.ok());
+}
+
+TEST_CASE("a remote that is down at start-up: the daemon serves from its own tiers", "[remote]") {
+  // Nothing listens on port 1.
+  auto daemon = StartDaemon({"--remote", "127.0.0.1:1"});
+  CHECK(daemon.log().find("does not answer yet") != std::string::npos);
+  auto client = Connect(daemon);
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  const auto tokens = Tokens(64 * 4);
+  StorePrompt(*client, ns, tokens, 47, 4, chunk_bytes);
+  auto done = LoadAndVerify(*client, ns, tokens, 47);
+  CHECK(done.loaded_chunks == 4);
+  CHECK(Eventually([&] { return Counter(*client, "write_back_failed") == 4; }));
+}
+
+TEST_CASE("an engine with no shared region stores and loads inline through the remote tier", "[remote][inline]") {
+  auto redis = RedisServer::Start();
+  REQUIRE(redis.ok());
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  const auto tokens = Tokens(64 * 6);
+  {
+    auto daemon = StartDaemon({"--remote", redis->address()});
+    auto client = Connect(daemon);
+    std::vector<std::string> chunks(6, std::string(chunk_bytes, '\0'));
+    for (uint32_t i = 0; i < 6; ++i) FillChunk(reinterpret_cast<std::byte*>(chunks[i].data()), chunk_bytes, 53, i);
+    std::vector<std::string_view> views(chunks.begin(), chunks.end());
+    auto stored = client->StoreInline(ns, {tokens, {}}, 0, views);
+    REQUIRE(stored.ok());
+    CHECK(stored->stored_chunks == 6);
+    REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == 6; }));
+  }
+  // A fresh daemon: nothing in its DRAM, everything in Redis.
+  auto daemon = StartDaemon({"--remote", redis->address()});
+  auto client = Connect(daemon);
+  auto done = LoadAndVerify(*client, ns, tokens, 53);
+  CHECK(done.meeting_chunk == 0);
+  CHECK(done.loaded_chunks == 6);
+}
