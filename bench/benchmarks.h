@@ -153,4 +153,17 @@ struct TiersOptions {
 };
 absl::Status RunTiersBench(const TiersOptions& options);
 
+// I/O-only loads of a prefix from the remote tier (Redis) beside redis-benchmark GETs of the same part size,
+// connections and pipeline depth, against the same server in the same run.
+struct RemoteBenchOptions {
+  std::string redis;  // host:port of a running Redis; empty: a private redis-server on loopback
+  std::string json_path;
+  uint64_t mib = 256;
+  uint64_t chunk_mib = 16;  // Llama-3.1-8B's 128-token chunk at 16-bit KV
+  uint64_t part_kib = 4096;
+  uint32_t window = 4;  // reads in flight (caked --window and --io-threads) = redis-benchmark connections
+  uint32_t runs = 5;
+};
+absl::Status RunRemoteBench(const RemoteBenchOptions& options);
+
 }  // namespace cake::bench

@@ -217,6 +217,19 @@ int main(int argc, char** argv) {
   tiers_command->add_option("--gbps", tiers.gbps, "each tier's read cap, Gbit/s")->capture_default_str();
   tiers_command->add_option("--runs", tiers.runs, "runs of each")->capture_default_str()->check(CLI::Range(1u, 100u));
 
+  cake::bench::RemoteBenchOptions remote;
+  CLI::App* remote_command = app.add_subcommand(
+      "remote", "loads from the remote tier (Redis) beside redis-benchmark GETs of the same part size");
+  remote_command->add_option("--redis", remote.redis, "host:port of a running Redis (default: a private redis-server)");
+  remote_command->add_option("--json", remote.json_path, "also write the results to this file as one JSON object");
+  remote_command->add_option("--mib", remote.mib, "prefix size, MiB")->capture_default_str();
+  remote_command->add_option("--chunk-mib", remote.chunk_mib, "chunk size, MiB")->capture_default_str();
+  remote_command->add_option("--part-kib", remote.part_kib, "Redis value (part) size, KiB")->capture_default_str();
+  remote_command->add_option("--window", remote.window, "reads in flight = redis-benchmark connections")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+  remote_command->add_option("--runs", remote.runs, "runs of each")->capture_default_str()->check(CLI::Range(1u, 100u));
+
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
@@ -230,6 +243,8 @@ int main(int argc, char** argv) {
     status = cake::bench::RunRebuildBench(rebuild);
   } else if (store_command->parsed()) {
     status = cake::bench::RunStoreBench(store);
+  } else if (remote_command->parsed()) {
+    status = cake::bench::RunRemoteBench(remote);
   } else if (tiers_command->parsed()) {
     status = cake::bench::RunTiersBench(tiers);
   } else if (adaptive_command->parsed()) {

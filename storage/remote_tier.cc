@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -150,6 +152,140 @@ struct Command {
   bool has_value = false;
   std::vector<std::string> tail;
   int slot = 0;
+  // For a GET whose value should land straight in the caller's buffer: a bulk reply of exactly this size is
+  // received into it (reply: a string with len set and str null); any other reply is returned as usual.
+  std::span<std::byte> sink;
+};
+
+// A reply made here rather than by hiredis' reader, freed by freeReplyObject like any other.
+redisReply* NewReply(int type, std::string_view text = {}, long long integer = 0) {
+  auto* r = static_cast<redisReply*>(calloc(1, sizeof(redisReply)));
+  r->type = type;
+  r->integer = integer;
+  if (type == REDIS_REPLY_STRING || type == REDIS_REPLY_ERROR || type == REDIS_REPLY_STATUS) {
+    r->str = static_cast<char*>(malloc(text.size() + 1));
+    std::memcpy(r->str, text.data(), text.size());
+    r->str[text.size()] = '\0';
+    r->len = text.size();
+  }
+  return r;
+}
+
+// Reads the replies to GETs (and ASKING) straight from the socket, so a part's bytes go from the kernel into the
+// caller's buffer in one copy. hiredis' reader would copy them twice more (into its buffer, then into a reply).
+class DirectReplyReader {
+ public:
+  explicit DirectReplyReader(int fd) : fd_(fd) {}
+
+  // One reply; a bulk reply of sink.size() bytes goes into sink. An error status for a broken connection.
+  absl::StatusOr<redisReply*> Next(std::span<std::byte> sink) {
+    auto line = Line();
+    if (!line.ok()) return line.status();
+    if (line->empty()) return absl::DataLossError("empty reply line");
+    const char kind = (*line)[0];
+    const std::string_view rest = std::string_view(*line).substr(1);
+    switch (kind) {
+      case '+':
+        return NewReply(REDIS_REPLY_STATUS, rest);
+      case '-':
+        return NewReply(REDIS_REPLY_ERROR, rest);
+      case ':': {
+        long long value = 0;
+        if (!absl::SimpleAtoi(absl::string_view(rest.data(), rest.size()), &value)) break;
+        return NewReply(REDIS_REPLY_INTEGER, {}, value);
+      }
+      case '$': {
+        long long length = 0;
+        if (!absl::SimpleAtoi(absl::string_view(rest.data(), rest.size()), &length)) break;
+        if (length < 0) return NewReply(REDIS_REPLY_NIL);
+        redisReply* reply;
+        if (static_cast<uint64_t>(length) == sink.size() && !sink.empty()) {
+          if (absl::Status s = Exact(sink.data(), sink.size()); !s.ok()) return s;
+          reply = NewReply(REDIS_REPLY_NIL);
+          reply->type = REDIS_REPLY_STRING;  // landed in the sink: len set, str null
+          reply->len = length;
+        } else {
+          std::string value(length, '\0');
+          if (absl::Status s = Exact(reinterpret_cast<std::byte*>(value.data()), value.size()); !s.ok()) return s;
+          reply = NewReply(REDIS_REPLY_STRING, value);
+        }
+        char crlf[2];
+        if (absl::Status s = Exact(reinterpret_cast<std::byte*>(crlf), 2); !s.ok()) {
+          freeReplyObject(reply);
+          return s;
+        }
+        return reply;
+      }
+      default:
+        break;
+    }
+    return absl::DataLossError(absl::StrCat("unexpected reply from Redis: ", *line));
+  }
+
+  // Bytes read past the last reply: a connection in that state is not reused.
+  bool drained() const { return pos_ == end_; }
+
+ private:
+  absl::StatusOr<std::string> Line() {
+    std::string line;
+    while (true) {
+      if (pos_ == end_) {
+        if (absl::Status s = Fill(); !s.ok()) return s;
+      }
+      const char* start = buf_ + pos_;
+      const char* nl = static_cast<const char*>(std::memchr(start, '\n', end_ - pos_));
+      if (nl == nullptr) {
+        line.append(start, end_ - pos_);
+        pos_ = end_;
+        continue;
+      }
+      line.append(start, nl - start);
+      pos_ += nl - start + 1;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      return line;
+    }
+  }
+
+  // n bytes into dst: what is buffered first, then straight from the socket.
+  absl::Status Exact(std::byte* dst, size_t n) {
+    const size_t buffered = std::min(n, end_ - pos_);
+    std::memcpy(dst, buf_ + pos_, buffered);
+    pos_ += buffered;
+    size_t got = buffered;
+    while (got < n) {
+      const ssize_t r = recv(fd_, dst + got, n - got, 0);
+      if (r > 0) {
+        got += r;
+      } else if (absl::Status s = Broken(r); !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Fill() {
+    while (true) {
+      const ssize_t r = recv(fd_, buf_, sizeof(buf_), 0);
+      if (r > 0) {
+        pos_ = 0;
+        end_ = r;
+        return absl::OkStatus();
+      }
+      if (absl::Status s = Broken(r); !s.ok()) return s;
+    }
+  }
+
+  // OK for an interrupted call (retry); the error otherwise.
+  static absl::Status Broken(ssize_t r) {
+    if (r == 0) return absl::UnavailableError("Server closed the connection");
+    if (errno == EINTR) return absl::OkStatus();
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::DeadlineExceededError("timed out");
+    return absl::UnavailableError(std::strerror(errno));
+  }
+
+  const int fd_;
+  char buf_[16 << 10];
+  size_t pos_ = 0, end_ = 0;
 };
 
 }  // namespace
@@ -334,6 +470,29 @@ class RemoteTier::Impl {
     }
     std::vector<Reply> replies;
     replies.reserve(indices.size());
+    const bool direct = std::any_of(indices.begin(), indices.end(), [&](size_t i) { return !commands[i].sink.empty(); });
+    if (direct) {
+      // Send everything, then read the replies ourselves (hiredis' reader must hold nothing unread).
+      int done = 0;
+      while (!done) {
+        if (redisBufferWrite(c, &done) != REDIS_OK) return Fail(node, c);
+      }
+      if (c->reader->pos != c->reader->len) return Fail(node, c, "unread bytes before a pipeline");
+      auto reader = std::make_unique<DirectReplyReader>(c->fd);
+      for (size_t i : indices) {
+        if (asking) {
+          auto ok = reader->Next({});
+          if (!ok.ok()) return Fail(node, c, ok.status());
+          freeReplyObject(*ok);
+        }
+        auto reply = reader->Next(commands[i].sink);
+        if (!reply.ok()) return Fail(node, c, reply.status());
+        replies.emplace_back(*reply);
+      }
+      if (!reader->drained()) return Fail(node, c, "bytes after the last reply");
+      Return(node, std::move(*conn));
+      return replies;
+    }
     for (size_t k = 0; k < indices.size(); ++k) {
       void* raw = nullptr;
       if (asking) {
@@ -375,6 +534,16 @@ class RemoteTier::Impl {
     }
   }
 
+  absl::Status Fail(Node& node, redisContext* c, std::string_view why) {
+    MarkDown(node, std::string(why));
+    return absl::UnavailableError(absl::StrCat("Redis at ", node.address, ": ", std::string(why)));
+  }
+  absl::Status Fail(Node& node, redisContext* c, const absl::Status& status) {
+    if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+      return Fail(node, c, absl::StrCat("no answer within ", options_.command_timeout.count(), " ms"));
+    }
+    return Fail(node, c, std::string_view(status.message().data(), status.message().size()));
+  }
   absl::Status Fail(Node& node, redisContext* c) {
     // hiredis reports a socket timeout as EAGAIN's text; say what it means.
     const bool timed_out = c->err == REDIS_ERR_IO && std::strcmp(c->errstr, std::strerror(EAGAIN)) == 0;
@@ -560,7 +729,12 @@ absl::Status RemoteTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   // part size takes a second round.
   auto part_commands = [&](uint64_t part_bytes, std::vector<Command>& commands) {
     const uint64_t parts = impl.PartsFor(dst.size(), part_bytes);
-    for (uint64_t i = 0; i < parts; ++i) commands.push_back(impl.Cmd("GET", absl::StrCat(tag, i), slot));
+    for (uint64_t i = 0; i < parts; ++i) {
+      Command get = impl.Cmd("GET", absl::StrCat(tag, i), slot);
+      const uint64_t offset = i * part_bytes;
+      get.sink = dst.subspan(offset, std::min<uint64_t>(part_bytes, dst.size() - offset));
+      commands.push_back(std::move(get));
+    }
   };
   std::vector<Command> commands;
   commands.push_back(impl.Cmd("GET", tag + "h", slot));
@@ -605,7 +779,7 @@ absl::Status RemoteTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
     if (part->type != REDIS_REPLY_STRING || static_cast<uint64_t>(part->len) != expected) {
       return corrupt(absl::StrCat("part ", i, " is missing or the wrong size (evicted by Redis?)"), header->parts);
     }
-    std::memcpy(dst.data() + offset, part->str, expected);
+    if (part->str != nullptr) std::memcpy(dst.data() + offset, part->str, expected);  // else it landed in place
   }
   if (PayloadChecksum(dst) != header->payload_checksum) return corrupt("payload checksum mismatch", header->parts);
   return absl::OkStatus();

@@ -1,0 +1,167 @@
+// cake-bench remote: I/O-only loads of a cached prefix from the remote tier (Redis) into a region, beside
+// redis-benchmark GETs of values of the same part size with the same number of connections and the same pipeline
+// depth, in the same run against the same server: the limit the link and Redis set.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_common.h"
+#include "bench/benchmarks.h"
+#include "bench/redis_process.h"
+#include "bench/simulated_storage.h"
+
+namespace cake::bench {
+namespace {
+
+// Runs a command line and returns what it printed on stdout.
+absl::StatusOr<std::string> Capture(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return absl::InternalError(absl::StrCat("cannot run: ", command));
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  const int status = pclose(pipe);
+  if (status != 0) return absl::UnavailableError(absl::StrCat("`", command, "` failed:\n", out));
+  return out;
+}
+
+// redis-benchmark's GET requests per second, from its --csv output ("GET","12345.67",...).
+absl::StatusOr<double> RedisBenchmarkGetRps(const std::string& host, int port, uint64_t value_bytes,
+                                            uint32_t connections, uint32_t pipeline, uint64_t requests) {
+  // The SET test writes the value GET then reads (without -r both use the one key "key:__rand_int__").
+  const std::string command =
+      absl::StrCat("redis-benchmark -h ", host, " -p ", port, " -t set,get -d ", value_bytes, " -c ", connections,
+                   " -P ", pipeline, " -n ", requests, " --csv 2>&1");
+  auto out = Capture(command);
+  if (!out.ok()) return out.status();
+  for (absl::string_view line : absl::StrSplit(*out, '\n')) {
+    if (line.substr(0, 6) != "\"GET\",") continue;
+    std::vector<absl::string_view> fields = absl::StrSplit(line, ',');
+    double rps = 0;
+    if (fields.size() >= 2 && absl::SimpleAtod(absl::StripAsciiWhitespace(fields[1]).substr(1, fields[1].size() - 2),
+                                               &rps)) {
+      return rps;
+    }
+  }
+  return absl::InternalError(absl::StrCat("no GET line in redis-benchmark's output:\n", *out));
+}
+
+}  // namespace
+
+absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
+  if (options.mib < options.chunk_mib || options.chunk_mib == 0 || options.part_kib == 0) {
+    return absl::InvalidArgumentError("need --mib >= --chunk-mib > 0 and --part-kib > 0");
+  }
+  // Redis: a private server unless one was named.
+  std::optional<RedisServer> private_redis;
+  std::string host = "127.0.0.1";
+  int port = 0;
+  if (options.redis.empty()) {
+    auto started = RedisServer::Start();
+    if (!started.ok()) return started.status();
+    private_redis.emplace(std::move(*started));
+    port = private_redis->port();
+  } else {
+    const size_t colon = options.redis.rfind(':');
+    if (colon == std::string::npos || !absl::SimpleAtoi(options.redis.substr(colon + 1), &port)) {
+      return absl::InvalidArgumentError(absl::StrCat("--redis '", options.redis, "' is not host:port"));
+    }
+    host = options.redis.substr(0, colon);
+  }
+  const std::string address = absl::StrCat(host, ":", port);
+
+  const uint64_t chunk_bytes = options.chunk_mib << 20;
+  const uint64_t part_bytes = options.part_kib << 10;
+  const uint32_t chunk_tokens = static_cast<uint32_t>(chunk_bytes / kProxyBytesPerToken);
+  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("remote-", getpid()), chunk_tokens);
+  const uint32_t chunks = static_cast<uint32_t>(options.mib / options.chunk_mib);
+  const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
+  const uint32_t parts_per_chunk = static_cast<uint32_t>((chunk_bytes + part_bytes - 1) / part_bytes);
+
+  // The part size has no flag: a config file in a private folder.
+  char config_dir[] = "/tmp/cake-bench-remote-XXXXXX";
+  if (mkdtemp(config_dir) == nullptr) return absl::InternalError("mkdtemp failed");
+  absl::Cleanup remove_config = [&] { RemoveQuietly(config_dir); };
+  const std::string config_path = absl::StrCat(config_dir, "/caked.toml");
+  std::ofstream(config_path) << "[remote]\npart_bytes = " << part_bytes << "\n";
+  // A DRAM tier smaller than twice the prefix: loads of it are not promoted, so every run reads Redis.
+  auto target = OpenDaemon(
+      "", {"--config", config_path, "--remote", address, "--remote-key-prefix", absl::StrCat("cake-bench-", getpid(), ":"),
+           "--dram-capacity-mib", absl::StrCat(options.mib + 2 * options.chunk_mib), "--window",
+           absl::StrCat(options.window), "--io-threads", absl::StrCat(options.window)});
+  if (!target.ok()) return target.status();
+  Client& client = *target->client;
+  auto region = client.RegisterRegion(bytes);
+  if (!region.ok()) return region.status();
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+  const std::vector<uint32_t> prompt = SyntheticPrompt(uint64_t{chunks} * chunk_tokens, 71);
+  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c);
+  auto stored = client.Store(ns, TokensPrompt(prompt), 0, chunks, *region, 0);
+  if (!stored.ok()) return stored.status();
+  if (absl::Status s = WaitForCounter(client, "write_back_written", chunks, std::chrono::seconds(60)); !s.ok()) {
+    return s;
+  }
+  absl::Cleanup evict_remote = [&] { client.Evict("remote").IgnoreError(); };
+  if (auto evicted = client.Evict("dram"); !evicted.ok()) return evicted.status();
+  auto lookup = client.Lookup(ns, TokensPrompt(prompt));
+  if (!lookup.ok()) return lookup.status();
+  if (lookup->cached_chunks != chunks ||
+      std::count(lookup->tiers.begin(), lookup->tiers.end(), TierKind::kRemote) != chunks) {
+    return absl::InternalError(absl::StrCat("only ", lookup->cached_chunks, " of ", chunks, " chunks are in Redis"));
+  }
+
+  LoadOptions load;
+  load.ns = ns;
+  load.prompt = TokensPrompt(prompt);
+  load.region = &*region;
+  // Both warmed up first, untimed: Redis's reply buffers and the daemon's connections are made once, not in run 1.
+  const uint64_t requests = uint64_t{chunks} * parts_per_chunk;
+  if (auto warm = TimedIoOnlyLoad(client, load, chunks, chunk_bytes); !warm.ok()) return warm.status();
+  if (auto warm = RedisBenchmarkGetRps(host, port, part_bytes, options.window, parts_per_chunk, requests); !warm.ok()) {
+    return warm.status();
+  }
+  std::vector<double> remote_gbps, benchmark_gbps;
+  for (uint32_t run = 0; run < options.runs; ++run) {
+    auto seconds = TimedIoOnlyLoad(client, load, chunks, chunk_bytes);
+    if (!seconds.ok()) return seconds.status();
+    remote_gbps.push_back(bytes * 8 / *seconds / 1e9);
+    // The same bytes as GETs of one part each, options.window connections, a chunk's parts per pipeline.
+    auto rps = RedisBenchmarkGetRps(host, port, part_bytes, options.window, parts_per_chunk, requests);
+    if (!rps.ok()) return rps.status();
+    benchmark_gbps.push_back(*rps * part_bytes * 8 / 1e9);
+    std::printf("  run %u: caked remote load %.2f Gbit/s (%.3f s), redis-benchmark GET %.2f Gbit/s\n", run + 1,
+                remote_gbps.back(), *seconds, benchmark_gbps.back());
+    std::fflush(stdout);
+  }
+  const auto stats = client.Stats();
+  const double ratio = Median(remote_gbps) / Median(benchmark_gbps);
+  std::printf(
+      "cake-bench remote: %u chunks of %llu MiB (%llu MiB) in parts of %llu KiB from Redis at %s; window %u; every "
+      "byte checked\n",
+      chunks, static_cast<unsigned long long>(options.chunk_mib), static_cast<unsigned long long>(bytes >> 20),
+      static_cast<unsigned long long>(options.part_kib), address.c_str(), options.window);
+  std::printf(
+      "  median: remote tier %.2f Gbit/s, redis-benchmark GET (%u connections, pipeline %u) %.2f Gbit/s: %.0f%%\n",
+      Median(remote_gbps), options.window, parts_per_chunk, Median(benchmark_gbps), 100 * ratio);
+  if (stats.ok() && stats->count("remote_errors") && stats->at("remote_errors") > 0) {
+    std::printf("  note: %llu remote errors during the run\n",
+                static_cast<unsigned long long>(stats->at("remote_errors")));
+  }
+  JsonReport report;
+  report.Set("bytes", static_cast<double>(bytes));
+  report.Set("chunk_bytes", static_cast<double>(chunk_bytes));
+  report.Set("part_bytes", static_cast<double>(part_bytes));
+  report.Set("window", options.window);
+  report.Set("remote_gbps", Median(remote_gbps));
+  report.Set("redis_benchmark_gbps", Median(benchmark_gbps));
+  report.Set("remote_over_redis_benchmark", ratio);
+  return report.WriteTo(options.json_path);
+}
+
+}  // namespace cake::bench
