@@ -166,4 +166,24 @@ struct RemoteBenchOptions {
 };
 absl::Status RunRemoteBench(const RemoteBenchOptions& options);
 
+// Cake with a prefix spread over DRAM, disk and Redis at once (each tier capped at its modelled bandwidth) against
+// the same prefix in one tier alone, on the simulated engine of `grid`; one row per remote bandwidth.
+struct MixedOptions {
+  std::string dir;  // the disk tier goes in <dir>/cake-mixed, removed afterwards
+  std::string json_path;
+  std::string model = "llama3.1-8b";
+  uint32_t tokens = 16384;
+  double util = 0.5;
+  double gpu_tflops = 100;
+  double dram_gbps = 32;
+  double disk_gbps = 25;
+  std::vector<double> remote_gbps = {7, 25};
+  double dram_share = 1.0 / 3;  // the first share of the prefix is in DRAM, the next on disk, the rest in Redis
+  double disk_share = 1.0 / 3;
+  double time_scale = 1;
+  uint32_t chunk_tokens = 128;
+  uint32_t step_tokens = 512;
+};
+absl::Status RunMixedBench(const MixedOptions& options);
+
 }  // namespace cake::bench

@@ -21,6 +21,7 @@
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "bench/models.h"
+#include "bench/simulated_engine.h"
 #include "bench/simulated_storage.h"
 
 namespace cake::bench {
@@ -37,135 +38,6 @@ struct Cell {
   uint32_t meet_token = 0;
   std::string strategy;
 };
-
-// One request's prefill on the simulated engine: steps of util x step budget tokens, each taking what the
-// request's share of the GPU needs for them; after every step it reports its progress and, under Cake, stops at
-// the first chunk boundary whose chunk is loaded.
-class GridEngine {
- public:
-  GridEngine(const PrefillCostModel& cost, double util, uint32_t step_tokens, uint32_t chunk_tokens, uint32_t tokens,
-             double time_scale)
-      : cost_(cost),
-        util_(util),
-        step_tokens_(std::max(1u, static_cast<uint32_t>(std::lround(util * step_tokens)))),
-        chunk_tokens_(chunk_tokens),
-        tokens_(tokens),
-        time_scale_(time_scale) {}
-
-  // Wall seconds (scaled) to compute tokens [from, to).
-  double Seconds(double from, double to) const {
-    return (cost_.Flop(to) - cost_.Flop(from)) / (util_ * cost_.flops) / time_scale_;
-  }
-  // The engine's own per-chunk cost as the hint format, t(i) = a + b i, in scaled seconds.
-  double HintFirstChunk() const { return Seconds(0, chunk_tokens_); }
-  double HintGrowth() const { return Seconds(chunk_tokens_, 2.0 * chunk_tokens_) - HintFirstChunk(); }
-
-  // Computes from token 0, step by step. `resident(c)` says whether chunk c is loaded; `progress(c)` reports
-  // chunks [0, c) computed. At `wait_at` tokens (the plan's meeting point) it stops computing and waits for that
-  // chunk until `wait_until` (`wait(c, deadline)`); if the loads have not reached it by then, it computes on.
-  // Returns the token it stopped at.
-  template <typename Resident, typename Progress, typename Wait>
-  absl::StatusOr<uint32_t> Run(Clock::time_point start, uint32_t limit_tokens, Resident resident, Progress progress,
-                               uint32_t wait_at, Clock::time_point wait_until, Wait wait) {
-    Clock::time_point gpu_free = start;
-    uint32_t done = 0;
-    uint32_t reported = 0;
-    while (done < limit_tokens) {
-      if (done % chunk_tokens_ == 0 && resident(done / chunk_tokens_)) break;
-      if (done == wait_at) {
-        if (wait(done / chunk_tokens_, wait_until)) break;
-        gpu_free = std::max(gpu_free, Clock::now());  // the GPU idled while it waited
-      }
-      uint32_t next = std::min(limit_tokens, done + step_tokens_);
-      if (done < wait_at) next = std::min(next, wait_at);  // a step never runs past the planned meeting
-      // A chunk loaded while the engine was mid-chunk is used from its start: finish the current chunk, stop.
-      const uint32_t boundary = (done / chunk_tokens_ + 1) * chunk_tokens_;
-      if (next > boundary && boundary < limit_tokens && resident(boundary / chunk_tokens_)) next = boundary;
-      gpu_free += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(Seconds(done, next)));
-      PreciseSleepUntil(gpu_free);
-      done = next;
-      const uint32_t chunks = done / chunk_tokens_;
-      if (chunks > reported) {
-        reported = chunks;
-        if (absl::Status s = progress(chunks); !s.ok()) return s;
-      }
-    }
-    return done;
-  }
-
- private:
-  PrefillCostModel cost_;
-  double util_;
-  uint32_t step_tokens_;
-  uint32_t chunk_tokens_;
-  uint32_t tokens_;
-  double time_scale_;
-};
-
-struct CakeRun {
-  double seconds = 0;
-  uint32_t meeting_chunk = 0;
-  std::string strategy;
-};
-
-absl::StatusOr<CakeRun> TimedCake(Client& client, const LoadOptions& base, GridEngine& engine, uint32_t tokens,
-                                  uint32_t chunk_tokens) {
-  LoadOptions load = base;
-  load.io_only = false;
-  load.compute_first_chunk_s = engine.HintFirstChunk();
-  load.compute_growth_s = engine.HintGrowth();
-  const Clock::time_point start = Clock::now();
-  auto started = client.StartLoad(load);
-  if (!started.ok()) return started.status();
-  LoadSession& session = **started;
-  absl::Cleanup release = [&] { session.Release().IgnoreError(); };
-  auto plan = session.WaitPlan();
-  if (!plan.ok()) return plan.status();
-  CakeRun run;
-  run.strategy = plan->strategy == LoadPlan::Strategy::kIoOnly        ? "io-only"
-                 : plan->strategy == LoadPlan::Strategy::kComputeOnly ? "compute-only"
-                                                                      : "cake";
-  const uint32_t limit = plan->strategy == LoadPlan::Strategy::kIoOnly ? plan->lowest_loadable * chunk_tokens : tokens;
-  // Under Cake the engine stops at the predicted meeting and waits for the loads, with a fifth of slack (plus a
-  // millisecond) before it decides they fell behind and computes on.
-  uint32_t wait_at = tokens + 1;
-  Clock::time_point wait_until = start;
-  if (plan->strategy == LoadPlan::Strategy::kCake && plan->predicted_meeting_chunk && plan->predicted_cake_s) {
-    wait_at = *plan->predicted_meeting_chunk * chunk_tokens;
-    wait_until = start + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(*plan->predicted_cake_s * 1.2 + 1e-3));
-  }
-  auto stopped = engine.Run(
-      start, limit, [&](uint32_t c) { return session.IsResident(c); },
-      [&](uint32_t c) { return session.ReportProgress(c); }, wait_at, wait_until,
-      [&](uint32_t c, Clock::time_point deadline) { return session.WaitResidentUntil(c, deadline); });
-  if (!stopped.ok()) return stopped.status();
-  const double engine_s = SecondsSince(start);
-  auto done = session.WaitDone();
-  if (!done.ok()) return done.status();
-  run.seconds = std::max(engine_s, SecondsSince(start));
-  run.meeting_chunk = done->meeting_chunk;
-  if (*stopped < done->meeting_chunk * chunk_tokens) {
-    return absl::InternalError(absl::StrCat("the engine stopped at token ", *stopped, " below the meeting chunk ",
-                                            done->meeting_chunk,
-                                            ": chunks in between were neither computed nor "
-                                            "loaded"));
-  }
-  std::move(release).Cancel();
-  if (absl::Status s = session.Release(); !s.ok()) return s;
-  return run;
-}
-
-// min over m of max(compute [0, m chunks), load [m, H)), in the modelled hardware's seconds.
-double OracleSeconds(const GridEngine& engine, double time_scale, uint32_t chunks, uint32_t chunk_tokens,
-                     double chunk_load_s) {
-  double best = std::numeric_limits<double>::infinity();
-  for (uint32_t m = 0; m <= chunks; ++m) {
-    const double compute = engine.Seconds(0, static_cast<double>(m) * chunk_tokens) * time_scale;
-    best = std::min(best, std::max(compute, chunk_load_s * (chunks - m)));
-  }
-  return best;
-}
 
 std::string SpeedupTable(const std::vector<Cell>& cells, const std::vector<double>& bandwidths,
                          const std::vector<double>& utils) {
@@ -268,12 +140,9 @@ absl::Status RunGridBench(const GridOptions& options) {
             cell.io_s = *io * options.time_scale;
             auto cake = TimedCake(client, load, engine, tokens, options.chunk_tokens);
             if (!cake.ok()) return cake.status();
-            const Clock::time_point start = Clock::now();
-            auto computed = engine.Run(
-                start, tokens, [](uint32_t) { return false; }, [](uint32_t) { return absl::OkStatus(); }, tokens + 1,
-                start, [](uint32_t, Clock::time_point) { return false; });
+            auto computed = TimedComputeOnly(engine, tokens);
             if (!computed.ok()) return computed.status();
-            cell.compute_s = SecondsSince(start) * options.time_scale;
+            cell.compute_s = *computed * options.time_scale;
             cell.cake_s = cake->seconds * options.time_scale;
             cell.meet_token = cake->meeting_chunk * options.chunk_tokens;
             cell.strategy = cake->strategy;

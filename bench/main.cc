@@ -230,6 +230,27 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 64u));
   remote_command->add_option("--runs", remote.runs, "runs of each")->capture_default_str()->check(CLI::Range(1u, 100u));
 
+  cake::bench::MixedOptions mixed;
+  CLI::App* mixed_command = app.add_subcommand(
+      "mixed", "Cake with a prefix spread over DRAM, disk and Redis at once, against each tier alone");
+  mixed_command->add_option("--dir", mixed.dir, "folder for the disk tier")->required();
+  mixed_command->add_option("--json", mixed.json_path, "also write the results to this file as one JSON object");
+  mixed_command->add_option("--model", mixed.model, "llama3.1-8b, llama3.1-70b, longalpaca-7b, longalpaca-13b")
+      ->capture_default_str();
+  mixed_command->add_option("--tokens", mixed.tokens, "prompt length")->capture_default_str();
+  mixed_command->add_option("--util", mixed.util, "the request's share of each step's budget")->capture_default_str();
+  mixed_command->add_option("--gpu-tflops", mixed.gpu_tflops, "effective prefill TFLOP/s")->capture_default_str();
+  mixed_command->add_option("--dram-gbps", mixed.dram_gbps, "modelled DRAM-tier bandwidth")->capture_default_str();
+  mixed_command->add_option("--disk-gbps", mixed.disk_gbps, "modelled disk-tier bandwidth")->capture_default_str();
+  mixed_command->add_option("--remote-gbps", mixed.remote_gbps, "modelled remote-tier bandwidths, one row each")
+      ->delimiter(',')
+      ->capture_default_str();
+  mixed_command->add_option("--dram-share", mixed.dram_share, "share of the prefix (its start) in DRAM")
+      ->capture_default_str();
+  mixed_command->add_option("--disk-share", mixed.disk_share, "share of the prefix (next) on disk")
+      ->capture_default_str();
+  mixed_command->add_option("--time-scale", mixed.time_scale, "every duration divided by this")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
@@ -243,6 +264,8 @@ int main(int argc, char** argv) {
     status = cake::bench::RunRebuildBench(rebuild);
   } else if (store_command->parsed()) {
     status = cake::bench::RunStoreBench(store);
+  } else if (mixed_command->parsed()) {
+    status = cake::bench::RunMixedBench(mixed);
   } else if (remote_command->parsed()) {
     status = cake::bench::RunRemoteBench(remote);
   } else if (tiers_command->parsed()) {

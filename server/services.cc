@@ -141,7 +141,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
         absl::Status status;
         for (uint64_t i = 0; i < count; ++i) {
           const ChunkKey& key = keys[first + i];
-          if (state_.tiers.Contains(key)) {
+          if (state_.tiers.InFastestTier(key)) {
             response->set_already_cached(response->already_cached() + 1);
             Bump(state_.counters.store_chunks_already_cached);
             continue;

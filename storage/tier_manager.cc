@@ -80,6 +80,10 @@ bool TierManager::Contains(const ChunkKey& key) const {
   return false;
 }
 
+bool TierManager::InFastestTier(const ChunkKey& key) const {
+  return !tiers_.empty() && tiers_.front()->tier->Contains(key);
+}
+
 absl::Status TierManager::Read(TierKind kind, const ChunkKey& key, std::span<std::byte> dst) {
   Entry* e = Find(kind);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no ", TierKindName(kind), " tier is configured"));

@@ -67,6 +67,9 @@ class TierManager {
   };
   WriteBackStats write_back_stats() const;
   bool Contains(const ChunkKey& key) const;
+  // In the fastest tier (DRAM). A Store of a chunk held only by slower tiers (disk, or Redis, perhaps written by
+  // another machine) puts the engine's fresh copy into DRAM: a copy in memory now instead of a slower read later.
+  bool InFastestTier(const ChunkKey& key) const;
 
   // A load moved `bytes` from `kind` in `seconds` of wall time with its window of reads in flight.
   void RecordLoadThroughput(TierKind kind, uint64_t bytes, double seconds);

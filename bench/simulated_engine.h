@@ -1,0 +1,101 @@
+// The paper's simulated engine, shared by the benches that need compute beside the daemon's loads: PAPER.md's
+// prefill cost model with a vLLM-style step budget of which the request gets a share, a Cake load that follows the
+// daemon's plan, and the oracle split computed offline from the same model.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "bench/bench_common.h"
+#include "bench/models.h"
+#include "client/client.h"
+
+namespace cake::bench {
+
+// One request's prefill on the simulated engine: steps of util x step budget tokens, each taking what the
+// request's share of the GPU needs for them; after every step it reports its progress and, under Cake, stops at
+// the first chunk boundary whose chunk is loaded.
+class GridEngine {
+ public:
+  GridEngine(const PrefillCostModel& cost, double util, uint32_t step_tokens, uint32_t chunk_tokens, uint32_t tokens,
+             double time_scale)
+      : cost_(cost),
+        util_(util),
+        step_tokens_(std::max(1u, static_cast<uint32_t>(std::lround(util * step_tokens)))),
+        chunk_tokens_(chunk_tokens),
+        tokens_(tokens),
+        time_scale_(time_scale) {}
+
+  // Wall seconds (scaled) to compute tokens [from, to).
+  double Seconds(double from, double to) const {
+    return (cost_.Flop(to) - cost_.Flop(from)) / (util_ * cost_.flops) / time_scale_;
+  }
+  // The engine's own per-chunk cost as the hint format, t(i) = a + b i, in scaled seconds.
+  double HintFirstChunk() const { return Seconds(0, chunk_tokens_); }
+  double HintGrowth() const { return Seconds(chunk_tokens_, 2.0 * chunk_tokens_) - HintFirstChunk(); }
+
+  // Computes from token 0, step by step. `resident(c)` says whether chunk c is loaded; `progress(c)` reports
+  // chunks [0, c) computed. At `wait_at` tokens (the plan's meeting point) it stops computing and waits for that
+  // chunk until `wait_until` (`wait(c, deadline)`); if the loads have not reached it by then, it computes on.
+  // Returns the token it stopped at.
+  template <typename Resident, typename Progress, typename Wait>
+  absl::StatusOr<uint32_t> Run(Clock::time_point start, uint32_t limit_tokens, Resident resident, Progress progress,
+                               uint32_t wait_at, Clock::time_point wait_until, Wait wait) {
+    Clock::time_point gpu_free = start;
+    uint32_t done = 0;
+    uint32_t reported = 0;
+    while (done < limit_tokens) {
+      if (done % chunk_tokens_ == 0 && resident(done / chunk_tokens_)) break;
+      if (done == wait_at) {
+        if (wait(done / chunk_tokens_, wait_until)) break;
+        gpu_free = std::max(gpu_free, Clock::now());  // the GPU idled while it waited
+      }
+      uint32_t next = std::min(limit_tokens, done + step_tokens_);
+      if (done < wait_at) next = std::min(next, wait_at);  // a step never runs past the planned meeting
+      // A chunk loaded while the engine was mid-chunk is used from its start: finish the current chunk, stop.
+      const uint32_t boundary = (done / chunk_tokens_ + 1) * chunk_tokens_;
+      if (next > boundary && boundary < limit_tokens && resident(boundary / chunk_tokens_)) next = boundary;
+      gpu_free += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(Seconds(done, next)));
+      PreciseSleepUntil(gpu_free);
+      done = next;
+      const uint32_t chunks = done / chunk_tokens_;
+      if (chunks > reported) {
+        reported = chunks;
+        if (absl::Status s = progress(chunks); !s.ok()) return s;
+      }
+    }
+    return done;
+  }
+
+ private:
+  PrefillCostModel cost_;
+  double util_;
+  uint32_t step_tokens_;
+  uint32_t chunk_tokens_;
+  uint32_t tokens_;
+  double time_scale_;
+};
+
+struct CakeRun {
+  double seconds = 0;
+  uint32_t meeting_chunk = 0;
+  std::string strategy;
+};
+
+// One Cake load of `tokens` tokens driven by `engine`, which sends its cost model as the hint, follows the plan
+// (stops at the predicted meeting and waits there, with slack) and reports progress after every step; timed from
+// Start until both the engine and the loads are done, in wall (scaled) seconds.
+absl::StatusOr<CakeRun> TimedCake(Client& client, const LoadOptions& base, GridEngine& engine, uint32_t tokens,
+                                  uint32_t chunk_tokens);
+
+// Compute-only: the engine computes every token; wall (scaled) seconds.
+absl::StatusOr<double> TimedComputeOnly(GridEngine& engine, uint32_t tokens);
+
+// min over m of max(compute [0, m chunks), load [m, H)), in the modelled hardware's seconds.
+double OracleSeconds(const GridEngine& engine, double time_scale, uint32_t chunks, uint32_t chunk_tokens,
+                     double chunk_load_s);
+
+}  // namespace cake::bench
