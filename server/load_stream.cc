@@ -109,7 +109,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   void OnDone() {
     std::lock_guard lock(mu_);
     reactor_ = nullptr;
-    if (phase_ != Phase::kAwaitStart) state_.compute_models.Learn(ns_id_, observed_compute_);
+    LearnComputeLocked();
     // A finished RPC no longer counts as a live load, even while its last reads drain.
     if (ticket_ != 0) state_.loads.Remove(std::exchange(ticket_, 0));
   }
@@ -434,8 +434,17 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   }
 
   // Ends the stream with `status` once the write in progress (if any) is done; later events change nothing.
+  // Once per load, when it ends: before the stream's final status goes out, so the engine's next load is planned
+  // with what this one taught.
+  void LearnComputeLocked() {
+    if (phase_ == Phase::kAwaitStart || learned_) return;
+    learned_ = true;
+    state_.compute_models.Learn(ns_id_, observed_compute_);
+  }
+
   void FinishLocked(const absl::Status& status) {
     if (finishing_) return;
+    LearnComputeLocked();
     finishing_ = true;
     finish_status_ = status;
     cancelled_.store(true, std::memory_order_relaxed);
@@ -498,6 +507,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   Strategy strategy_ = Strategy::kCake;
   ChunkKey ns_id_;
   ComputeModel observed_compute_;  // this load's Progress spans
+  bool learned_ = false;           // observed_compute_ handed to state_.compute_models
   uint32_t reported_through_ = 0;
   Clock::time_point last_progress_at_;
   RegionRegistry::WindowLease lease_;

@@ -84,3 +84,33 @@ TEST_CASE("cake-bench concurrent, adaptive, fluctuate, tiers and overhead run sm
   CHECK(overhead.exit_code == 0);
   CHECK(overhead.output.find("daemon CPU per chunk") != std::string::npos);
 }
+
+TEST_CASE("cake-bench remote and mixed run small against a real redis-server and report", "[grid][bench][remote]") {
+  const std::string bench = CAKE_BENCH_PATH;
+  const std::string json = "/tmp/cake-remote-smoke-" + std::to_string(getpid()) + ".json";
+  auto remote = Run(bench + " remote --mib 16 --chunk-mib 4 --part-kib 1024 --runs 1 --json " + json);
+  INFO(remote.output);
+  REQUIRE(remote.exit_code == 0);
+  std::ifstream in(json);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto remote_gbps = Fields(text, "remote_gbps");
+  const auto benchmark_gbps = Fields(text, "redis_benchmark_gbps");
+  REQUIRE(remote_gbps.size() == 1);
+  REQUIRE(benchmark_gbps.size() == 1);
+  CHECK(remote_gbps[0] > 0);
+  CHECK(benchmark_gbps[0] > 0);
+  std::remove(json.c_str());
+
+  // Cake over three tiers at once beats the one tier holding the whole prefix; a wide margin for a loaded machine.
+  const std::string dir = "/tmp/cake-mixed-smoke-" + std::to_string(getpid());
+  auto mixed = Run(bench + " mixed --tokens 4096 --remote-gbps 7 --time-scale 2 --json " + json + " --dir " + dir);
+  INFO(mixed.output);
+  REQUIRE(mixed.exit_code == 0);
+  std::ifstream mixed_in(json);
+  const std::string mixed_text((std::istreambuf_iterator<char>(mixed_in)), std::istreambuf_iterator<char>());
+  const auto ratio = Fields(mixed_text, "mixed_over_remote_oracle");
+  REQUIRE(ratio.size() == 1);
+  CHECK(ratio[0] < 0.9);
+  std::remove(json.c_str());
+  std::filesystem::remove_all(dir);
+}

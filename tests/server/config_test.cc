@@ -231,3 +231,30 @@ TEST_CASE("config: ValidateConfig checks rules across fields", "[config]") {
 }
 
 }  // namespace cake
+
+namespace cake {
+TEST_CASE("config: the [remote] table", "[config][remote]") {
+  auto c = Load(R"([remote]
+endpoints = ["10.0.0.5:6379", "10.0.0.6:6379"]
+user = "cake"
+password = "pw"
+key_prefix = "prod:"
+part_bytes = 1048576
+ttl_s = 3600
+read_gbps = 7
+)");
+  REQUIRE(c.ok());
+  CHECK(c->remote_endpoints == std::vector<std::string>{"10.0.0.5:6379", "10.0.0.6:6379"});
+  CHECK(c->remote_user == "cake");
+  CHECK(c->remote_password == "pw");
+  CHECK(c->remote_key_prefix == "prod:");
+  CHECK(c->remote_part_bytes == 1048576);
+  CHECK(c->remote_ttl_s == 3600);
+  CHECK(c->remote_read_gbps == 7);
+  CHECK(DefaultConfig().remote_endpoints.empty());
+  ExpectInvalid("[remote]\nendpoints = \"10.0.0.5:6379\"\n", "remote.endpoints must be a list of strings");
+  ExpectInvalid("[remote]\nendpoints = [6379]\n", "remote.endpoints must be a list of strings");
+  ExpectInvalid("[remote]\npart_bytes = 10\n", "remote.part_bytes");
+  ExpectInvalid("[remote]\nendpoint = []\n", "unknown key(s) in [remote]: endpoint");
+}
+}  // namespace cake
