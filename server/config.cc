@@ -191,6 +191,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   remote.Unsigned("command_timeout_ms", &c.remote_command_timeout_ms, 1, 600000);
   remote.Unsigned("ttl_s", &c.remote_ttl_s, 0, uint64_t{1} << 31);
   remote.Double("read_gbps", &c.remote_read_gbps, 0, 1e6);
+  remote.Bool("promote_to_disk", &c.remote_promote_to_disk);
   TableReader writeback(root, "writeback");
   writeback.Unsigned("queue_bytes", &c.write_back_queue_bytes, 0, uint64_t{1} << 44);
   TableReader loader(root, "loader");

@@ -50,6 +50,7 @@ struct DaemonConfig {
   uint32_t remote_command_timeout_ms = 2000;
   uint64_t remote_ttl_s = 0;      // 0: keys do not expire (Redis's maxmemory policy evicts)
   double remote_read_gbps = 0;    // 0: not throttled
+  bool remote_promote_to_disk = false;  // a remote hit is also copied onto the local disk tier
   // [writeback]
   uint64_t write_back_queue_bytes = uint64_t{1} << 30;
   // [loader]

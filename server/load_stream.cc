@@ -336,7 +336,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     }
     const bool promote = status.ok() && promote_ && tiers_[chunk] != TierKind::kDram;
     // Inline bytes move into the message: their promotion copy is made here, first.
-    if (promote && inline_) state_.tiers.Promote(keys_[chunk], landed);
+    if (promote && inline_) state_.tiers.Promote(keys_[chunk], landed, tiers_[chunk]);
     ChunkRead(chunk, status, std::move(inline_bytes), promote && !inline_ ? landed : std::span<std::byte>(),
               std::move(staging));
   }
@@ -351,8 +351,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     }
     Pump();
     if (!promote_from.empty() &&
-        state_.tiers.PromoteLater(keys_[chunk], promote_from,
-                                  [self = shared_from_this(), staging = std::move(staging)] { self->ReadRetired(); })) {
+        state_.tiers.PromoteLater(
+            keys_[chunk], promote_from,
+            [self = shared_from_this(), staging = std::move(staging)] { self->ReadRetired(); }, tiers_[chunk])) {
       return;
     }
     ReadRetired();

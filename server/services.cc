@@ -221,6 +221,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* c
   counters["write_back_queued_bytes"] = wb.queued_bytes;
   counters["promotions"] = wb.promotions;
   counters["promotions_dropped"] = wb.promotions_dropped;
+  counters["promotions_to_disk"] = wb.promotions_to_disk;
   if (state_.remote != nullptr) {
     const RemoteTier::Stats remote = state_.remote->stats();
     counters["remote_errors"] = remote.errors;

@@ -134,15 +134,25 @@ void TierManager::WriteToSlowerTiers(const ChunkKey& key, std::span<const std::b
 
 size_t TierManager::FlushWriteBack(Duration bound) { return write_back_.WaitIdle(bound); }
 
-void TierManager::Promote(const ChunkKey& key, std::span<const std::byte> bytes) {
-  if (tiers_.size() < 2 || tiers_.front()->tier->Contains(key)) return;
-  if (tiers_.front()->tier->Write(key, bytes).ok()) Count(&WriteBackStats::promotions);
+void TierManager::Promote(const ChunkKey& key, std::span<const std::byte> bytes, TierKind from) {
+  if (tiers_.size() < 2) return;
+  if (!tiers_.front()->tier->Contains(key) && tiers_.front()->tier->Write(key, bytes).ok()) {
+    Count(&WriteBackStats::promotions);
+  }
+  if (from == TierKind::kRemote && options_.promote_remote_to_disk) {
+    Tier* disk = tier(TierKind::kDisk);
+    if (disk != nullptr && !disk->Contains(key) && disk->Write(key, bytes).ok()) {
+      Count(&WriteBackStats::promotions_to_disk);
+    }
+  }
 }
 
-bool TierManager::PromoteLater(const ChunkKey& key, std::span<const std::byte> bytes, std::function<void()> done) {
-  if (tiers_.size() < 2 || tiers_.front()->tier->Contains(key)) return false;
-  const bool queued = promotion_.TryPush(bytes.size(), [this, key, bytes, done = std::move(done)](bool run) {
-    if (run) Promote(key, bytes);
+bool TierManager::PromoteLater(const ChunkKey& key, std::span<const std::byte> bytes, std::function<void()> done,
+                               TierKind from) {
+  const bool to_disk = from == TierKind::kRemote && options_.promote_remote_to_disk && tier(TierKind::kDisk) != nullptr;
+  if (tiers_.size() < 2 || (tiers_.front()->tier->Contains(key) && !to_disk)) return false;
+  const bool queued = promotion_.TryPush(bytes.size(), [this, key, bytes, from, done = std::move(done)](bool run) {
+    if (run) Promote(key, bytes, from);
     done();
   });
   if (!queued) Count(&WriteBackStats::promotions_dropped);

@@ -30,6 +30,9 @@ class TierManager {
     uint64_t write_back_queue_bytes = uint64_t{1} << 30;
     // Bytes of chunks waiting to be promoted; past it, promotions are dropped (the chunk stays where it was).
     uint64_t promotion_queue_bytes = uint64_t{256} << 20;
+    // A chunk read from the remote tier is also copied onto the local disk (when there is one), so it stays on
+    // this machine after DRAM evicts it.
+    bool promote_remote_to_disk = false;
   };
   TierManager() : TierManager(Options{}) {}
   explicit TierManager(const Options& options);
@@ -47,13 +50,14 @@ class TierManager {
   // Stores into the fastest tier and queues a write-back to every slower one. An error means the fastest tier
   // refused it (RESOURCE_EXHAUSTED when full); write-back failures are counted, never returned.
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src);
-  // After a read from a slower tier: keeps a copy in the fastest, so the next load of it is a DRAM hit. Copies on
-  // the calling thread.
-  void Promote(const ChunkKey& key, std::span<const std::byte> bytes);
+  // After a read from a slower tier (`from`): keeps a copy in the fastest, so the next load of it is a DRAM hit,
+  // and, for a remote hit with promote_remote_to_disk, one on the disk. Copies on the calling thread.
+  void Promote(const ChunkKey& key, std::span<const std::byte> bytes, TierKind from = TierKind::kNone);
   // The same, on the promotion thread, so a load's I/O threads go on reading: `done` runs there once the copy is
   // made or given up, and `bytes` must stay valid until then. Returns false, without calling `done`, when the
   // chunk is already in the fastest tier or the promotion queue is full (counted as dropped).
-  bool PromoteLater(const ChunkKey& key, std::span<const std::byte> bytes, std::function<void()> done);
+  bool PromoteLater(const ChunkKey& key, std::span<const std::byte> bytes, std::function<void()> done,
+                    TierKind from = TierKind::kNone);
   // Waits until every queued write-back is done or `bound` passes; returns the number still queued.
   size_t FlushWriteBack(Duration bound);
 
@@ -64,6 +68,7 @@ class TierManager {
     uint64_t queued_bytes = 0;
     uint64_t promotions = 0;
     uint64_t promotions_dropped = 0;  // the promotion queue was full
+    uint64_t promotions_to_disk = 0;  // remote hits copied onto the local disk
   };
   WriteBackStats write_back_stats() const;
   bool Contains(const ChunkKey& key) const;

@@ -30,32 +30,6 @@ std::vector<fs::path> Files(const std::string& root, bool chunks_only) {
   return out;
 }
 
-uint64_t Counter(Client& client, const std::string& name) {
-  auto stats = client.Stats();
-  REQUIRE(stats.ok());
-  auto it = stats->find(name);
-  return it == stats->end() ? 0 : it->second;
-}
-
-// Loads the whole cached prefix inline and checks every loaded chunk against its pattern.
-LoadDone LoadAndVerify(Client& client, const NamespaceSpec& ns, const std::vector<uint32_t>& tokens, uint32_t seed,
-                       uint64_t chunk_bytes) {
-  LoadOptions options{ns, {tokens, {}}, nullptr};
-  options.io_only = true;
-  auto session = client.StartLoad(options);
-  REQUIRE(session.ok());
-  auto plan = (*session)->WaitPlan();
-  REQUIRE(plan.ok());
-  auto done = (*session)->WaitDone();
-  REQUIRE(done.ok());
-  for (uint32_t c = done->meeting_chunk; c < plan->cached_chunks; ++c) {
-    INFO("chunk " << c);
-    REQUIRE(ChunkMatches(reinterpret_cast<const std::byte*>((*session)->InlineChunk(c).data()), chunk_bytes, seed, c));
-  }
-  REQUIRE((*session)->Release().ok());
-  return *done;
-}
-
 }  // namespace
 
 TEST_CASE("the disk tier keeps the cache across a restart", "[disk]") {
@@ -77,7 +51,7 @@ TEST_CASE("the disk tier keeps the cache across a restart", "[disk]") {
   REQUIRE(lookup.ok());
   REQUIRE(lookup->cached_chunks == 12);
   for (TierKind t : lookup->tiers) CHECK(t == TierKind::kDisk);
-  auto done = LoadAndVerify(*client, ns, tokens, 31, chunk_bytes);
+  auto done = LoadAndVerify(*client, ns, tokens, 31);
   CHECK(done.meeting_chunk == 0);
   CHECK(done.loaded_chunks == 12);
   // What was read from disk is now in DRAM too.
@@ -111,7 +85,7 @@ TEST_CASE("a corrupt chunk file is a miss the engine computes, never a failed lo
   }
   auto daemon = StartDaemon({"--disk-root", root.path});
   auto client = Connect(daemon);
-  auto done = LoadAndVerify(*client, ns, tokens, 17, chunk_bytes);
+  auto done = LoadAndVerify(*client, ns, tokens, 17);
   CHECK(done.failed_chunks == 1);
   CHECK(done.meeting_chunk >= 1);  // the engine computes the corrupt chunk and everything below it
   CHECK(done.loaded_chunks == 8 - done.meeting_chunk);
@@ -156,7 +130,7 @@ TEST_CASE("SIGKILL during heavy stores leaves no partial chunk", "[disk]") {
   REQUIRE(lookup.ok());
   CHECK(lookup->cached_chunks >= 1);
   // Every chunk the restarted daemon serves is byte-identical to what was stored.
-  auto done = LoadAndVerify(*client, ns, tokens, 23, chunk_bytes);
+  auto done = LoadAndVerify(*client, ns, tokens, 23);
   CHECK(done.failed_chunks == 0);
   CHECK(done.loaded_chunks == lookup->cached_chunks);
 }
@@ -178,7 +152,7 @@ TEST_CASE("evicting DRAM leaves the disk copy, and loads come from disk", "[disk
   REQUIRE(lookup.ok());
   REQUIRE(lookup->cached_chunks == 6);
   for (TierKind t : lookup->tiers) CHECK(t == TierKind::kDisk);
-  CHECK(LoadAndVerify(*client, ns, tokens, 41, chunk_bytes).loaded_chunks == 6);
+  CHECK(LoadAndVerify(*client, ns, tokens, 41).loaded_chunks == 6);
 
   CHECK(client->Evict("tape").status().code() == absl::StatusCode::kInvalidArgument);
   auto dram_only = StartDaemon();
@@ -205,7 +179,7 @@ TEST_CASE("a full disk tier evicts the oldest chunks and never corrupts", "[disk
   CHECK(Counter(*client, "tier_disk_used_bytes") <= (1u << 20));
   CHECK(Counter(*client, "tier_disk_chunks") == 16);
   // The newest prompt survived whole and loads byte for byte; the oldest lost its first chunks: a clean miss.
-  auto done = LoadAndVerify(*client, ns, new_prompt, 6, chunk_bytes);
+  auto done = LoadAndVerify(*client, ns, new_prompt, 6);
   CHECK(done.loaded_chunks == 8);
   auto old_lookup = client->Lookup(ns, {old_prompt, {}});
   REQUIRE(old_lookup.ok());

@@ -162,6 +162,37 @@ Loaded RunCakeLoad(Client& client, const LoadOptions& options, uint32_t seed, Co
   return {*plan, *done};
 }
 
+// A daemon counter (cakectl stats), 0 when absent.
+inline uint64_t Counter(Client& client, const std::string& name) {
+  auto stats = client.Stats();
+  REQUIRE(stats.ok());
+  auto it = stats->find(name);
+  return it == stats->end() ? 0 : it->second;
+}
+
+// Loads the whole cached prefix (I/O only), into `region` or inline, and checks every loaded chunk against its
+// pattern.
+inline LoadDone LoadAndVerify(Client& client, const NamespaceSpec& ns, const std::vector<uint32_t>& tokens, uint32_t seed,
+                       const MappedRegion* region = nullptr) {
+  LoadOptions options{ns, {tokens, {}}, region};
+  options.io_only = true;
+  auto session = client.StartLoad(options);
+  REQUIRE(session.ok());
+  auto plan = (*session)->WaitPlan();
+  REQUIRE(plan.ok());
+  auto done = (*session)->WaitDone();
+  REQUIRE(done.ok());
+  for (uint32_t c = done->meeting_chunk; c < plan->cached_chunks; ++c) {
+    INFO("chunk " << c);
+    const std::byte* bytes = region != nullptr
+                                 ? region->data() + (*session)->RegionOffset(c)
+                                 : reinterpret_cast<const std::byte*>((*session)->InlineChunk(c).data());
+    REQUIRE(ChunkMatches(bytes, plan->chunk_bytes, seed, c));
+  }
+  REQUIRE((*session)->Release().ok());
+  return *done;
+}
+
 // Runs a shell command, standard error folded into the output.
 struct CommandResult {
   int exit_code;

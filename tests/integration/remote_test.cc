@@ -4,6 +4,8 @@
 // engine with no shared region (bytes inline on the stream) storing and loading through the remote tier.
 #include <signal.h>
 
+#include <filesystem>
+
 #include "bench/redis_process.h"
 #include "tests/integration/fixture.h"
 
@@ -11,35 +13,6 @@ using namespace cake;
 using namespace cake::testing;
 
 namespace {
-
-uint64_t Counter(Client& client, const std::string& name) {
-  auto stats = client.Stats();
-  REQUIRE(stats.ok());
-  auto it = stats->find(name);
-  return it == stats->end() ? 0 : it->second;
-}
-
-// Loads the whole cached prefix (I/O only) and checks every loaded chunk against its pattern.
-LoadDone LoadAndVerify(Client& client, const NamespaceSpec& ns, const std::vector<uint32_t>& tokens, uint32_t seed,
-                       const MappedRegion* region = nullptr) {
-  LoadOptions options{ns, {tokens, {}}, region};
-  options.io_only = true;
-  auto session = client.StartLoad(options);
-  REQUIRE(session.ok());
-  auto plan = (*session)->WaitPlan();
-  REQUIRE(plan.ok());
-  auto done = (*session)->WaitDone();
-  REQUIRE(done.ok());
-  for (uint32_t c = done->meeting_chunk; c < plan->cached_chunks; ++c) {
-    INFO("chunk " << c);
-    const std::byte* bytes = region != nullptr
-                                 ? region->data() + (*session)->RegionOffset(c)
-                                 : reinterpret_cast<const std::byte*>((*session)->InlineChunk(c).data());
-    REQUIRE(ChunkMatches(bytes, plan->chunk_bytes, seed, c));
-  }
-  REQUIRE((*session)->Release().ok());
-  return *done;
-}
 
 std::string Seeds(const RedisCluster& cluster) {
   std::string out;
@@ -165,4 +138,36 @@ TEST_CASE("an engine with no shared region stores and loads inline through the r
   auto done = LoadAndVerify(*client, ns, tokens, 53);
   CHECK(done.meeting_chunk == 0);
   CHECK(done.loaded_chunks == 6);
+}
+
+TEST_CASE("remote.promote_to_disk keeps a remote hit on the local disk as well", "[remote][disk]") {
+  auto redis = RedisServer::Start();
+  REQUIRE(redis.ok());
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  const auto tokens = Tokens(64 * 8);
+  {
+    auto writer = StartDaemon({"--remote", redis->address()});
+    auto client = Connect(writer);
+    StorePrompt(*client, ns, tokens, 59, 8, chunk_bytes);
+    REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == 8; }));
+  }
+  char dir[] = "/tmp/cake-promote-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string root = std::string(dir) + "/disk";
+  const std::string config = WriteFile(dir, "promote.toml", "[remote]\npromote_to_disk = true\n");
+  auto daemon = StartDaemon({"--config", config, "--remote", redis->address(), "--disk-root", root});
+  auto client = Connect(daemon);
+  auto done = LoadAndVerify(*client, ns, tokens, 59);
+  CHECK(done.loaded_chunks == 8);
+  REQUIRE(Eventually([&] { return Counter(*client, "promotions_to_disk") == 8; }));
+  CHECK(Counter(*client, "tier_disk_chunks") == 8);
+  REQUIRE(client->Evict("dram").ok());
+  auto lookup = client->Lookup(ns, {tokens, {}});
+  REQUIRE(lookup.ok());
+  REQUIRE(lookup->cached_chunks == 8);
+  for (TierKind t : lookup->tiers) CHECK(t == TierKind::kDisk);
+  done = LoadAndVerify(*client, ns, tokens, 59);
+  CHECK(done.loaded_chunks == 8);
+  std::filesystem::remove_all(dir);
 }
