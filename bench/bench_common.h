@@ -83,6 +83,31 @@ absl::Status CheckChunkPattern(std::span<const std::byte> bytes, uint32_t chunk)
 absl::StatusOr<std::filesystem::path> FreshPath(const std::string& dir, const std::string& name);
 void RemoveQuietly(const std::filesystem::path& path);
 
+// A private folder under /tmp for a bench's files (a caked config, a tool's output), removed with everything in it
+// when the object goes.
+class ScratchDir {
+ public:
+  static absl::StatusOr<ScratchDir> Create(const std::string& name);  // /tmp/<name>-XXXXXX
+  ScratchDir(ScratchDir&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+  ScratchDir& operator=(ScratchDir&&) = delete;
+  ~ScratchDir() { RemoveQuietly(path_); }
+
+  const std::filesystem::path& path() const { return path_; }
+  // Writes `text` into <folder>/<name> and returns that file's path.
+  std::string WriteFile(const std::string& name, const std::string& text) const;
+
+ private:
+  explicit ScratchDir(std::filesystem::path path) : path_(std::move(path)) {}
+  std::filesystem::path path_;
+};
+
+// Whether `program` is an executable in a folder of $PATH.
+bool OnPath(const std::string& program);
+// Runs a program (args[0], found on $PATH) with its stdout and stderr into `log`; returns its exit status.
+absl::StatusOr<int> RunProgram(const std::vector<std::string>& args, const std::filesystem::path& log);
+// A file's whole content; empty when it cannot be read.
+std::string ReadWholeFile(const std::filesystem::path& path);
+
 // One I/O-only load of `chunks` chunks into options.region (a region is required; its window is zeroed first),
 // timed from Start to Done; every chunk is then checked against its pattern and the load released. Returns the
 // seconds.

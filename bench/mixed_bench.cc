@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <limits>
 
 #include "absl/cleanup/cleanup.h"
@@ -96,13 +95,12 @@ absl::Status RunMixedBench(const MixedOptions& options) {
     auto root = FreshPath(options.dir, "cake-mixed");
     if (!root.ok()) return root.status();
     absl::Cleanup remove_root = [&] { RemoveQuietly(*root); };
-    char config_dir[] = "/tmp/cake-bench-mixed-XXXXXX";
-    if (mkdtemp(config_dir) == nullptr) return absl::InternalError("mkdtemp failed");
-    absl::Cleanup remove_config = [&] { RemoveQuietly(config_dir); };
-    const std::string config_path = absl::StrCat(config_dir, "/caked.toml");
+    auto scratch = ScratchDir::Create("cake-bench-mixed");
+    if (!scratch.ok()) return scratch.status();
     // Promotion off (a queue of 0 bytes drops every promotion), so the placement holds across loads; caps with no
     // burst, so each tier serves one read after another, each taking size / bandwidth (the simulated device).
-    std::ofstream(config_path) << "[dram]\npromotion_queue_bytes = 0\nread_burst_us = 0\n";
+    const std::string config_path =
+        scratch->WriteFile("caked.toml", "[dram]\npromotion_queue_bytes = 0\nread_burst_us = 0\n");
     auto target = OpenDaemon(
         "", {"--config", config_path, "--disk-root", root->string(), "--remote", redis->address(),
              "--remote-key-prefix", absl::StrCat("mixed-", getpid(), "-", remote_gbps, ":"), "--dram-read-gbps",

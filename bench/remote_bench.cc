@@ -4,11 +4,11 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
@@ -18,29 +18,22 @@
 namespace cake::bench {
 namespace {
 
-// Runs a command line and returns what it printed on stdout.
-absl::StatusOr<std::string> Capture(const std::string& command) {
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return absl::InternalError(absl::StrCat("cannot run: ", command));
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
-  const int status = pclose(pipe);
-  if (status != 0) return absl::UnavailableError(absl::StrCat("`", command, "` failed:\n", out));
-  return out;
-}
-
 // redis-benchmark's GET requests per second, from its --csv output ("GET","12345.67",...).
-absl::StatusOr<double> RedisBenchmarkGetRps(const std::string& host, int port, uint64_t value_bytes,
-                                            uint32_t connections, uint32_t pipeline, uint64_t requests) {
+absl::StatusOr<double> RedisBenchmarkGetRps(const ScratchDir& scratch, const std::string& host, int port,
+                                            uint64_t value_bytes, uint32_t connections, uint32_t pipeline,
+                                            uint64_t requests) {
   // The SET test writes the value GET then reads (without -r both use the one key "key:__rand_int__").
-  const std::string command =
-      absl::StrCat("redis-benchmark -h ", host, " -p ", port, " -t set,get -d ", value_bytes, " -c ", connections,
-                   " -P ", pipeline, " -n ", requests, " --csv 2>&1");
-  auto out = Capture(command);
-  if (!out.ok()) return out.status();
-  for (absl::string_view line : absl::StrSplit(*out, '\n')) {
+  const std::vector<std::string> args = {"redis-benchmark", "-h", host, "-p", absl::StrCat(port), "-t", "set,get",
+                                         "-d", absl::StrCat(value_bytes), "-c", absl::StrCat(connections), "-P",
+                                         absl::StrCat(pipeline), "-n", absl::StrCat(requests), "--csv"};
+  const std::filesystem::path log = scratch.path() / "redis-benchmark.log";
+  auto rc = RunProgram(args, log);
+  if (!rc.ok()) return rc.status();
+  const std::string out = ReadWholeFile(log);
+  if (*rc != 0) {
+    return absl::UnavailableError(absl::StrCat(absl::StrJoin(args, " "), " exited with ", *rc, ":\n", out));
+  }
+  for (absl::string_view line : absl::StrSplit(out, '\n')) {
     if (line.substr(0, 6) != "\"GET\",") continue;
     std::vector<absl::string_view> fields = absl::StrSplit(line, ',');
     double rps = 0;
@@ -49,7 +42,7 @@ absl::StatusOr<double> RedisBenchmarkGetRps(const std::string& host, int port, u
       return rps;
     }
   }
-  return absl::InternalError(absl::StrCat("no GET line in redis-benchmark's output:\n", *out));
+  return absl::InternalError(absl::StrCat("no GET line in redis-benchmark's output:\n", out));
 }
 
 }  // namespace
@@ -57,6 +50,11 @@ absl::StatusOr<double> RedisBenchmarkGetRps(const std::string& host, int port, u
 absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
   if (options.mib < options.chunk_mib || options.chunk_mib == 0 || options.part_kib == 0) {
     return absl::InvalidArgumentError("need --mib >= --chunk-mib > 0 and --part-kib > 0");
+  }
+  if (!OnPath("redis-benchmark")) {
+    return absl::FailedPreconditionError(
+        "redis-benchmark is not on PATH: this bench measures Redis with it in the same run; install it "
+        "(apt-get install -y redis-tools, or scripts/setup) and run again");
   }
   // Redis: a private server unless one was named.
   std::optional<RedisServer> private_redis;
@@ -84,12 +82,11 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
   const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
   const uint32_t parts_per_chunk = static_cast<uint32_t>((chunk_bytes + part_bytes - 1) / part_bytes);
 
-  // The part size has no flag: a config file in a private folder.
-  char config_dir[] = "/tmp/cake-bench-remote-XXXXXX";
-  if (mkdtemp(config_dir) == nullptr) return absl::InternalError("mkdtemp failed");
-  absl::Cleanup remove_config = [&] { RemoveQuietly(config_dir); };
-  const std::string config_path = absl::StrCat(config_dir, "/caked.toml");
-  std::ofstream(config_path) << "[remote]\npart_bytes = " << part_bytes << "\n";
+  // The part size has no flag: a config file in a private folder (which also takes redis-benchmark's output).
+  auto scratch = ScratchDir::Create("cake-bench-remote");
+  if (!scratch.ok()) return scratch.status();
+  const std::string config_path =
+      scratch->WriteFile("caked.toml", absl::StrCat("[remote]\npart_bytes = ", part_bytes, "\n"));
   // A DRAM tier smaller than twice the prefix: loads of it are not promoted, so every run reads Redis.
   auto target = OpenDaemon(
       "", {"--config", config_path, "--remote", address, "--remote-key-prefix", absl::StrCat("cake-bench-", getpid(), ":"),
@@ -123,7 +120,7 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
   // Both warmed up first, untimed: Redis's reply buffers and the daemon's connections are made once, not in run 1.
   const uint64_t requests = uint64_t{chunks} * parts_per_chunk;
   if (auto warm = TimedIoOnlyLoad(client, load, chunks, chunk_bytes); !warm.ok()) return warm.status();
-  if (auto warm = RedisBenchmarkGetRps(host, port, part_bytes, options.window, parts_per_chunk, requests); !warm.ok()) {
+  if (auto warm = RedisBenchmarkGetRps(*scratch, host, port, part_bytes, options.window, parts_per_chunk, requests); !warm.ok()) {
     return warm.status();
   }
   std::vector<double> remote_gbps, benchmark_gbps;
@@ -132,7 +129,7 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
     if (!seconds.ok()) return seconds.status();
     remote_gbps.push_back(bytes * 8 / *seconds / 1e9);
     // The same bytes as GETs of one part each, options.window connections, a chunk's parts per pipeline.
-    auto rps = RedisBenchmarkGetRps(host, port, part_bytes, options.window, parts_per_chunk, requests);
+    auto rps = RedisBenchmarkGetRps(*scratch, host, port, part_bytes, options.window, parts_per_chunk, requests);
     if (!rps.ok()) return rps.status();
     benchmark_gbps.push_back(*rps * part_bytes * 8 / 1e9);
     std::printf("  run %u: caked remote load %.2f Gbit/s (%.3f s), redis-benchmark GET %.2f Gbit/s\n", run + 1,

@@ -220,6 +220,14 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (!(c.dram_read_burst_us >= 0) || !std::isfinite(c.dram_read_burst_us)) {
     return absl::InvalidArgumentError("dram.read_burst_us (--dram-read-burst-us) must be 0 or more microseconds");
   }
+  const std::pair<const char*, double> read_caps[] = {{"dram.read_gbps (--dram-read-gbps)", c.dram_read_gbps},
+                                                      {"disk.read_gbps (--disk-read-gbps)", c.disk_read_gbps},
+                                                      {"remote.read_gbps (--remote-read-gbps)", c.remote_read_gbps}};
+  for (const auto& [name, gbps] : read_caps) {
+    if (!(gbps >= 0) || !std::isfinite(gbps)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be 0 (no cap) or a positive number of Gbit/s"));
+    }
+  }
   if (c.load_window == 0) return absl::InvalidArgumentError("loader.window (--window) must be at least 1");
   if (c.load_window > c.max_load_window) {
     return absl::InvalidArgumentError(

@@ -20,6 +20,15 @@ std::string Seeds(const RedisCluster& cluster) {
   return out;
 }
 
+// Stores chunks [0, count) through a short-lived daemon and waits until every one of them has reached Redis.
+void StoreIntoRedis(const std::string& endpoints, const NamespaceSpec& ns, const std::vector<uint32_t>& tokens,
+                    uint32_t seed, uint32_t count, uint64_t chunk_bytes) {
+  auto writer = StartDaemon({"--remote", endpoints});
+  auto client = Connect(writer);
+  StorePrompt(*client, ns, tokens, seed, count, chunk_bytes);
+  REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == count; }));
+}
+
 }  // namespace
 
 TEST_CASE("two daemons share one Redis Cluster: what one stores, the other loads", "[remote][cluster]") {
@@ -64,12 +73,7 @@ TEST_CASE("a Redis master killed mid-load: the load completes and the engine com
   const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
   constexpr uint32_t kChunks = 48;
   const auto tokens = Tokens(64 * kChunks);
-  {
-    auto writer = StartDaemon({"--remote", Seeds(*cluster)});
-    auto client = Connect(writer);
-    StorePrompt(*client, ns, tokens, 43, kChunks, chunk_bytes);
-    REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == kChunks; }));
-  }
+  StoreIntoRedis(Seeds(*cluster), ns, tokens, 43, kChunks, chunk_bytes);
   // Remote reads capped so the load takes about a second: 48 x 64 KiB at 0.025 Gbit/s.
   auto daemon = StartDaemon({"--remote", Seeds(*cluster), "--remote-read-gbps", "0.025", "--window", "2"});
   auto client = Connect(daemon);
@@ -146,12 +150,7 @@ TEST_CASE("remote.promote_to_disk keeps a remote hit on the local disk as well",
   const auto ns = SmallNamespace(64);
   const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
   const auto tokens = Tokens(64 * 8);
-  {
-    auto writer = StartDaemon({"--remote", redis->address()});
-    auto client = Connect(writer);
-    StorePrompt(*client, ns, tokens, 59, 8, chunk_bytes);
-    REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == 8; }));
-  }
+  StoreIntoRedis(redis->address(), ns, tokens, 59, 8, chunk_bytes);
   char dir[] = "/tmp/cake-promote-XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
   const std::string root = std::string(dir) + "/disk";

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <fstream>
 #include <string>
 
@@ -256,5 +257,17 @@ read_gbps = 7
   ExpectInvalid("[remote]\nendpoints = [6379]\n", "remote.endpoints must be a list of strings");
   ExpectInvalid("[remote]\npart_bytes = 10\n", "remote.part_bytes");
   ExpectInvalid("[remote]\nendpoint = []\n", "unknown key(s) in [remote]: endpoint");
+
+  // Flags bypass the file's ranges: a negative or non-finite read cap is refused, not taken as "no cap".
+  DaemonConfig flags = DefaultConfig();
+  flags.remote_read_gbps = -1;
+  absl::Status s = ValidateConfig(flags);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(s.message()), Catch::Contains("--remote-read-gbps"));
+  flags.remote_read_gbps = 0;
+  flags.disk_read_gbps = std::nan("");
+  CHECK_THAT(std::string(ValidateConfig(flags).message()), Catch::Contains("--disk-read-gbps"));
+  flags.disk_read_gbps = 7;
+  CHECK(ValidateConfig(flags).ok());
 }
 }  // namespace cake
