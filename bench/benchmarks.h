@@ -32,14 +32,61 @@ struct RegionBenchOptions {
 absl::Status RunRegionBench(const RegionBenchOptions& options);
 
 // The simulated engine of scripts/demo: compute-only, I/O-only and Cake time to first token for one prompt.
+// The CPU transformer's shape and how it computes (bench/engine).
+struct EngineModelOptions {
+  uint32_t layers = 8;
+  uint32_t hidden = 512;
+  uint32_t heads = 8;
+  uint32_t kv_heads = 8;
+  uint32_t intermediate = 1408;
+  uint32_t vocab = 512;
+  uint64_t seed = 1;
+  bool bf16 = false;         // KV cache and weights' values in bf16 (fp32 otherwise)
+  uint32_t chunk_tokens = 128;
+  uint32_t blas_threads = 1;  // the engine's compute threads; the rest of the cores are the daemon's
+};
+
 struct DemoOptions {
   CommonOptions common;
-  double read_gbps = 16;  // the daemon's DRAM read cap, Gbit/s
-  uint32_t tokens = 8192;
+  // "real": the CPU transformer computes and its KV cache is loaded from the disk tier; "simulated": the cost
+  // model's sleeping engine (PAPER.md) against stand-in bytes.
+  std::string engine = "real";
+  std::optional<double> read_gbps;  // the read cap, Gbit/s; real engine default: loading takes as long as computing
+  uint32_t tokens = 8192;           // the simulated engine's prompt
   std::string model = "llama3.1-8b";
   std::optional<double> gpu_tflops;  // effective prefill TFLOP/s; default: balances compute and load
+  // Real engine: the prompt is this file's bytes (one token per byte), cut to `real_tokens`; synthetic without it.
+  std::string prompt_file;
+  uint32_t real_tokens = 2048;
+  EngineModelOptions engine_model;
 };
 absl::Status RunDemo(const DemoOptions& options);
+// The demo with the real engine (engine_bench.cc).
+absl::Status RunRealEngineDemo(const DemoOptions& options);
+
+// Real compute against a real caked: compute-only, I/O-only, Cake and every forced split per prompt length and
+// read throttle, with the assembled KV cache checked against full compute's byte for byte.
+struct EngineBenchOptions {
+  CommonOptions common;
+  EngineModelOptions model;
+  std::vector<uint32_t> tokens = {1024, 2048};
+  // Throttles as the time to load the whole prompt over the time to compute it (so both sides matter whatever
+  // this machine's speed); explicit --throttles (Gbit/s) replace them.
+  std::vector<double> load_ratios = {0.5, 1, 2};
+  std::vector<double> throttles_gbps;
+  uint32_t sweep_step = 1;  // forced meeting points every this many chunks
+};
+absl::Status RunEngineBench(const EngineBenchOptions& options);
+
+// The measured per-chunk compute curve (the paper's Figure 4) of two model sizes, and its linear fit.
+struct EngineCurveOptions {
+  CommonOptions common;
+  EngineModelOptions small;
+  EngineModelOptions large = {.layers = 8, .hidden = 1024, .heads = 16, .kv_heads = 4, .intermediate = 2816};
+  uint32_t tokens = 4096;
+  std::string out_prefix = "engine-curve";  // writes <prefix>.csv and, with gnuplot, <prefix>.png
+};
+absl::Status RunEngineCurveBench(const EngineCurveOptions& options);
 
 // Cold loads of a cached prefix from the disk tier (io_uring, then pread) into a region, beside fio reading a
 // file of the same size in the same folder, in the same run.
@@ -89,6 +136,9 @@ struct GridOptions {
   double time_scale = 10;   // every duration divided by this
   uint32_t chunk_tokens = 128;
   uint32_t step_tokens = 512;
+  // I/O-only and Cake runs per cell (alternating), the median reported: loads of tens of milliseconds move by a
+  // few milliseconds with one late wake-up on a shared machine. Compute-only is sleep-paced and runs once.
+  uint32_t repeats = 3;
 };
 absl::Status RunGridBench(const GridOptions& options);
 

@@ -1,4 +1,4 @@
-// cake-bench demo: a simulated engine that "computes" prefill chunks by sleeping what PAPER.md's cost model says
+// cake-bench demo --engine simulated: a simulated engine that "computes" prefill chunks by sleeping what PAPER.md's cost model says
 // they cost, against a real caked that loads them, and compares time to first token of compute-only, I/O-only
 // and Cake for one cached prompt. Every loaded chunk is checked byte for byte.
 #include <algorithm>
@@ -147,13 +147,18 @@ double ModelOptimumSeconds(const std::vector<double>& chunk_compute_s, double ch
 }  // namespace
 
 absl::Status RunDemo(const DemoOptions& options) {
+  if (options.engine == "real") return RunRealEngineDemo(options);
+  if (options.engine != "simulated") {
+    return absl::InvalidArgumentError(absl::StrCat("--engine ", options.engine, ": expected real or simulated"));
+  }
+  const double read_gbps = options.read_gbps.value_or(16);
   const ModelSpec* model = FindModel(options.model);
   if (model == nullptr) {
     std::string known;
     for (const ModelSpec& m : kModels) absl::StrAppend(&known, known.empty() ? "" : ", ", m.name);
     return absl::InvalidArgumentError(absl::StrCat("unknown --model ", options.model, "; known: ", known));
   }
-  if (options.read_gbps <= 0) return absl::InvalidArgumentError("--read-gbps must be positive");
+  if (read_gbps <= 0) return absl::InvalidArgumentError("--read-gbps must be positive");
   if (options.gpu_tflops && *options.gpu_tflops <= 0) {
     return absl::InvalidArgumentError("--gpu-tflops must be positive");
   }
@@ -168,7 +173,7 @@ absl::Status RunDemo(const DemoOptions& options) {
   const uint32_t chunks = options.tokens / chunk_tokens;
   const uint64_t chunk_bytes = layout->chunk_bytes();
   const uint64_t prompt_bytes = uint64_t{chunks} * chunk_bytes;
-  const double read_bytes_per_s = options.read_gbps * 1e9 / 8;
+  const double read_bytes_per_s = read_gbps * 1e9 / 8;
   const double prompt_load_s = static_cast<double>(prompt_bytes) / read_bytes_per_s;
 
   PrefillCostModel cost{model->params, static_cast<double>(model->layers), static_cast<double>(model->hidden), 0};
@@ -181,7 +186,7 @@ absl::Status RunDemo(const DemoOptions& options) {
   }
 
   auto target =
-      OpenDaemon(options.common.socket_path, {"--dram-read-gbps", absl::StrCat(options.read_gbps),
+      OpenDaemon(options.common.socket_path, {"--dram-read-gbps", absl::StrCat(read_gbps),
                                               "--dram-capacity-mib", absl::StrCat((prompt_bytes >> 20) + 256)});
   if (!target.ok()) return target.status();
   Client& client = *target->client;
@@ -224,7 +229,7 @@ absl::Status RunDemo(const DemoOptions& options) {
       "cake-bench demo: %s, %u tokens = %u chunks of %u, KV %llu MiB, loaded from %s, reads capped at %g "
       "Gbit/s\n",
       model->name, options.tokens, chunks, chunk_tokens, static_cast<unsigned long long>(prompt_bytes >> 20),
-      from_disk ? "the disk tier (DRAM emptied before each load)" : "the DRAM tier", options.read_gbps);
+      from_disk ? "the disk tier (DRAM emptied before each load)" : "the DRAM tier", read_gbps);
   std::printf("  engine: simulated, F = %.3g FLOP/s (%s); whole prompt: compute %.3f s, load %.3f s\n", cost.flops,
               options.gpu_tflops ? "--gpu-tflops" : "balanced", cost.PrefixSeconds(options.tokens), prompt_load_s);
   std::printf("  %-13s %9s  %s\n", "mode", "TTFT s", "");
@@ -244,7 +249,7 @@ absl::Status RunDemo(const DemoOptions& options) {
   report.Set("model", std::string(model->name));
   report.Set("tokens", options.tokens);
   report.Set("chunks", chunks);
-  report.Set("read_gbps", options.read_gbps);
+  report.Set("read_gbps", read_gbps);
   report.Set("loaded_from", std::string(from_disk ? "disk" : "dram"));
   report.Set("flops", cost.flops);
   report.Set("compute_only_s", compute_only_s);

@@ -278,6 +278,7 @@ class GrpcClient final : public Client {
     start->set_window(options.window);
     start->set_compute_first_chunk_s(options.compute_first_chunk_s);
     start->set_compute_growth_s(options.compute_growth_s);
+    start->set_computed_through(options.computed_through);
     auto session = std::make_unique<GrpcLoadSession>(kv_.get(), options);
     session->set_base_offset(options.region_offset);
     // A failed write means the stream already ended; WaitPlan then reports it and Release gives the status.

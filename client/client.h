@@ -67,6 +67,9 @@ struct LoadOptions {
   uint32_t window = 0;               // 0: the daemon's default
   double compute_first_chunk_s = 0;  // optional hints for the daemon's meeting-point prediction
   double compute_growth_s = 0;
+  // Chunks [0, computed_through) the engine holds already or computes regardless: never loaded. With io_only,
+  // a fixed split (the engine computes below, the daemon loads the rest).
+  uint32_t computed_through = 0;
 };
 
 struct LoadPlan {

@@ -134,6 +134,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     if (start.compute_first_chunk_s() < 0 || start.compute_growth_s() < 0) {
       return absl::InvalidArgumentError("compute hints must not be negative");
     }
+    if (start.computed_through() > keys->size() + 1) {
+      return absl::InvalidArgumentError(absl::StrCat("computed_through ", start.computed_through(),
+                                                     " exceeds the prompt's ", keys->size(), " full chunks"));
+    }
     keys_ = std::move(*keys);
     chunk_bytes_ = ns->chunk_bytes();
     tiers_ = state_.tiers.LookupPrefix(keys_);
@@ -182,7 +186,12 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       return absl::ResourceExhaustedError(absl::StrCat("the daemon is running limits.max_concurrent_loads (",
                                                        config.max_concurrent_loads, ") loads; retry shortly"));
     }
+    // Region offsets stay relative to what the window fits; chunks the engine holds are not loaded, as if it had
+    // reported them computed before the first read.
     lowest_loadable_ = lowest_loadable;
+    lowest_loadable = std::max(lowest_loadable, std::min(start.computed_through(), cached));
+    lowest_to_load_ = lowest_loadable;
+    reported_through_ = start.computed_through();
     window_ = start.window() == 0 ? config.load_window : start.window();
     phase_ = Phase::kLoading;
     started_ = Clock::now();
@@ -221,7 +230,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     plan->set_total_chunks(static_cast<uint32_t>(keys_.size()));
     plan->set_cached_chunks(cached);
     for (TierKind kind : tiers_) plan->add_chunk_tiers(static_cast<v1::TierKind>(kind));
-    plan->set_lowest_loadable(lowest_loadable);
+    // What the window fits, not raised by computed_through: clients place chunks by it.
+    plan->set_lowest_loadable(lowest_loadable_);
     plan->set_chunk_bytes(chunk_bytes_);
     plan->set_strategy(static_cast<v1::LoadPlan::Strategy>(strategy_));
     if (decision.meeting_chunk) plan->set_predicted_meeting_chunk(*decision.meeting_chunk);
@@ -399,7 +409,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   // What the arbiter's shortest-remaining-first policy ranks this load by: chunks it still has to read.
   void UpdateRemainingLocked() {
-    const uint32_t floor = std::max(cursor_->computed_through(), lowest_loadable_);
+    const uint32_t floor = std::max(cursor_->computed_through(), lowest_to_load_);
     const uint32_t low = cursor_->loaded_low();
     io_group_->SetRemaining(low > floor ? low - floor : 0);
   }
@@ -500,7 +510,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   std::vector<ChunkKey> keys_;
   std::vector<TierKind> tiers_;
   uint64_t chunk_bytes_ = 0;
-  uint32_t lowest_loadable_ = 0;
+  uint32_t lowest_loadable_ = 0;  // the region window's first chunk: offsets count from it
+  uint32_t lowest_to_load_ = 0;   // the same, or higher where the engine holds the chunks below
   uint32_t window_ = 1;
   bool inline_ = false;
   bool promote_ = false;      // copy what is read from slower tiers into DRAM

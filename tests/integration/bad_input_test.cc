@@ -150,6 +150,9 @@ TEST_CASE("bad requests get specific codes and the daemon keeps serving", "[bad-
     v1::LoadRequest beyond;
     beyond.mutable_progress()->set_computed_through(1000);
     ExpectCode(RunLoadStream(raw, {start, beyond}), grpc::StatusCode::INVALID_ARGUMENT, "computed_through 1000");
+    auto held_beyond = start;
+    held_beyond.mutable_start()->set_computed_through(1000);
+    ExpectCode(RunLoadStream(raw, {held_beyond}), grpc::StatusCode::INVALID_ARGUMENT, "computed_through 1000");
     auto wide = start;
     wide.mutable_start()->set_window(100000);
     ExpectCode(RunLoadStream(raw, {wide}), grpc::StatusCode::INVALID_ARGUMENT, "loader.max_window");

@@ -25,7 +25,7 @@ std::vector<double> Fields(const std::string& json, const std::string& name) {
 TEST_CASE("cake-bench grid runs a few cells and Cake is never far behind the better baseline", "[grid]") {
   const std::string json = "/tmp/cake-grid-smoke-" + std::to_string(getpid()) + ".json";
   auto result = Run(std::string(CAKE_BENCH_PATH) +
-                    " grid --tokens 2048 --bandwidths 7,56 --utils 0.25,1 --time-scale 2 --json " + json);
+                    " grid --tokens 2048 --bandwidths 7,56 --utils 0.25,1 --time-scale 2 --repeats 1 --json " + json);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   std::ifstream in(json);

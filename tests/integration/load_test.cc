@@ -85,6 +85,34 @@ TEST_CASE("a prompt with an uncached suffix loads only its cached prefix", "[loa
   CHECK(result.done.loaded_chunks == 6);
 }
 
+TEST_CASE("chunks the engine holds are never loaded: a fixed split", "[load]") {
+  auto daemon = StartDaemon();
+  auto client = Connect(daemon);
+  const auto ns = SmallNamespace();
+  const uint64_t chunk_bytes = 16 * kSmallBytesPerToken;
+  const auto tokens = Tokens(16 * 12);
+  StorePrompt(*client, ns, tokens, 5, 12, chunk_bytes);
+  auto region = client->RegisterRegion(12 * chunk_bytes);
+  REQUIRE(region.ok());
+  for (bool io_only : {true, false}) {
+    CAPTURE(io_only);
+    std::memset(region->data(), 0, region->size());
+    LoadOptions options{ns, {tokens, {}}, &*region};
+    options.io_only = io_only;
+    options.computed_through = 5;
+    // Under Cake this engine "computes" instantly and may overtake the loads above chunk 5.
+    auto result = RunCakeLoad(*client, options, 5, [](uint32_t) {});
+    CHECK(result.plan.lowest_loadable == 0);  // the window fits everything; the engine said what it holds
+    const uint32_t meeting = result.done.meeting_chunk;
+    if (io_only) CHECK(meeting == 5);
+    CHECK(meeting >= 5);
+    CHECK(result.done.loaded_chunks == 12 - meeting);
+    // Offsets are still counted from the region's start: chunk c lands where a full load would put it.
+    for (uint32_t c = meeting; c < 12; ++c) CHECK(ChunkMatches(region->data() + c * chunk_bytes, chunk_bytes, 5, c));
+    for (uint32_t c = 0; c < 5; ++c) CHECK(std::to_integer<int>(region->data()[c * chunk_bytes]) == 0);
+  }
+}
+
 TEST_CASE("the meeting point follows the engine's speed", "[load][meeting]") {
   // 1 MiB chunks read at 0.8 Gbit/s: about 10 ms each, whatever the number of reads in flight.
   auto daemon = StartDaemon({"--dram-read-gbps", "0.8"});
