@@ -84,8 +84,9 @@ absl::StatusOr<EngineDaemon> OpenEngineDaemon(const std::string& socket_path, ui
     auto scratch = ScratchDir::Create("cake-engine");
     if (!scratch.ok()) return scratch.status();
     d.scratch.emplace(std::move(*scratch));
-    args = {"--disk-root", (d.scratch->path() / "disk").string(), "--dram-capacity-mib",
-            absl::StrCat(3 * (pages_bytes >> 20) + 256)};
+    // A read cap to change later, once the engine's compute speed says which throttle makes both sides matter.
+    args = {"--disk-root",         (d.scratch->path() / "disk").string(),      "--disk-read-gbps", "100",
+            "--dram-capacity-mib", absl::StrCat(3 * (pages_bytes >> 20) + 256)};
   }
   auto target = OpenDaemon(socket_path, args);
   if (!target.ok()) return target.status();
@@ -233,10 +234,13 @@ absl::Status RunEngineBench(const EngineBenchOptions& options) {
       row.bitexact &= BitExact(engine, *cake, *truth);
       row.best_forced_s = std::numeric_limits<double>::infinity();
       const uint32_t cached = engine.full_chunks();
+      std::string sweep;
       for (uint32_t m = 0;; m = std::min(cached, m + options.sweep_step)) {
         auto forced = RunCold(*daemon, engine, PrefillMode::kFixedSplit, m);
         if (!forced.ok()) return forced.status();
         row.bitexact &= BitExact(engine, *forced, *truth);
+        absl::StrAppend(&sweep, sweep.empty() ? "" : ", ", m * chunk_tokens, ": ",
+                        absl::StrFormat("%.3f", forced->ttft_s));
         if (forced->ttft_s < row.best_forced_s) {
           row.best_forced_s = forced->ttft_s;
           row.best_forced_token = m * chunk_tokens;
@@ -249,6 +253,7 @@ absl::Status RunEngineBench(const EngineBenchOptions& options) {
           tokens, gbps, row.compute_s, row.io_s, row.cake_s, row.strategy.c_str(), row.meet_measured,
           row.meet_predicted ? absl::StrCat(*row.meet_predicted).c_str() : "-", row.best_forced_s,
           row.best_forced_token, row.bitexact ? "yes" : "NO");
+      std::printf("    forced splits (meeting token: TTFT s): %s\n", sweep.c_str());
       std::fflush(stdout);
       rows.push_back(row);
     }

@@ -25,15 +25,24 @@ uint32_t LoadCursor::Floor() const {
   return floor;
 }
 
-std::optional<uint32_t> LoadCursor::NextRead() {
+std::optional<uint32_t> LoadCursor::NextRead(const std::function<bool(uint32_t, uint32_t)>& worth) {
   if (Meeting().has_value()) return std::nullopt;
   if (std::none_of(class_in_flight_.begin(), class_in_flight_.end(), [&](uint32_t n) { return n < options_.window; })) {
     return std::nullopt;
   }
   const uint32_t floor = Floor();
+  // A class whose highest unread chunk is not worth reading has no lower one worth it either (the engine gets
+  // there sooner): the class is passed over from then on.
+  uint64_t classes_declined = 0;
   for (uint32_t c = top_unread_; c > floor;) {
     --c;
-    if (state_[c] != State::kUnread || class_in_flight_[ClassOf(c)] >= options_.window) continue;
+    const uint8_t cls = ClassOf(c);
+    if (state_[c] != State::kUnread || class_in_flight_[cls] >= options_.window) continue;
+    if (cls < 64 && (classes_declined >> cls & 1)) continue;
+    if (worth && in_flight_ > 0 && !worth(c, class_in_flight_[cls])) {
+      if (cls < 64) classes_declined |= uint64_t{1} << cls;
+      continue;
+    }
     state_[c] = State::kReading;
     ++class_in_flight_[ClassOf(c)];
     ++in_flight_;

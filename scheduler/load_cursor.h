@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -26,7 +27,10 @@ class LoadCursor {
 
   // The next chunk to start reading: the highest unread one whose class has room in its window; nullopt when
   // none has, or no unread chunk is still useful. Never returns a chunk the engine has already reported computed.
-  std::optional<uint32_t> NextRead();
+  // `worth(chunk, reads_in_flight_of_its_class)`, when given, may turn a candidate down (a read that would land
+  // after the engine computed the chunk anyway); it is not asked while nothing is in flight, so a load always
+  // moves.
+  std::optional<uint32_t> NextRead(const std::function<bool(uint32_t, uint32_t)>& worth = nullptr);
 
   // A read finished. Returns the chunks that just joined the contiguous loaded suffix [loaded_low(), H) and the
   // engine still needs (not yet computed), highest first. A failed read makes that chunk, and every chunk below

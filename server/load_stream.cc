@@ -210,6 +210,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     input.load_chunk_s = LoadSecondsPerChunk(cached, lowest_loadable);
     input.io_only_requested = start.mode() == v1::LoadStart::MODE_IO_ONLY;
     const PlanDecision decision = Decide(input, compute);
+    plan_compute_ = compute;
     strategy_ = decision.strategy;
     // Compute-only loads nothing: the cursor starts with nothing loadable, so the split is final at once.
     std::vector<uint8_t> chunk_tier(tiers_.size());
@@ -310,7 +311,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       // Inline bytes wait in the outbox until the client reads them: count them against the window so a slow
       // client holds at most `window` chunks of daemon memory.
       if (inline_ && cursor_->in_flight() + outbox_.size() >= window_) return;
-      std::optional<uint32_t> chunk = cursor_->NextRead();
+      std::optional<uint32_t> chunk =
+          cursor_->NextRead([this](uint32_t c, uint32_t queued) { return ReadBeatsEngineLocked(c, queued); });
       if (!chunk) return;
       if (!first_read_) first_read_ = Clock::now();
       auto self = shared_from_this();
@@ -322,6 +324,26 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
         cursor_->OnReadDone(c, false);
       }
     }
+  }
+
+  // Under Cake, whether a read of `chunk` issued now, behind `queued` reads of its tier, would land before the
+  // engine computes the chunk itself. One that would not is wasted I/O and worse: the load cannot end while it is
+  // in flight (it writes into the engine's pages), so on a throttled tier it delays the meeting by a chunk's load
+  // time. Judged from the compute model the plan used and the engine's last Progress; an engine more than a chunk
+  // behind that model has stalled or slowed, and every read is worth issuing again.
+  bool ReadBeatsEngineLocked(uint32_t chunk, uint32_t queued) const {
+    if (strategy_ != Strategy::kCake || !plan_compute_.known()) return true;
+    const double load_s = state_.tiers.LoadSecondsPerByte(tiers_[chunk]) * static_cast<double>(chunk_bytes_);
+    if (load_s <= 0) return true;
+    const uint32_t from = std::max(reported_through_, cursor_->computed_through());
+    if (chunk < from) return false;
+    const Clock::time_point now = Clock::now();
+    const double since_progress = std::chrono::duration<double>(now - last_progress_at_).count();
+    const double next_chunk_s = plan_compute_.RangeSeconds(from, from + 1);
+    if (since_progress > 2 * next_chunk_s) return true;
+    const double engine_done_s = plan_compute_.RangeSeconds(from, chunk + 1);
+    const double read_done_s = since_progress + (queued + 1) * load_s;
+    return read_done_s <= engine_done_s;
   }
 
   // Runs on an I/O thread, without the lock: reads one chunk straight into its place.
@@ -519,6 +541,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   Strategy strategy_ = Strategy::kCake;
   ChunkKey ns_id_;
   ComputeModel observed_compute_;  // this load's Progress spans
+  ComputeModel plan_compute_;      // what the plan assumed the engine costs (hint or history)
   bool learned_ = false;           // observed_compute_ handed to state_.compute_models
   uint32_t reported_through_ = 0;
   Clock::time_point last_progress_at_;

@@ -463,4 +463,34 @@ TEST_CASE("load cursor: a tier class list of the wrong size means one class", "[
   CHECK(cursor.NextRead() == std::nullopt);
 }
 
+
+TEST_CASE("load cursor: a read judged not worth it is passed over, and so are lower ones of its class",
+          "[load_cursor]") {
+  LoadCursor::Options o = Opts(8, 4);
+  o.chunk_class = {1, 1, 1, 1, 0, 0, 0, 0};  // chunks 0-3 in a second tier
+  LoadCursor c(o);
+  std::vector<std::pair<uint32_t, uint32_t>> asked;
+  // Only reads with nothing queued ahead of them in their tier are worth it.
+  auto worth = [&](uint32_t chunk, uint32_t queued) {
+    asked.emplace_back(chunk, queued);
+    return queued == 0;
+  };
+  // Nothing in flight: the first read is issued without asking, so a load always moves.
+  CHECK(c.NextRead(worth) == std::optional<uint32_t>(7));
+  CHECK(asked.empty());
+  // Chunk 6 would queue behind 7: declined, and with it 5 and 4; the other tier's 3 has its own queue.
+  CHECK(c.NextRead(worth) == std::optional<uint32_t>(3));
+  CHECK(asked == std::vector<std::pair<uint32_t, uint32_t>>{{6, 1}, {3, 0}});
+  asked.clear();
+  CHECK_FALSE(c.NextRead(worth).has_value());
+  CHECK(asked == std::vector<std::pair<uint32_t, uint32_t>>{{6, 1}, {2, 1}});
+  // Without a judge the window is the only limit.
+  CHECK(c.NextRead() == std::optional<uint32_t>(6));
+  // Once every read is done, the next is issued again whatever the judge says.
+  c.OnReadDone(7, true);
+  c.OnReadDone(6, true);
+  c.OnReadDone(3, true);
+  CHECK(c.NextRead([](uint32_t, uint32_t) { return false; }) == std::optional<uint32_t>(5));
+}
+
 }  // namespace cake
