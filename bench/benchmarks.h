@@ -28,6 +28,7 @@ struct RegionBenchOptions {
   CommonOptions common;
   uint64_t mib = 256;
   uint32_t runs = 10;
+  std::optional<int> cuda_device;  // a CUDA device region instead of a host one
 };
 absl::Status RunRegionBench(const RegionBenchOptions& options);
 
@@ -57,7 +58,7 @@ struct DemoOptions {
   std::optional<double> gpu_tflops;  // effective prefill TFLOP/s; default: balances compute and load
   // Real engine: the prompt is this file's bytes (one token per byte), cut to `real_tokens`; synthetic without it.
   std::string prompt_file;
-  uint32_t real_tokens = 2048;
+  uint32_t real_tokens = 3072;
   EngineModelOptions engine_model;
 };
 absl::Status RunDemo(const DemoOptions& options);

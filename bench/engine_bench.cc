@@ -220,6 +220,9 @@ absl::Status RunEngineBench(const EngineBenchOptions& options) {
       if (!computed.ok()) return computed.status();
       row.compute_s = computed->ttft_s;
       row.bitexact &= BitExact(engine, *computed, *truth);
+      // The hint is the engine's latest measured speed, as a serving engine would know it.
+      const LinearFit latest = FitFullChunks(engine, *computed);
+      engine.SetComputeHint(latest.first_s, latest.growth_s);
       auto io = RunCold(*daemon, engine, PrefillMode::kIoOnly);
       if (!io.ok()) return io.status();
       row.io_s = io->ttft_s;
@@ -354,10 +357,10 @@ absl::Status RunEngineCurveBench(const EngineCurveOptions& options) {
       "set terminal pngcairo size 900,500 noenhanced; set output '", png, "'; set datafile separator ',';",
       "set key top left; set xlabel 'chunk index (", options.small.chunk_tokens, " tokens each)'; set ylabel 'ms';",
       "set title 'CPU transformer: measured prefill time per chunk, and the linear fit';", "plot '", csv,
-      "' every ::1 using 1:($2*1000) with points pt 7 ps 0.6 title '", curves[0].name, "', '", csv,
-      "' every ::1 using 1:($3*1000) with lines lw 2 title 'fit', '", csv,
-      "' every ::1 using 1:($4*1000) with points pt 5 ps 0.6 title '", curves[1].name, "', '", csv,
-      "' every ::1 using 1:($5*1000) with lines lw 2 title 'fit'");
+      "' every ::1 using 1:(column(2)*1000) with points pt 7 ps 0.6 title '", curves[0].name, "', '", csv,
+      "' every ::1 using 1:(column(3)*1000) with lines lw 2 title 'fit', '", csv,
+      "' every ::1 using 1:(column(4)*1000) with points pt 5 ps 0.6 title '", curves[1].name, "', '", csv,
+      "' every ::1 using 1:(column(5)*1000) with lines lw 2 title 'fit'");
   const bool plotted =
       std::system(absl::StrCat("command -v gnuplot >/dev/null && gnuplot -e \"", script, "\" 2>/dev/null").c_str()) ==
       0;

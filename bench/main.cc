@@ -53,6 +53,8 @@ int main(int argc, char** argv) {
   region_command->add_option("--mib", region.mib, "bytes of prefix to load, in MiB (whole 32 MiB chunks)")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{32}, uint64_t{1} << 20));
+  region_command->add_option("--cuda-device", region.cuda_device,
+                             "load into device memory on this CUDA device (against cudaMemcpy from pinned memory)");
   region_command->add_option("--runs", region.runs, "measured runs of each")
       ->capture_default_str()
       ->check(CLI::Range(1u, 10000u));

@@ -14,6 +14,20 @@
 #include "grpcpp/grpcpp.h"
 
 namespace cake {
+
+absl::Status MappedRegion::CopyToHost(uint64_t offset, std::span<std::byte> dst) const {
+  if (device_) return device_->CopyToHost(offset, dst);
+  if (auto s = CheckRange(size_, offset, dst.size()); !s.ok()) return s;
+  std::memcpy(dst.data(), shm_->data() + offset, dst.size());
+  return absl::OkStatus();
+}
+
+absl::Status MappedRegion::CopyFromHost(uint64_t offset, std::span<const std::byte> src) const {
+  if (device_) return device_->CopyFromHost(offset, src);
+  if (auto s = CheckRange(size_, offset, src.size()); !s.ok()) return s;
+  std::memcpy(shm_->data() + offset, src.data(), src.size());
+  return absl::OkStatus();
+}
 namespace {
 
 absl::Status FromGrpc(const grpc::Status& s) {
@@ -214,14 +228,31 @@ class GrpcClient final : public Client {
 
   const std::string& client_id() const override { return client_id_; }
 
-  absl::StatusOr<MappedRegion> RegisterRegion(uint64_t bytes) override {
+  absl::StatusOr<MappedRegion> RegisterRegion(uint64_t bytes, RegionRequest where) override {
     v1::RegisterRegionRequest request;
     request.set_client_id(client_id_);
     request.set_bytes(bytes);
-    request.set_kind(v1::REGION_HOST_SHM);
+    request.set_kind(where.kind == RegionRequest::Kind::kCuda   ? v1::REGION_CUDA_IPC
+                     : where.kind == RegionRequest::Kind::kAuto ? v1::REGION_AUTO
+                                                                : v1::REGION_HOST_SHM);
+    request.set_device(where.device);
     v1::RegisterRegionResponse response;
     grpc::ClientContext context;
     if (auto s = FromGrpc(kv_->RegisterRegion(&context, request, &response)); !s.ok()) return s;
+    if (response.kind() == v1::REGION_CUDA_IPC) {
+      auto mapping = CudaIpcMapping::Open(response.cuda_ipc_handle(), response.bytes(), where.device);
+      if (!mapping.ok()) {
+        // The daemon holds the memory: give it back rather than leak it until the daemon stops.
+        v1::ReleaseRegionRequest release;
+        release.set_client_id(client_id_);
+        release.set_region_id(response.region_id());
+        v1::ReleaseRegionResponse released;
+        grpc::ClientContext release_context;
+        kv_->ReleaseRegion(&release_context, release, &released);
+        return mapping.status();
+      }
+      return MappedRegion(response.region_id(), std::move(*mapping));
+    }
     auto shm = SharedMemory::Open(response.shm_name(), response.bytes());
     if (!shm.ok()) return shm.status();
     return MappedRegion(response.region_id(), std::move(*shm));

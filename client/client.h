@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/region.h"
 #include "storage/namespace.h"
 #include "storage/tier_manager.h"
@@ -26,17 +27,37 @@ struct ClientOptions {
 // The daemon's default socket path, by the same rule caked uses.
 std::string DefaultSocketPath();
 
-// A region the daemon created for this client, mapped into this process.
+// A region the daemon created for this client, mapped into this process: host shared memory, or device memory
+// opened through CUDA IPC.
 class MappedRegion {
  public:
-  MappedRegion(std::string id, SharedMemory shm) : id_(std::move(id)), shm_(std::move(shm)) {}
+  MappedRegion(std::string id, SharedMemory shm) : id_(std::move(id)), size_(shm.size()), shm_(std::move(shm)) {}
+  MappedRegion(std::string id, CudaIpcMapping device)
+      : id_(std::move(id)), size_(device.size()), device_(std::move(device)) {}
   const std::string& id() const { return id_; }
-  uint64_t size() const { return shm_.size(); }
-  std::byte* data() const { return shm_.data(); }
+  uint64_t size() const { return size_; }
+  RegionBackend backend() const { return device_ ? RegionBackend::kCudaIpc : RegionBackend::kHostShm; }
+  // Host regions: the bytes, mapped here. Device regions: nullptr (see device_data()).
+  std::byte* data() const { return shm_ ? shm_->data() : nullptr; }
+  // Device regions: a device pointer valid on device(). Host regions: nullptr.
+  void* device_data() const { return device_ ? device_->device_data() : nullptr; }
+  int device() const { return device_ ? device_->device() : -1; }
+  // Either kind, synchronously: for engines and checks that want the bytes on the host. OUT_OF_RANGE outside.
+  absl::Status CopyToHost(uint64_t offset, std::span<std::byte> dst) const;
+  absl::Status CopyFromHost(uint64_t offset, std::span<const std::byte> src) const;
 
  private:
   std::string id_;
-  SharedMemory shm_;
+  uint64_t size_;
+  std::optional<SharedMemory> shm_;
+  std::optional<CudaIpcMapping> device_;
+};
+
+// Where RegisterRegion puts the memory.
+struct RegionRequest {
+  enum class Kind { kHost, kCuda, kAuto };  // kAuto: device memory when the daemon serves it, else host
+  Kind kind = Kind::kHost;
+  int device = 0;  // CUDA ordinal, for kCuda and kAuto
 };
 
 // The prompt as tokens or as the engine's own 16-byte chunk keys (exactly one of the two).
@@ -125,7 +146,7 @@ class Client {
   virtual ~Client() = default;
 
   virtual const std::string& client_id() const = 0;
-  virtual absl::StatusOr<MappedRegion> RegisterRegion(uint64_t bytes) = 0;
+  virtual absl::StatusOr<MappedRegion> RegisterRegion(uint64_t bytes, RegionRequest where = {}) = 0;
   virtual absl::Status ReleaseRegion(const MappedRegion& region) = 0;
   virtual absl::StatusOr<LookupResult> Lookup(const NamespaceSpec& ns, const PromptRef& prompt) = 0;
   // Chunks [first_chunk, first_chunk + count) lie one after another in the region from region_offset.

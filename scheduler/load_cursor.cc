@@ -39,7 +39,7 @@ std::optional<uint32_t> LoadCursor::NextRead(const std::function<bool(uint32_t, 
     const uint8_t cls = ClassOf(c);
     if (state_[c] != State::kUnread || class_in_flight_[cls] >= options_.window) continue;
     if (cls < 64 && (classes_declined >> cls & 1)) continue;
-    if (worth && in_flight_ > 0 && !worth(c, class_in_flight_[cls])) {
+    if (worth && !worth(c, class_in_flight_[cls])) {
       if (cls < 64) classes_declined |= uint64_t{1} << cls;
       continue;
     }

@@ -28,8 +28,8 @@ class LoadCursor {
   // The next chunk to start reading: the highest unread one whose class has room in its window; nullopt when
   // none has, or no unread chunk is still useful. Never returns a chunk the engine has already reported computed.
   // `worth(chunk, reads_in_flight_of_its_class)`, when given, may turn a candidate down (a read that would land
-  // after the engine computed the chunk anyway); it is not asked while nothing is in flight, so a load always
-  // moves.
+  // after the engine computed the chunk anyway); whoever judges so while nothing is in flight must ask again
+  // later, or the load stops moving.
   std::optional<uint32_t> NextRead(const std::function<bool(uint32_t, uint32_t)>& worth = nullptr);
 
   // A read finished. Returns the chunks that just joined the contiguous loaded suffix [loaded_low(), H) and the

@@ -69,6 +69,27 @@ class TableReader {
       }
     }
   }
+  void UnsignedList(const char* key, std::vector<int>* out, int max) {
+    if (const toml::node* n = Find(key)) {
+      const toml::array* list = n->as_array();
+      std::vector<int> values;
+      if (list != nullptr) {
+        for (const toml::node& item : *list) {
+          auto v = item.is_integer() ? item.value<int64_t>() : std::nullopt;
+          if (!v || *v < 0 || *v > max) {
+            list = nullptr;
+            break;
+          }
+          values.push_back(static_cast<int>(*v));
+        }
+      }
+      if (list == nullptr) {
+        Fail(key, absl::StrCat("a list of integers from 0 to ", max));
+      } else {
+        *out = std::move(values);
+      }
+    }
+  }
   void Bool(const char* key, bool* out) {
     if (const toml::node* n = Find(key)) {
       if (auto v = n->value_exact<bool>()) {
@@ -143,7 +164,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
     return absl::InvalidArgumentError(absl::StrCat("config ", path, " line ", where.line, " column ", where.column,
                                                    ": ", std::string(e.description())));
   }
-  static const std::set<std::string> kTables = {"server", "limits", "dram", "disk", "remote", "writeback", "loader", "keys"};
+  static const std::set<std::string> kTables = {"server", "limits", "dram", "disk", "remote", "cuda", "writeback", "loader", "keys"};
   for (const auto& [key, value] : root) {
     if (!kTables.contains(std::string(key.str()))) {
       return absl::InvalidArgumentError(absl::StrCat("config ", path, ": unknown table [", std::string(key.str()),
@@ -192,6 +213,11 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   remote.Unsigned("ttl_s", &c.remote_ttl_s, 0, uint64_t{1} << 31);
   remote.Double("read_gbps", &c.remote_read_gbps, 0, 1e6);
   remote.Bool("promote_to_disk", &c.remote_promote_to_disk);
+  TableReader cuda(root, "cuda");
+  cuda.Bool("enabled", &c.cuda_enabled);
+  cuda.UnsignedList("devices", &c.cuda_devices, 1023);
+  cuda.Unsigned("max_region_bytes", &c.cuda_max_region_bytes, 1, uint64_t{1} << 50);
+  cuda.Bool("pin_dram", &c.cuda_pin_dram);
   TableReader writeback(root, "writeback");
   writeback.Unsigned("queue_bytes", &c.write_back_queue_bytes, 0, uint64_t{1} << 44);
   TableReader loader(root, "loader");
@@ -202,7 +228,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   loader.Unsigned("arbiter_starvation_ms", &c.arbiter_starvation_ms, 1, 3600000);
   TableReader keys(root, "keys");
   keys.String("secret", &c.key_secret);
-  for (TableReader* t : {&server, &limits, &dram, &disk, &remote, &writeback, &loader, &keys}) {
+  for (TableReader* t : {&server, &limits, &dram, &disk, &remote, &cuda, &writeback, &loader, &keys}) {
     if (auto s = t->Finish(); !s.ok())
       return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
   }

@@ -51,6 +51,12 @@ struct DaemonConfig {
   uint64_t remote_ttl_s = 0;      // 0: keys do not expire (Redis's maxmemory policy evicts)
   double remote_read_gbps = 0;    // 0: not throttled
   bool remote_promote_to_disk = false;  // a remote hit is also copied onto the local disk tier
+  // [cuda] device regions through CUDA IPC, where the build has CUDA and a device answers
+  bool cuda_enabled = true;
+  std::vector<int> cuda_devices;  // ordinals engines may ask for; empty: every visible device
+  uint64_t cuda_max_region_bytes = uint64_t{64} << 30;
+  // Page-lock the DRAM tier at start-up (it commits the whole tier), so DRAM hits reach device regions in one DMA.
+  bool cuda_pin_dram = true;
   // [writeback]
   uint64_t write_back_queue_bytes = uint64_t{1} << 30;
   // [loader]

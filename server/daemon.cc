@@ -12,6 +12,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cuda/cuda_backend.h"
 #include "grpcpp/server_builder.h"
 #include "spdlog/spdlog.h"
 #include "storage/disk_tier.h"
@@ -80,6 +82,36 @@ absl::Status ClearStaleSocket(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// Whether engines may register device regions, said once in the log: a machine without a GPU or driver (or a
+// daemon told not to) serves host regions only, and RegisterRegion's error repeats the reason.
+void DecideCudaRegions(const DaemonConfig& config, DaemonState& state) {
+  const CudaProbe& probe = ProbeCuda();
+  if (!config.cuda_enabled) {
+    state.cuda_off_reason = "device regions are off in this daemon (cuda.enabled = false or --no-cuda)";
+  } else if (!probe.usable) {
+    state.cuda_off_reason = probe.reason;
+  } else {
+    for (int device : config.cuda_devices) {
+      if (device < probe.device_count) state.cuda_devices.push_back(device);
+      else spdlog::warn("cuda.devices names device {}, but this machine has {}; ignored", device, probe.device_count);
+    }
+    if (config.cuda_devices.empty()) {
+      for (int device = 0; device < probe.device_count; ++device) state.cuda_devices.push_back(device);
+    }
+    state.cuda_usable = !state.cuda_devices.empty();
+    if (!state.cuda_usable) state.cuda_off_reason = "none of cuda.devices exists on this machine";
+  }
+  if (state.cuda_usable) {
+    spdlog::info("CUDA: device regions on device(s) {}; host regions too", absl::StrJoin(state.cuda_devices, ", "));
+  } else {
+    spdlog::info("CUDA: {}; serving host regions only", state.cuda_off_reason);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   if (auto s = ValidateConfig(config); !s.ok()) return s;
   std::unique_ptr<Daemon> d(new Daemon());
@@ -91,6 +123,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   if (auto s = ClearStaleSocket(d->socket_path_); !s.ok()) return s;
 
   d->state_ = std::make_unique<DaemonState>(config);
+  DecideCudaRegions(config, *d->state_);
   const auto prefault_started = std::chrono::steady_clock::now();
   auto dram_tier = std::make_unique<DramTier>(config.dram_capacity_bytes, config.dram_prefault);
   if (!dram_tier->status().ok()) return dram_tier->status();
@@ -98,6 +131,19 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     spdlog::info(
         "DRAM tier: {} MiB prefaulted in {:.0f} ms", config.dram_capacity_bytes >> 20,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - prefault_started).count());
+  }
+  if (d->state_->cuda_usable && config.cuda_pin_dram) {
+    const auto pin_started = std::chrono::steady_clock::now();
+    const std::span<std::byte> arena = dram_tier->arena_bytes();
+    auto pinned = PinnedRange::Pin(arena.data(), arena.size());
+    if (pinned.ok()) {
+      d->state_->dram_pinned = std::move(*pinned);
+      spdlog::info("CUDA: DRAM tier ({} MiB) page-locked in {:.0f} ms", arena.size() >> 20,
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - pin_started).count());
+    } else {
+      spdlog::warn("CUDA: could not page-lock the DRAM tier ({}); DRAM hits reach devices through staging",
+                   pinned.status().ToString());
+    }
   }
   std::unique_ptr<Tier> dram = std::move(dram_tier);
   if (config.dram_read_gbps > 0) {

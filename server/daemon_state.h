@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "cuda/cuda_backend.h"
 #include "scheduler/io_pool.h"
 #include "scheduler/planner.h"
 #include "server/config.h"
@@ -63,7 +64,7 @@ struct DaemonState {
   explicit DaemonState(const DaemonConfig& c)
       : config(c),
         tiers(TierManager::Options{c.write_back_queue_bytes, c.dram_promotion_queue_bytes, c.remote_promote_to_disk}),
-        regions(RegionRegistry::Limits{c.max_region_bytes, c.max_regions_per_client}),
+        regions(RegionRegistry::Limits{c.max_region_bytes, c.max_regions_per_client, c.cuda_max_region_bytes}),
         // Room for every live load's full window, so a load that got admitted is never refused a read.
         pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024,
              ParseArbiterPolicy(c.arbiter).value_or(ArbiterPolicy::kShortestRemaining),
@@ -77,6 +78,12 @@ struct DaemonState {
   LoadTracker loads;
   ComputeModels compute_models;
   RemoteTier* remote = nullptr;  // owned by `tiers` (perhaps inside a throttle); for its counters
+  // Device regions: whether this daemon serves them (cuda.enabled, the build, a device), why not otherwise, and
+  // the ordinals engines may ask for. Set once at start-up.
+  bool cuda_usable = false;
+  std::string cuda_off_reason;
+  std::vector<int> cuda_devices;
+  PinnedRange dram_pinned;  // after `tiers`: unpinned before the arena goes
   std::string listen_address;
   IoPool pool;  // last member: destroyed first, so queued work never outlives what it touches
 };

@@ -6,11 +6,14 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/alarm.h"
+#include "cuda/cuda_backend.h"
 #include "scheduler/load_cursor.h"
 #include "scheduler/planner.h"
 #include "server/requests.h"
 #include "spdlog/spdlog.h"
 #include "storage/status_macros.h"
+#include "storage/throttled_tier.h"
 
 namespace cake {
 namespace {
@@ -302,6 +305,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     cursor_->OnProgress(computed_through);
     UpdateRemainingLocked();
     CheckMeetingLocked();
+    IssueReadsLocked();  // a read turned down for this engine's speed may be worth it now
     return absl::OkStatus();
   }
 
@@ -328,10 +332,12 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   // Under Cake, whether a read of `chunk` issued now, behind `queued` reads of its tier, would land before the
   // engine computes the chunk itself. One that would not is wasted I/O and worse: the load cannot end while it is
-  // in flight (it writes into the engine's pages), so on a throttled tier it delays the meeting by a chunk's load
-  // time. Judged from the compute model the plan used and the engine's last Progress; an engine more than a chunk
-  // behind that model has stalled or slowed, and every read is worth issuing again.
-  bool ReadBeatsEngineLocked(uint32_t chunk, uint32_t queued) const {
+  // in flight (it writes into the engine's pages), so it delays the engine's Release by up to a chunk's load time.
+  // Judged from the compute model the plan used and the engine's last Progress; an engine more than two chunks'
+  // time behind that model has stalled or slowed, and every read is worth issuing again. When a read is turned
+  // down with nothing in flight, a timer asks again at that point, so a load whose engine stalls still moves
+  // (Progress asks again too).
+  bool ReadBeatsEngineLocked(uint32_t chunk, uint32_t queued) {
     if (strategy_ != Strategy::kCake || !plan_compute_.known()) return true;
     const double load_s = state_.tiers.LoadSecondsPerByte(tiers_[chunk]) * static_cast<double>(chunk_bytes_);
     if (load_s <= 0) return true;
@@ -339,18 +345,49 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     if (chunk < from) return false;
     const Clock::time_point now = Clock::now();
     const double since_progress = std::chrono::duration<double>(now - last_progress_at_).count();
-    const double next_chunk_s = plan_compute_.RangeSeconds(from, from + 1);
-    if (since_progress > 2 * next_chunk_s) return true;
+    const double stalled_after_s = 2 * plan_compute_.RangeSeconds(from, from + 1);
+    if (since_progress > stalled_after_s) return true;
     const double engine_done_s = plan_compute_.RangeSeconds(from, chunk + 1);
     const double read_done_s = since_progress + (queued + 1) * load_s;
-    return read_done_s <= engine_done_s;
+    if (read_done_s <= engine_done_s) return true;
+    if (cursor_->in_flight() == 0) ArmRecheckLocked(stalled_after_s - since_progress + 1e-3);
+    return false;
+  }
+
+  // Calls IssueReadsLocked again in `seconds` (once: a re-check already armed stays as it is).
+  void ArmRecheckLocked(double seconds) {
+    if (recheck_armed_ || phase_ != Phase::kLoading) return;
+    recheck_armed_ = true;
+    recheck_.Set(std::chrono::system_clock::now() +
+                     std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                         std::chrono::duration<double>(std::max(seconds, 0.0))),
+                 [weak = weak_from_this()](bool fired) {
+                   auto self = weak.lock();
+                   if (!self) return;
+                   {
+                     std::lock_guard lock(self->mu_);
+                     self->recheck_armed_ = false;
+                     if (fired) self->IssueReadsLocked();
+                   }
+                   self->Pump();
+                 });
+  }
+
+  // A DRAM chunk's own bytes, for a copy straight to a device region; nullptr when the chunk is elsewhere, was
+  // evicted, or DRAM reads are capped (a capped tier is read through its throttle).
+  std::shared_ptr<const std::span<const std::byte>> LendFromDram(uint32_t chunk) const {
+    if (tiers_[chunk] != TierKind::kDram) return nullptr;
+    Tier* dram = state_.tiers.tier(TierKind::kDram);
+    if (dram == nullptr || dynamic_cast<ThrottledTier*>(dram) != nullptr) return nullptr;
+    return dram->Lend(keys_[chunk]);
   }
 
   // Runs on an I/O thread, without the lock: reads one chunk straight into its place.
   void ReadChunk(uint32_t chunk) {
+    spdlog::debug("{}: reading chunk {}", load_id_, chunk);
     if (cancelled_.load(std::memory_order_relaxed)) return ChunkRead(chunk, absl::CancelledError(""), {}, {}, {});
     std::string inline_bytes;
-    std::shared_ptr<std::vector<std::byte>> staging;  // lives until its promotion is done
+    std::shared_ptr<StagingBuffer> staging;  // lives until its promotion is done
     std::span<std::byte> landed;                      // where the bytes are once read, for promotion into DRAM
     absl::Status status;
     if (inline_) {
@@ -360,11 +397,20 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     } else if (std::byte* base = region_->host_data(); base != nullptr) {
       landed = std::span(base + OffsetOf(chunk), chunk_bytes_);
       status = state_.tiers.Read(tiers_[chunk], keys_[chunk], landed);
+    } else if (auto lent = LendFromDram(chunk); lent != nullptr) {
+      // Device memory, chunk in DRAM: one DMA from the (page-locked) arena, no host copy.
+      status = region_->CopyIn(OffsetOf(chunk), *lent);
     } else {
-      staging = std::make_shared<std::vector<std::byte>>(chunk_bytes_);
-      landed = *staging;
-      status = state_.tiers.Read(tiers_[chunk], keys_[chunk], landed);
-      if (status.ok()) status = region_->CopyIn(OffsetOf(chunk), landed);
+      // Device memory: the tier reads into pinned host memory, and one DMA takes it to the device.
+      auto buffer = StagingBuffer::Allocate(chunk_bytes_);
+      if (buffer.ok()) {
+        staging = std::make_shared<StagingBuffer>(std::move(*buffer));
+        landed = staging->bytes();
+        status = state_.tiers.Read(tiers_[chunk], keys_[chunk], landed);
+        if (status.ok()) status = region_->CopyIn(OffsetOf(chunk), landed);
+      } else {
+        status = buffer.status();
+      }
     }
     const bool promote = status.ok() && promote_ && tiers_[chunk] != TierKind::kDram;
     // Inline bytes move into the message: their promotion copy is made here, first.
@@ -376,7 +422,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // Reports the read; then hands its promotion to the promotion thread, so this I/O thread can take the next
   // read. The read retires (and the window stays held) until the promotion has copied the bytes.
   void ChunkRead(uint32_t chunk, const absl::Status& status, std::string inline_bytes,
-                 std::span<const std::byte> promote_from, std::shared_ptr<std::vector<std::byte>> staging) {
+                 std::span<const std::byte> promote_from, std::shared_ptr<StagingBuffer> staging) {
     {
       std::lock_guard lock(mu_);
       if (phase_ == Phase::kLoading && !finishing_) ChunkReadLocked(chunk, status, std::move(inline_bytes));
@@ -542,6 +588,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   ChunkKey ns_id_;
   ComputeModel observed_compute_;  // this load's Progress spans
   ComputeModel plan_compute_;      // what the plan assumed the engine costs (hint or history)
+  grpc::Alarm recheck_;            // asks the judge again when it turned a read down with nothing in flight
+  bool recheck_armed_ = false;
   bool learned_ = false;           // observed_compute_ handed to state_.compute_models
   uint32_t reported_through_ = 0;
   Clock::time_point last_progress_at_;

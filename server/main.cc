@@ -68,6 +68,11 @@ int main(int argc, char** argv) {
   app.add_option("--window", window, "reads in flight per load (loader.window)");
   std::string arbiter;
   app.add_option("--arbiter", arbiter, "srf, fifo or fair: which concurrent load's read goes next (loader.arbiter)");
+  int64_t no_cuda_flags = 0;
+  app.add_flag("--no-cuda", no_cuda_flags, "serve host regions only, even with a GPU (cuda.enabled = false)");
+  std::vector<int> cuda_devices;
+  app.add_option("--cuda-devices", cuda_devices, "CUDA device ordinals engines may ask for (cuda.devices)")
+      ->delimiter(',');
   bool check_config = false;
   app.add_flag("--check-config", check_config, "validate the configuration and exit");
   try {
@@ -105,6 +110,8 @@ int main(int argc, char** argv) {
   if (remote_gbps) config.remote_read_gbps = *remote_gbps;
   if (io_threads) config.io_threads = *io_threads;
   if (window) config.load_window = *window;
+  if (no_cuda_flags > 0) config.cuda_enabled = false;
+  if (!cuda_devices.empty()) config.cuda_devices = cuda_devices;
   if (auto s = cake::ValidateConfig(config); !s.ok()) {
     std::fprintf(stderr, "caked: invalid configuration: %s\n", std::string(s.message()).c_str());
     return 2;

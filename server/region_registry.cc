@@ -1,14 +1,18 @@
 #include "server/region_registry.h"
 
 #include "absl/strings/str_cat.h"
+#include "cuda/cuda_backend.h"
 
 namespace cake {
 
-absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::string& client_id, uint64_t bytes) {
+absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::string& client_id, uint64_t bytes,
+                                                                    Placement placement) {
   if (client_id.empty()) return absl::InvalidArgumentError("client_id is empty: name the engine that owns the region");
-  if (bytes == 0 || bytes > limits_.max_region_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("region size ", bytes, " bytes; accepted: 1 to ",
-                                                   limits_.max_region_bytes, " (limits.max_region_bytes)"));
+  const bool on_device = placement.backend == RegionBackend::kCudaIpc;
+  const uint64_t limit = on_device ? limits_.max_cuda_region_bytes : limits_.max_region_bytes;
+  if (bytes == 0 || bytes > limit) {
+    return absl::InvalidArgumentError(absl::StrCat("region size ", bytes, " bytes; accepted: 1 to ", limit,
+                                                   on_device ? " (cuda.max_region_bytes)" : " (limits.max_region_bytes)"));
   }
   {
     std::lock_guard lock(mu_);
@@ -19,7 +23,7 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::s
                                                        " regions (limits.max_regions_per_client); release one"));
     }
   }
-  auto region = CreateHostRegion(bytes);
+  auto region = on_device ? CreateCudaRegion(bytes, placement.device) : CreateHostRegion(bytes);
   if (!region.ok()) return region.status();
   Registered out{"r-" + RandomHex128(), std::shared_ptr<Region>(std::move(*region))};
   std::lock_guard lock(mu_);

@@ -12,12 +12,20 @@
 
 namespace cake {
 
+// Where a region's memory lives: host shared memory, or device memory on one CUDA device.
+struct RegionPlacement {
+  RegionBackend backend = RegionBackend::kHostShm;
+  int device = 0;
+};
+
 class RegionRegistry {
  public:
   struct Limits {
     uint64_t max_region_bytes;
     uint32_t max_regions_per_client;
+    uint64_t max_cuda_region_bytes = uint64_t{64} << 30;
   };
+  using Placement = RegionPlacement;
   explicit RegionRegistry(const Limits& limits) : limits_(limits) {}
 
   struct Registered {
@@ -26,7 +34,7 @@ class RegionRegistry {
   };
   // Creates a region owned by client_id. INVALID_ARGUMENT for a size of 0 or over the limit,
   // RESOURCE_EXHAUSTED when the client holds too many or memory runs out.
-  absl::StatusOr<Registered> Register(const std::string& client_id, uint64_t bytes);
+  absl::StatusOr<Registered> Register(const std::string& client_id, uint64_t bytes, Placement placement = {});
   // NOT_FOUND: unknown id. PERMISSION_DENIED: another client's. Loads still using it keep its memory alive
   // until they end; the name disappears at once.
   absl::Status Release(const std::string& client_id, const std::string& region_id);

@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/load_stream.h"
 #include "server/requests.h"
 #include "spdlog/spdlog.h"
@@ -26,23 +28,40 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
                                                         const v1::RegisterRegionRequest* request,
                                                         v1::RegisterRegionResponse* response) {
   if (auto s = CheckClientId(request->client_id()); !s.ok()) return Reply(context, s);
-  if (request->kind() == v1::REGION_CUDA_IPC) {
-    return Reply(context,
-                 absl::FailedPreconditionError(
-                     "this daemon has no CUDA region backend; register a REGION_HOST_SHM or REGION_AUTO region"));
-  }
-  if (request->kind() != v1::REGION_AUTO && request->kind() != v1::REGION_HOST_SHM) {
+  if (request->kind() != v1::REGION_AUTO && request->kind() != v1::REGION_HOST_SHM &&
+      request->kind() != v1::REGION_CUDA_IPC) {
     return Reply(context, absl::InvalidArgumentError(absl::StrCat("unknown region kind ", request->kind())));
+  }
+  RegionRegistry::Placement placement;
+  if (request->kind() == v1::REGION_CUDA_IPC ||
+      (request->kind() == v1::REGION_AUTO && state_.cuda_usable)) {
+    if (!state_.cuda_usable) {
+      return Reply(context, absl::FailedPreconditionError(absl::StrCat(
+                                "this daemon has no device regions (", state_.cuda_off_reason,
+                                "); register a REGION_HOST_SHM or REGION_AUTO region")));
+    }
+    if (std::find(state_.cuda_devices.begin(), state_.cuda_devices.end(), request->device()) ==
+        state_.cuda_devices.end()) {
+      return Reply(context, absl::InvalidArgumentError(absl::StrCat("CUDA device ", request->device(),
+                                                                    " is not one this daemon serves (",
+                                                                    absl::StrJoin(state_.cuda_devices, ", "), ")")));
+    }
+    placement = {RegionBackend::kCudaIpc, request->device()};
   }
   // Creating a region maps every page of it, which takes a while for large ones: an I/O thread does it.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const bool submitted = state_.pool.TrySubmit([this, reactor, request, response] {
-    auto registered = state_.regions.Register(request->client_id(), request->bytes());
+  const bool submitted = state_.pool.TrySubmit([this, reactor, request, response, placement] {
+    auto registered = state_.regions.Register(request->client_id(), request->bytes(), placement);
     if (registered.ok()) {
       response->set_region_id(registered->region_id);
-      response->set_kind(v1::REGION_HOST_SHM);
       response->set_bytes(registered->region->size());
-      response->set_shm_name(registered->region->export_handle());
+      if (placement.backend == RegionBackend::kCudaIpc) {
+        response->set_kind(v1::REGION_CUDA_IPC);
+        response->set_cuda_ipc_handle(registered->region->export_handle());
+      } else {
+        response->set_kind(v1::REGION_HOST_SHM);
+        response->set_shm_name(registered->region->export_handle());
+      }
       Bump(state_.counters.regions_registered);
       spdlog::info("region {} ({} bytes) registered for client {}", registered->region_id, request->bytes(),
                    request->client_id());
@@ -187,7 +206,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Status(grpc::CallbackServerContext* 
   response->set_pid(static_cast<uint32_t>(getpid()));
   response->set_uptime_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - state_.started).count());
   response->set_listen_address(state_.listen_address);
-  response->set_region_backend("host-shm");
+  response->set_region_backend(state_.cuda_usable ? "cuda-ipc+host-shm" : "host-shm");
   for (const auto& entry : state_.tiers.tiers()) {
     v1::TierStatus* t = response->add_tiers();
     const TierUsage usage = entry->tier->Usage();
@@ -294,6 +313,11 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetReadCap(grpc::CallbackServerConte
   }
   response->set_previous_gbps(throttled->read_gbps());
   throttled->SetReadGbps(request->gbps());
+  // What loads measured under the old cap would mislead the planner for several loads (the average moves 30% per
+  // load): the next load measures the tier afresh.
+  for (const auto& entry : state_.tiers.tiers()) {
+    if (entry->tier.get() == tier) state_.tiers.ForgetLoadThroughput(entry->kind);
+  }
   spdlog::info("{} tier read cap: {} -> {} Gbit/s", request->tier(), response->previous_gbps(), request->gbps());
   return Reply(context, absl::OkStatus());
 }

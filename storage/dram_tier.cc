@@ -158,4 +158,9 @@ uint64_t DramTier::evictions() const {
   return evictions_;
 }
 
+std::span<std::byte> DramTier::arena_bytes() const {
+  if (memory_ == nullptr) return {};
+  return {memory_->arena.data(), memory_->arena.size()};
+}
+
 }  // namespace cake

@@ -178,6 +178,10 @@ void TierManager::RecordLoadThroughput(TierKind kind, uint64_t bytes, double sec
   e->seconds_per_byte.store(old == 0 ? sample : 0.7 * old + 0.3 * sample, std::memory_order_relaxed);
 }
 
+void TierManager::ForgetLoadThroughput(TierKind kind) {
+  if (Entry* e = Find(kind); e != nullptr) e->seconds_per_byte.store(0, std::memory_order_relaxed);
+}
+
 double TierManager::LoadSecondsPerByte(TierKind kind) const {
   Entry* e = Find(kind);
   return e ? e->seconds_per_byte.load(std::memory_order_relaxed) : 0;

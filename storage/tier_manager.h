@@ -80,6 +80,8 @@ class TierManager {
   void RecordLoadThroughput(TierKind kind, uint64_t bytes, double seconds);
   // Seconds per byte that loads from `kind` achieved lately, or 0 when nothing was measured yet.
   double LoadSecondsPerByte(TierKind kind) const;
+  // Drops what loads from `kind` measured (its speed changed, e.g. a new read cap): 0 until the next load.
+  void ForgetLoadThroughput(TierKind kind);
 
   Tier* tier(TierKind kind) const;
   struct Entry {

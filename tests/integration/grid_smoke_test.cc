@@ -114,3 +114,42 @@ TEST_CASE("cake-bench remote and mixed run small against a real redis-server and
   std::remove(json.c_str());
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("cake-bench engine, engine-curve and the real-engine demo run small, bit-exact", "[grid][bench][engine]") {
+  const std::string bench(CAKE_BENCH_PATH);
+  const std::string tiny = " --layers 2 --hidden 128 --heads 4 --kv-heads 2 --intermediate 256 --chunk-tokens 32";
+  const std::string json = "/tmp/cake-engine-smoke-" + std::to_string(getpid()) + ".json";
+  auto engine = Run(bench + " engine" + tiny + " --tokens 256 --load-ratios 1 --sweep-step 2 --json " + json);
+  INFO(engine.output);
+  REQUIRE(engine.exit_code == 0);
+  std::ifstream in(json);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(json.c_str());
+  for (const char* field : {"ttft_compute_s", "ttft_io_s", "ttft_cake_s", "ttft_best_forced_s", "throttle_gbps"}) {
+    CAPTURE(field);
+    const auto values = Fields(text, field);
+    REQUIRE(values.size() == 1);
+    CHECK(values[0] > 0);
+  }
+  CHECK(text.find("\"bitexact\": true") != std::string::npos);
+  CHECK(text.find("\"all_bitexact\": true") != std::string::npos);
+  // The best forced split is the best of a sweep that includes both baselines' splits (up to timing noise).
+  CHECK(Fields(text, "ttft_best_forced_s")[0] <=
+        std::min(Fields(text, "ttft_compute_s")[0], Fields(text, "ttft_io_s")[0]) * 1.3);
+
+  const std::string prefix = "/tmp/cake-curve-smoke-" + std::to_string(getpid());
+  auto curve = Run(bench + " engine-curve" + tiny +
+                   " --large-layers 2 --large-hidden 256 --large-heads 4 --large-kv-heads 2 --large-intermediate 512"
+                   " --tokens 256 --out " + prefix);
+  INFO(curve.output);
+  CHECK(curve.exit_code == 0);
+  CHECK(std::filesystem::exists(prefix + ".csv"));
+  std::filesystem::remove(prefix + ".csv");
+  std::filesystem::remove(prefix + ".png");
+  CHECK(curve.output.find("R^2") != std::string::npos);
+
+  auto demo = Run(bench + " demo" + tiny + " --real-tokens 300 --prompt-file " + CAKE_SOURCE_DIR + "/README.md");
+  INFO(demo.output);
+  CHECK(demo.exit_code == 0);
+  CHECK(demo.output.find("identical to full compute's in every mode: yes") != std::string::npos);
+}

@@ -164,6 +164,26 @@ TEST_CASE("the plan predicts the meeting point once the load speed is known", "[
   CHECK(*plan->predicted_meeting_chunk > 0);
   CHECK(*plan->predicted_meeting_chunk < h);
   CHECK((*session)->Release().ok());
+
+  // A new read cap makes what was measured stale: no prediction until a load has measured the tier again.
+  REQUIRE(client->SetReadCap("dram", 0.4).ok());
+  auto unmeasured = client->StartLoad(options);
+  REQUIRE(unmeasured.ok());
+  auto cold_plan = (*unmeasured)->WaitPlan();
+  REQUIRE(cold_plan.ok());
+  CHECK_FALSE(cold_plan->predicted_meeting_chunk.has_value());
+  CHECK((*unmeasured)->Release().ok());
+  options.io_only = true;
+  RunCakeLoad(*client, options, 5, [](uint32_t) {});
+  options.io_only = false;
+  auto remeasured = client->StartLoad(options);
+  REQUIRE(remeasured.ok());
+  auto warm_plan = (*remeasured)->WaitPlan();
+  REQUIRE(warm_plan.ok());
+  REQUIRE(warm_plan->predicted_meeting_chunk.has_value());
+  // Slower loads: the engine computes further than before.
+  CHECK(*warm_plan->predicted_meeting_chunk >= *plan->predicted_meeting_chunk);
+  CHECK((*remeasured)->Release().ok());
 }
 
 TEST_CASE("inline loads carry the bytes on the stream", "[load][inline]") {

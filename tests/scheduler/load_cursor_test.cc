@@ -475,9 +475,9 @@ TEST_CASE("load cursor: a read judged not worth it is passed over, and so are lo
     asked.emplace_back(chunk, queued);
     return queued == 0;
   };
-  // Nothing in flight: the first read is issued without asking, so a load always moves.
   CHECK(c.NextRead(worth) == std::optional<uint32_t>(7));
-  CHECK(asked.empty());
+  CHECK(asked == std::vector<std::pair<uint32_t, uint32_t>>{{7, 0}});
+  asked.clear();
   // Chunk 6 would queue behind 7: declined, and with it 5 and 4; the other tier's 3 has its own queue.
   CHECK(c.NextRead(worth) == std::optional<uint32_t>(3));
   CHECK(asked == std::vector<std::pair<uint32_t, uint32_t>>{{6, 1}, {3, 0}});
@@ -486,11 +486,12 @@ TEST_CASE("load cursor: a read judged not worth it is passed over, and so are lo
   CHECK(asked == std::vector<std::pair<uint32_t, uint32_t>>{{6, 1}, {2, 1}});
   // Without a judge the window is the only limit.
   CHECK(c.NextRead() == std::optional<uint32_t>(6));
-  // Once every read is done, the next is issued again whatever the judge says.
+  // The judge has the last word even with nothing in flight (the load stream then arms a re-check).
   c.OnReadDone(7, true);
   c.OnReadDone(6, true);
   c.OnReadDone(3, true);
-  CHECK(c.NextRead([](uint32_t, uint32_t) { return false; }) == std::optional<uint32_t>(5));
+  CHECK_FALSE(c.NextRead([](uint32_t, uint32_t) { return false; }).has_value());
+  CHECK(c.NextRead([](uint32_t, uint32_t) { return true; }) == std::optional<uint32_t>(5));
 }
 
 }  // namespace cake
