@@ -214,6 +214,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     input.io_only_requested = start.mode() == v1::LoadStart::MODE_IO_ONLY;
     const PlanDecision decision = Decide(input, compute);
     plan_compute_ = compute;
+    planned_meeting_ = decision.meeting_chunk.value_or(0);
     strategy_ = decision.strategy;
     // Compute-only loads nothing: the cursor starts with nothing loadable, so the split is final at once.
     std::vector<uint8_t> chunk_tier(tiers_.size());
@@ -339,6 +340,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // (Progress asks again too).
   bool ReadBeatsEngineLocked(uint32_t chunk, uint32_t queued) {
     if (strategy_ != Strategy::kCake || !plan_compute_.known()) return true;
+    // The engine stops at the planned meeting and waits for the loads: it never computes the chunks above it.
+    if (chunk >= planned_meeting_) return true;
     const double load_s = state_.tiers.LoadSecondsPerByte(tiers_[chunk]) * static_cast<double>(chunk_bytes_);
     if (load_s <= 0) return true;
     const uint32_t from = std::max(reported_through_, cursor_->computed_through());
@@ -588,6 +591,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   ChunkKey ns_id_;
   ComputeModel observed_compute_;  // this load's Progress spans
   ComputeModel plan_compute_;      // what the plan assumed the engine costs (hint or history)
+  uint32_t planned_meeting_ = 0;   // where the plan told the engine to stop and wait (0: no prediction)
   grpc::Alarm recheck_;            // asks the judge again when it turned a read down with nothing in flight
   bool recheck_armed_ = false;
   bool learned_ = false;           // observed_compute_ handed to state_.compute_models
