@@ -50,6 +50,11 @@ std::string Describe(const engine::TransformerConfig& c, uint32_t chunk_tokens) 
                          c.storage == engine::Storage::kFp32 ? "fp32" : "bf16", chunk_tokens);
 }
 
+// A plot legend's name for a model: its size and attention.
+std::string ShortName(const EngineModelOptions& m) {
+  return absl::StrFormat("hidden %u, %u layers, %u/%u heads", m.hidden, m.layers, m.heads, m.kv_heads);
+}
+
 // A byte-level prompt: each byte of `file` is a token (repeated if the file is short); synthetic without a file.
 absl::StatusOr<std::vector<uint32_t>> PromptTokens(const std::string& file, uint32_t count, uint32_t vocab) {
   if (file.empty()) {
@@ -357,9 +362,9 @@ absl::Status RunEngineCurveBench(const EngineCurveOptions& options) {
       "set terminal pngcairo size 900,500 noenhanced; set output '", png, "'; set datafile separator ',';",
       "set key top left; set xlabel 'chunk index (", options.small.chunk_tokens, " tokens each)'; set ylabel 'ms';",
       "set title 'CPU transformer: measured prefill time per chunk, and the linear fit';", "plot '", csv,
-      "' every ::1 using 1:(column(2)*1000) with points pt 7 ps 0.6 title '", curves[0].name, "', '", csv,
+      "' every ::1 using 1:(column(2)*1000) with points pt 7 ps 0.6 title '", ShortName(options.small), "', '", csv,
       "' every ::1 using 1:(column(3)*1000) with lines lw 2 title 'fit', '", csv,
-      "' every ::1 using 1:(column(4)*1000) with points pt 5 ps 0.6 title '", curves[1].name, "', '", csv,
+      "' every ::1 using 1:(column(4)*1000) with points pt 5 ps 0.6 title '", ShortName(options.large), "', '", csv,
       "' every ::1 using 1:(column(5)*1000) with lines lw 2 title 'fit'");
   const bool plotted =
       std::system(absl::StrCat("command -v gnuplot >/dev/null && gnuplot -e \"", script, "\" 2>/dev/null").c_str()) ==

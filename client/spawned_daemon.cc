@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,9 +34,14 @@ absl::StatusOr<SpawnedDaemon> SpawnedDaemon::Start(const std::string& caked_path
     if (extra_args[i] == "--socket") d.socket_path_ = extra_args[i + 1];  // an explicit socket wins
   }
   const std::string log_path = d.run_dir_ + "/caked.log";
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
+    // Stop with the thread that started us (a killed bench or test leaves no daemon behind); SIGTERM, so the daemon
+    // still removes its socket and regions. If the parent is already gone, the signal would never come.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(126);
     int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
