@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "bench/engine/transformer.h"
 
 namespace cake::bench {
 
@@ -33,19 +34,22 @@ struct RegionBenchOptions {
 absl::Status RunRegionBench(const RegionBenchOptions& options);
 
 // The simulated engine of scripts/demo: compute-only, I/O-only and Cake time to first token for one prompt.
-// The CPU transformer's shape and how it computes (bench/engine).
+// The CPU transformer's shape (bench/engine) and how it computes.
 struct EngineModelOptions {
-  uint32_t layers = 8;
-  uint32_t hidden = 512;
-  uint32_t heads = 8;
-  uint32_t kv_heads = 8;
-  uint32_t intermediate = 1408;
-  uint32_t vocab = 512;
-  uint64_t seed = 1;
-  bool bf16 = false;         // KV cache and weights' values in bf16 (fp32 otherwise)
+  engine::TransformerConfig shape;  // layers, hidden, heads, KV heads, MLP, vocabulary, seed
+  bool bf16 = false;                // KV cache and weights' values in bf16 (fp32 otherwise)
   uint32_t chunk_tokens = 128;
   uint32_t blas_threads = 1;  // the engine's compute threads; the rest of the cores are the daemon's
 };
+// A larger model with grouped-query attention, for the compute curve.
+inline EngineModelOptions LargeEngineModel() {
+  EngineModelOptions m;
+  m.shape.hidden = 1024;
+  m.shape.heads = 16;
+  m.shape.kv_heads = 4;
+  m.shape.intermediate = 2816;
+  return m;
+}
 
 struct DemoOptions {
   CommonOptions common;
@@ -83,7 +87,7 @@ absl::Status RunEngineBench(const EngineBenchOptions& options);
 struct EngineCurveOptions {
   CommonOptions common;
   EngineModelOptions small;
-  EngineModelOptions large = {.layers = 8, .hidden = 1024, .heads = 16, .kv_heads = 4, .intermediate = 2816};
+  EngineModelOptions large = LargeEngineModel();
   uint32_t tokens = 4096;
   std::string out_prefix = "engine-curve";  // writes <prefix>.csv and, with gnuplot, <prefix>.png
 };

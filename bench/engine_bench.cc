@@ -30,14 +30,7 @@ using engine::PrefillMode;
 using engine::PrefillResult;
 
 absl::StatusOr<engine::TransformerConfig> ToConfig(const EngineModelOptions& m) {
-  engine::TransformerConfig c;
-  c.layers = m.layers;
-  c.hidden = m.hidden;
-  c.heads = m.heads;
-  c.kv_heads = m.kv_heads;
-  c.intermediate = m.intermediate;
-  c.vocab = m.vocab;
-  c.seed = m.seed;
+  engine::TransformerConfig c = m.shape;
   c.storage = m.bf16 ? engine::Storage::kBf16 : engine::Storage::kFp32;
   if (absl::Status s = c.Validate(); !s.ok()) return s;
   if (m.chunk_tokens == 0) return absl::InvalidArgumentError("--chunk-tokens must be positive");
@@ -52,7 +45,8 @@ std::string Describe(const engine::TransformerConfig& c, uint32_t chunk_tokens) 
 
 // A plot legend's name for a model: its size and attention.
 std::string ShortName(const EngineModelOptions& m) {
-  return absl::StrFormat("hidden %u, %u layers, %u/%u heads", m.hidden, m.layers, m.heads, m.kv_heads);
+  return absl::StrFormat("hidden %u, %u layers, %u/%u heads", m.shape.hidden, m.shape.layers, m.shape.heads,
+                         m.shape.kv_heads);
 }
 
 // A byte-level prompt: each byte of `file` is a token (repeated if the file is short); synthetic without a file.

@@ -13,15 +13,15 @@ void AddCommonOptions(CLI::App* command, cake::bench::CommonOptions& common) {
 }
 
 void AddEngineModelOptions(CLI::App* command, cake::bench::EngineModelOptions& m, const std::string& prefix = "") {
-  command->add_option("--" + prefix + "layers", m.layers, "transformer layers")->capture_default_str();
-  command->add_option("--" + prefix + "hidden", m.hidden, "hidden size")->capture_default_str();
-  command->add_option("--" + prefix + "heads", m.heads, "attention heads")->capture_default_str();
-  command->add_option("--" + prefix + "kv-heads", m.kv_heads, "KV heads (grouped-query attention)")
+  command->add_option("--" + prefix + "layers", m.shape.layers, "transformer layers")->capture_default_str();
+  command->add_option("--" + prefix + "hidden", m.shape.hidden, "hidden size")->capture_default_str();
+  command->add_option("--" + prefix + "heads", m.shape.heads, "attention heads")->capture_default_str();
+  command->add_option("--" + prefix + "kv-heads", m.shape.kv_heads, "KV heads (grouped-query attention)")
       ->capture_default_str();
-  command->add_option("--" + prefix + "intermediate", m.intermediate, "MLP size")->capture_default_str();
+  command->add_option("--" + prefix + "intermediate", m.shape.intermediate, "MLP size")->capture_default_str();
   if (prefix.empty()) {
-    command->add_option("--vocab", m.vocab, "vocabulary")->capture_default_str();
-    command->add_option("--seed", m.seed, "weights' seed")->capture_default_str();
+    command->add_option("--vocab", m.shape.vocab, "vocabulary")->capture_default_str();
+    command->add_option("--seed", m.shape.seed, "weights' seed")->capture_default_str();
     command->add_flag("--bf16", m.bf16, "KV cache and weights in bf16 (fp32 otherwise)");
     command->add_option("--chunk-tokens", m.chunk_tokens, "tokens per chunk (KV page)")
         ->capture_default_str()

@@ -249,21 +249,6 @@ absl::StatusOr<StagingBuffer> StagingBuffer::Allocate(uint64_t bytes) {
   return StagingBuffer(static_cast<std::byte*>(data), bytes, false);
 }
 
-StagingBuffer::StagingBuffer(StagingBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(other.size_), pinned_(other.pinned_) {}
-
-StagingBuffer& StagingBuffer::operator=(StagingBuffer&& other) noexcept {
-  if (this != &other) {
-    Reset();
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = other.size_;
-    pinned_ = other.pinned_;
-  }
-  return *this;
-}
-
-StagingBuffer::~StagingBuffer() { Reset(); }
-
 void StagingBuffer::Reset() {
   if (data_ == nullptr) return;
   if (pinned_) {
@@ -283,18 +268,9 @@ absl::StatusOr<PinnedRange> PinnedRange::Pin(void* data, uint64_t bytes) {
   return PinnedRange(data);
 }
 
-PinnedRange::PinnedRange(PinnedRange&& other) noexcept : data_(std::exchange(other.data_, nullptr)) {}
-
-PinnedRange& PinnedRange::operator=(PinnedRange&& other) noexcept {
-  if (this != &other) {
-    if (data_ != nullptr) cudaHostUnregister(data_);
-    data_ = std::exchange(other.data_, nullptr);
-  }
-  return *this;
-}
-
-PinnedRange::~PinnedRange() {
+void PinnedRange::Reset() {
   if (data_ != nullptr) cudaHostUnregister(data_);
+  data_ = nullptr;
 }
 
 absl::StatusOr<double> TimePinnedCopy(uint64_t bytes, int device) {
@@ -337,21 +313,6 @@ absl::StatusOr<CudaIpcMapping> CudaIpcMapping::Open(std::string_view handle, uin
   }
   return CudaIpcMapping(data, bytes, device);
 }
-
-CudaIpcMapping::CudaIpcMapping(CudaIpcMapping&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(other.size_), device_(other.device_) {}
-
-CudaIpcMapping& CudaIpcMapping::operator=(CudaIpcMapping&& other) noexcept {
-  if (this != &other) {
-    Reset();
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = other.size_;
-    device_ = other.device_;
-  }
-  return *this;
-}
-
-CudaIpcMapping::~CudaIpcMapping() { Reset(); }
 
 void CudaIpcMapping::Reset() {
   if (data_ == nullptr) return;

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -41,11 +42,20 @@ absl::StatusOr<std::unique_ptr<Region>> CreateCudaRegion(uint64_t bytes, int dev
 class StagingBuffer {
  public:
   static absl::StatusOr<StagingBuffer> Allocate(uint64_t bytes);
-  StagingBuffer(StagingBuffer&& other) noexcept;
-  StagingBuffer& operator=(StagingBuffer&& other) noexcept;
+  StagingBuffer(StagingBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(other.size_), pinned_(other.pinned_) {}
+  StagingBuffer& operator=(StagingBuffer&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = other.size_;
+      pinned_ = other.pinned_;
+    }
+    return *this;
+  }
   StagingBuffer(const StagingBuffer&) = delete;
   StagingBuffer& operator=(const StagingBuffer&) = delete;
-  ~StagingBuffer();
+  ~StagingBuffer() { Reset(); }
 
   std::span<std::byte> bytes() const { return {data_, size_}; }
   bool pinned() const { return pinned_; }
@@ -65,15 +75,22 @@ class PinnedRange {
  public:
   static absl::StatusOr<PinnedRange> Pin(void* data, uint64_t bytes);
   PinnedRange() = default;
-  PinnedRange(PinnedRange&& other) noexcept;
-  PinnedRange& operator=(PinnedRange&& other) noexcept;
+  PinnedRange(PinnedRange&& other) noexcept : data_(std::exchange(other.data_, nullptr)) {}
+  PinnedRange& operator=(PinnedRange&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      data_ = std::exchange(other.data_, nullptr);
+    }
+    return *this;
+  }
   PinnedRange(const PinnedRange&) = delete;
   PinnedRange& operator=(const PinnedRange&) = delete;
-  ~PinnedRange();
+  ~PinnedRange() { Reset(); }
   bool pinned() const { return data_ != nullptr; }
 
  private:
   explicit PinnedRange(void* data) : data_(data) {}
+  void Reset();
   void* data_ = nullptr;
 };
 
@@ -86,11 +103,20 @@ absl::StatusOr<double> TimePinnedCopy(uint64_t bytes, int device);
 class CudaIpcMapping {
  public:
   static absl::StatusOr<CudaIpcMapping> Open(std::string_view handle, uint64_t bytes, int device);
-  CudaIpcMapping(CudaIpcMapping&& other) noexcept;
-  CudaIpcMapping& operator=(CudaIpcMapping&& other) noexcept;
+  CudaIpcMapping(CudaIpcMapping&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(other.size_), device_(other.device_) {}
+  CudaIpcMapping& operator=(CudaIpcMapping&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = other.size_;
+      device_ = other.device_;
+    }
+    return *this;
+  }
   CudaIpcMapping(const CudaIpcMapping&) = delete;
   CudaIpcMapping& operator=(const CudaIpcMapping&) = delete;
-  ~CudaIpcMapping();
+  ~CudaIpcMapping() { Reset(); }
 
   // A device pointer, valid on device().
   void* device_data() const { return data_; }

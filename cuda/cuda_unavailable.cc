@@ -26,47 +26,18 @@ absl::StatusOr<StagingBuffer> StagingBuffer::Allocate(uint64_t bytes) {
   return StagingBuffer(static_cast<std::byte*>(data), bytes, false);
 }
 
-StagingBuffer::StagingBuffer(StagingBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(other.size_), pinned_(other.pinned_) {}
-
-StagingBuffer& StagingBuffer::operator=(StagingBuffer&& other) noexcept {
-  if (this != &other) {
-    Reset();
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = other.size_;
-    pinned_ = other.pinned_;
-  }
-  return *this;
-}
-
-StagingBuffer::~StagingBuffer() { Reset(); }
-
 void StagingBuffer::Reset() {
   std::free(data_);
   data_ = nullptr;
 }
 
 absl::StatusOr<PinnedRange> PinnedRange::Pin(void*, uint64_t) { return PinnedRange(); }
-PinnedRange::PinnedRange(PinnedRange&& other) noexcept : data_(std::exchange(other.data_, nullptr)) {}
-PinnedRange& PinnedRange::operator=(PinnedRange&& other) noexcept {
-  data_ = std::exchange(other.data_, nullptr);
-  return *this;
-}
-PinnedRange::~PinnedRange() = default;
+void PinnedRange::Reset() { data_ = nullptr; }
 absl::StatusOr<double> TimePinnedCopy(uint64_t, int) { return absl::FailedPreconditionError(kNotBuilt); }
 
 absl::StatusOr<CudaIpcMapping> CudaIpcMapping::Open(std::string_view, uint64_t, int) {
   return absl::FailedPreconditionError(kNotBuilt);
 }
-CudaIpcMapping::CudaIpcMapping(CudaIpcMapping&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(other.size_), device_(other.device_) {}
-CudaIpcMapping& CudaIpcMapping::operator=(CudaIpcMapping&& other) noexcept {
-  data_ = std::exchange(other.data_, nullptr);
-  size_ = other.size_;
-  device_ = other.device_;
-  return *this;
-}
-CudaIpcMapping::~CudaIpcMapping() = default;
 void CudaIpcMapping::Reset() { data_ = nullptr; }
 absl::Status CudaIpcMapping::CopyToHost(uint64_t, std::span<std::byte>) const {
   return absl::FailedPreconditionError(kNotBuilt);

@@ -357,11 +357,14 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     return false;
   }
 
-  // Calls IssueReadsLocked again in `seconds` (once: a re-check already armed stays as it is).
+  // Calls IssueReadsLocked again in `seconds` (once: a re-check already armed stays as it is). Each re-check gets
+  // an alarm of its own, kept until the load ends: one may be armed from inside another's callback, where setting
+  // that same alarm again would replace the callback that is running.
   void ArmRecheckLocked(double seconds) {
     if (recheck_armed_ || phase_ != Phase::kLoading) return;
     recheck_armed_ = true;
-    recheck_.Set(std::chrono::system_clock::now() +
+    rechecks_.push_back(std::make_unique<grpc::Alarm>());
+    rechecks_.back()->Set(std::chrono::system_clock::now() +
                      std::chrono::duration_cast<std::chrono::system_clock::duration>(
                          std::chrono::duration<double>(std::max(seconds, 0.0))),
                  [weak = weak_from_this()](bool fired) {
@@ -592,7 +595,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   ComputeModel observed_compute_;  // this load's Progress spans
   ComputeModel plan_compute_;      // what the plan assumed the engine costs (hint or history)
   uint32_t planned_meeting_ = 0;   // where the plan told the engine to stop and wait (0: no prediction)
-  grpc::Alarm recheck_;            // asks the judge again when it turned a read down with nothing in flight
+  // Ask the judge again when it turned a read down with nothing in flight (the last one may be pending).
+  std::vector<std::unique_ptr<grpc::Alarm>> rechecks_;
   bool recheck_armed_ = false;
   bool learned_ = false;           // observed_compute_ handed to state_.compute_models
   uint32_t reported_through_ = 0;

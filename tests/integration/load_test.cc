@@ -389,6 +389,39 @@ TEST_CASE("a client that vanishes mid-load loses nothing for others", "[load][ca
   CHECK(lookup->cached_chunks == 4);
 }
 
+TEST_CASE("an engine that stalls below the planned meeting still gets every chunk loaded", "[load][meeting]") {
+  MeasuredTier t(16, 8);  // about 10 ms per chunk
+  auto& client = t.client;
+  LoadOptions options = t.Options();
+  options.io_only = true;
+  RunCakeLoad(*client, options, 8, [](uint32_t) {});  // teaches the daemon the tier's speed
+  // The engine says it computes a chunk in 10 ms, so the plan meets near the middle and the loader holds back
+  // reads below it that the engine would beat; then the engine stalls after two chunks. The loader must notice
+  // and load everything down to the engine's progress.
+  options.io_only = false;
+  options.compute_first_chunk_s = 0.010;
+  auto session = client->StartLoad(options);
+  REQUIRE(session.ok());
+  auto plan = (*session)->WaitPlan();
+  REQUIRE(plan.ok());
+  REQUIRE(plan->strategy == LoadPlan::Strategy::kCake);
+  REQUIRE(plan->predicted_meeting_chunk.has_value());
+  CHECK(*plan->predicted_meeting_chunk > 2);
+  std::this_thread::sleep_for(20ms);
+  REQUIRE((*session)->ReportProgress(2).ok());
+  const auto stalled_at = std::chrono::steady_clock::now();
+  auto done = (*session)->WaitDone();
+  REQUIRE(done.ok());
+  CHECK(done->meeting_chunk == 2);
+  CHECK(done->loaded_chunks == 14);
+  // 16 reads of 10 ms with window 4: well under a second even on a loaded machine.
+  CHECK(std::chrono::steady_clock::now() - stalled_at < 3s);
+  for (uint32_t c = 2; c < 16; ++c) {
+    CHECK(ChunkMatches(t.region->data() + (*session)->RegionOffset(c), t.chunk_bytes, 8, c));
+  }
+  CHECK((*session)->Release().ok());
+}
+
 TEST_CASE("the planner falls back to compute-only or I/O-only when sharing cannot win", "[load][planner]") {
   // 1 MiB chunks read at 0.8 Gbit/s: about 10 ms each once the daemon has measured it.
   MeasuredTier t(8, 6);
