@@ -21,6 +21,16 @@ struct MeasuredTier {
     region.emplace(std::move(*registered));
   }
   LoadOptions Options() const { return LoadOptions{ns, {tokens, {}}, &*region}; }
+  // One I/O-only load, which teaches the daemon the tier's speed; returns Cake options with a hint of
+  // `chunk_compute_s` per chunk, so the plan predicts a meeting.
+  LoadOptions TeachSpeed(uint32_t seed, double chunk_compute_s) {
+    LoadOptions options = Options();
+    options.io_only = true;
+    RunCakeLoad(*client, options, seed, [](uint32_t) {});
+    options.io_only = false;
+    options.compute_first_chunk_s = chunk_compute_s;
+    return options;
+  }
 
   const uint32_t h;
   const NamespaceSpec ns = SmallNamespace(1024);
@@ -150,12 +160,7 @@ TEST_CASE("the plan predicts the meeting point once the load speed is known", "[
   MeasuredTier t(16, 5);
   const uint32_t h = t.h;
   auto& client = t.client;
-  LoadOptions options = t.Options();
-  options.io_only = true;
-  RunCakeLoad(*client, options, 5, [](uint32_t) {});  // teaches the daemon the tier's speed
-
-  options.io_only = false;
-  options.compute_first_chunk_s = 0.010;
+  LoadOptions options = t.TeachSpeed(5, 0.010);
   auto session = client->StartLoad(options);
   REQUIRE(session.ok());
   auto plan = (*session)->WaitPlan();
@@ -392,14 +397,10 @@ TEST_CASE("a client that vanishes mid-load loses nothing for others", "[load][ca
 TEST_CASE("an engine that stalls below the planned meeting still gets every chunk loaded", "[load][meeting]") {
   MeasuredTier t(16, 8);  // about 10 ms per chunk
   auto& client = t.client;
-  LoadOptions options = t.Options();
-  options.io_only = true;
-  RunCakeLoad(*client, options, 8, [](uint32_t) {});  // teaches the daemon the tier's speed
   // The engine says it computes a chunk in 10 ms, so the plan meets near the middle and the loader holds back
   // reads below it that the engine would beat; then the engine stalls after two chunks. The loader must notice
   // and load everything down to the engine's progress.
-  options.io_only = false;
-  options.compute_first_chunk_s = 0.010;
+  LoadOptions options = t.TeachSpeed(8, 0.010);
   auto session = client->StartLoad(options);
   REQUIRE(session.ok());
   auto plan = (*session)->WaitPlan();
