@@ -87,10 +87,10 @@ namespace {
 // Whether engines may register device regions, said once in the log: a machine without a GPU or driver (or a
 // daemon told not to) serves host regions only, and RegisterRegion's error repeats the reason.
 void DecideCudaRegions(const DaemonConfig& config, DaemonState& state) {
-  const CudaProbe& probe = ProbeCuda();
   if (!config.cuda_enabled) {
+    // Not even probed: a daemon told to stay off the GPU never touches the driver.
     state.cuda_off_reason = "device regions are off in this daemon (cuda.enabled = false or --no-cuda)";
-  } else if (!probe.usable) {
+  } else if (const CudaProbe& probe = ProbeCuda(); !probe.usable) {
     state.cuda_off_reason = probe.reason;
   } else {
     for (int device : config.cuda_devices) {

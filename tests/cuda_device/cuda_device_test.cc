@@ -55,7 +55,7 @@ TEST_CASE("staging buffers are pinned where CUDA is usable", "[cuda]") {
 }
 
 TEST_CASE("an engine opens a device region over IPC and loads land on the device byte for byte", "[cuda][load]") {
-  auto daemon = StartDaemon({"--cuda-devices", "0"});
+  auto daemon = StartDaemon({"--cuda-devices", "0", "--dram-capacity-mib", "256"});  // a small tier to page-lock
   auto client = Connect(daemon);
   REQUIRE(Eventually([&] { return daemon.log().find("CUDA: device regions") != std::string::npos; }));
   const auto ns = SmallNamespace();
