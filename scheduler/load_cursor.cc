@@ -112,7 +112,7 @@ uint32_t PredictMeetingChunk(uint32_t cached_chunks, uint32_t lowest_loadable, c
   uint32_t best = lowest_loadable;
   double best_cost = std::numeric_limits<double>::infinity();
   for (uint32_t m = lowest_loadable; m <= h; ++m) {
-    const double load = costs.load_chunk_s * (h - m);
+    const double load = costs.load_suffix_s.size() > m ? costs.load_suffix_s[m] : costs.load_chunk_s * (h - m);
     const double cost = std::max(compute, load);
     if (cost < best_cost) {
       best_cost = cost;

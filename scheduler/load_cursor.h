@@ -80,6 +80,9 @@ struct SplitCosts {
   double compute_first_chunk_s = 0;
   double compute_growth_s = 0;
   double load_chunk_s = 0;
+  // Optional, H + 1 entries: seconds to load [m, H) for each m, for chunks in tiers of different speeds read at
+  // once (the slowest tier's share decides). Empty: every chunk costs load_chunk_s.
+  std::vector<double> load_suffix_s;
 };
 uint32_t PredictMeetingChunk(uint32_t cached_chunks, uint32_t lowest_loadable, const SplitCosts& costs);
 

@@ -107,6 +107,23 @@ const char* StrategyName(Strategy strategy) {
   return "unknown";
 }
 
+std::vector<double> LoadSuffixSeconds(std::span<const uint8_t> chunk_class, std::span<const double> class_chunk_s,
+                                      uint32_t lowest_loadable) {
+  const uint32_t h = static_cast<uint32_t>(chunk_class.size());
+  const uint32_t low = std::min(lowest_loadable, h);
+  std::vector<double> suffix(h + 1, 0.0);
+  std::vector<uint32_t> count(class_chunk_s.size(), 0);
+  double slowest = 0;
+  for (uint32_t m = h; m > low;) {
+    --m;
+    const uint8_t cls = chunk_class[m];
+    if (cls < count.size()) slowest = std::max(slowest, ++count[cls] * class_chunk_s[cls]);
+    suffix[m] = slowest;
+  }
+  for (uint32_t m = 0; m < low; ++m) suffix[m] = suffix[low];
+  return suffix;
+}
+
 PlanDecision Decide(const PlanInput& input, const ComputeModel& compute) {
   PlanDecision d;
   const uint32_t h = input.cached_chunks;
@@ -124,13 +141,17 @@ PlanDecision Decide(const PlanInput& input, const ComputeModel& compute) {
   }
   if (!compute.known() || !(input.load_chunk_s > 0)) return d;  // Cake adapts to whatever the speeds turn out to be
 
-  auto load = [&](uint32_t from, uint32_t to) { return (to - from) * input.load_chunk_s; };
+  // Loading [m, H): from the per-tier suffix when the chunks sit in tiers of different speeds.
+  auto load = [&](uint32_t from, uint32_t to) {
+    if (to == h && input.load_suffix_s.size() > from) return input.load_suffix_s[from];
+    return (to - from) * input.load_chunk_s;
+  };
   const double compute_only = compute.RangeSeconds(0, h);
   // I/O-only still computes what has no room in the region, while the loads run.
   const double io_only = std::max(compute.RangeSeconds(0, low), load(low, h));
   // The best split: the engine computes [0, m) and then waits for the loads of [m, H) (docs/protocol.md: it
   // stops at the predicted meeting chunk rather than racing past it, unless the loads fall behind).
-  const SplitCosts costs{compute.first_chunk_s(), compute.growth_s(), input.load_chunk_s};
+  const SplitCosts costs{compute.first_chunk_s(), compute.growth_s(), input.load_chunk_s, input.load_suffix_s};
   const uint32_t k = PredictMeetingChunk(h, low, costs);
   const double cake = std::max(compute.RangeSeconds(0, k), load(k, h));
   d.meeting_chunk = k;

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <vector>
 
 namespace cake {
 
@@ -48,6 +50,9 @@ struct PlanInput {
   uint32_t lowest_loadable = 0;  // chunks below it must be computed whatever the plan
   double load_chunk_s = 0;       // seconds per chunk at the load's measured speed; 0: unknown
   bool io_only_requested = false;
+  // Optional, H + 1 entries: seconds to load [m, H) for each m when the chunks sit in tiers of different speeds
+  // (read at once, so the slowest tier's share decides; LoadSuffixSeconds). Empty: load_chunk_s per chunk.
+  std::vector<double> load_suffix_s;
 };
 
 struct PlanDecision {
@@ -65,5 +70,11 @@ struct PlanDecision {
 // a chunk is resident can lose up to one chunk). With a cost unknown, Cake: it adapts at run time whatever the
 // speeds turn out to be.
 PlanDecision Decide(const PlanInput& input, const ComputeModel& compute);
+
+// Seconds to load [m, H) for every m in [lowest_loadable, H] (entries below are those of lowest_loadable), when chunk
+// c sits in tier class chunk_class[c] whose chunks cost class_chunk_s[class] each, the classes read in parallel:
+// max over classes of (its chunks in [m, H)) x (its cost).
+std::vector<double> LoadSuffixSeconds(std::span<const uint8_t> chunk_class, std::span<const double> class_chunk_s,
+                                      uint32_t lowest_loadable);
 
 }  // namespace cake

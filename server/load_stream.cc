@@ -211,6 +211,18 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     input.cached_chunks = cached;
     input.lowest_loadable = lowest_loadable;
     input.load_chunk_s = LoadSecondsPerChunk(cached, lowest_loadable);
+    if (input.load_chunk_s > 0 && !single_tier_) {
+      // Chunks in several tiers are read at once: each tier's share at its own speed, not an average per chunk
+      // (hot prefix chunks in DRAM and the tail on disk, say: only the disk chunks take time).
+      std::vector<uint8_t> chunk_class;
+      std::vector<double> class_chunk_s(256, 0.0);
+      for (TierKind kind : tiers_) {
+        chunk_class.push_back(static_cast<uint8_t>(kind));
+        class_chunk_s[static_cast<uint8_t>(kind)] =
+            state_.tiers.LoadSecondsPerByte(kind) * static_cast<double>(chunk_bytes_);
+      }
+      input.load_suffix_s = LoadSuffixSeconds(chunk_class, class_chunk_s, lowest_loadable);
+    }
     input.io_only_requested = start.mode() == v1::LoadStart::MODE_IO_ONLY;
     const PlanDecision decision = Decide(input, compute);
     plan_compute_ = compute;

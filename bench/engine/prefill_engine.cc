@@ -95,8 +95,14 @@ absl::StatusOr<PrefillResult> PrefillEngine::RunWithDaemon(PrefillMode mode, uin
   if (!started.ok()) return started.status();
   LoadSession& session = **started;
   absl::Cleanup release = [&] { session.Release().IgnoreError(); };
+  // A stream that ended early carries the daemon's reason in its final status.
+  auto ended = [&](const absl::Status& waited) {
+    std::move(release).Cancel();
+    absl::Status final = session.Release();
+    return final.ok() ? waited : final;
+  };
   auto plan = session.WaitPlan();
-  if (!plan.ok()) return plan.status();
+  if (!plan.ok()) return ended(plan.status());
   result.strategy = StrategyName(plan->strategy);
   result.predicted_meeting_chunk = plan->predicted_meeting_chunk;
   const uint32_t cached = plan->cached_chunks;
@@ -127,7 +133,7 @@ absl::StatusOr<PrefillResult> PrefillEngine::RunWithDaemon(PrefillMode mode, uin
     }
   }
   auto done = session.WaitDone();
-  if (!done.ok()) return done.status();
+  if (!done.ok()) return ended(done.status());
   result.meeting_chunk = done->meeting_chunk;
   result.loaded_chunks = done->loaded_chunks;
   result.failed_chunks = done->failed_chunks;

@@ -3,6 +3,7 @@
 // backward; then the uncached suffix is computed and the first token produced from the assembled cache.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -51,10 +52,11 @@ class PrefillEngine {
   // The KV cache of the last run: every page, partial tail included (unused slots are zero).
   std::span<const std::byte> Kv() const { return {region_.data(), PagesBytes()}; }
 
-  // The compute-cost hint the engine sends with Cake loads: chunk i costs first + growth x i seconds.
+  // The compute-cost hint the engine sends with Cake loads: chunk i costs first + growth x i seconds. A fit to
+  // noisy timings can come out negative in either term; the daemon refuses negative hints, so they are clamped.
   void SetComputeHint(double first_chunk_s, double growth_s) {
-    hint_first_s_ = first_chunk_s;
-    hint_growth_s_ = growth_s;
+    hint_first_s_ = std::max(0.0, first_chunk_s);
+    hint_growth_s_ = std::max(0.0, growth_s);
   }
 
   // One prefill from an empty cache. `split` is the meeting point for kFixedSplit.

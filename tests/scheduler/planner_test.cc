@@ -209,3 +209,47 @@ TEST_CASE("simulated load: an engine stalling mid-load leaves the rest to the lo
   CHECK(r.ttft_s == Approx(54 * 0.004));
   CHECK(r.wasted_reads == 0);
 }
+
+TEST_CASE("planner: chunks in tiers of different speeds are planned by each tier's share", "[planner]") {
+  // 64 chunks, half in DRAM (free), half on disk at 10 ms each; the engine computes 10 ms per chunk. An average
+  // per chunk (0.32 s over 64 chunks, 5 ms) would place the meeting at 21 whatever the layout.
+  const std::vector<double> chunk_s = {0, 0, 0.010};
+  const PlanDecision averaged = Decide({64, 0, 0.005, false}, Learned(0.010, 0, 64));
+  REQUIRE(averaged.meeting_chunk);
+  CHECK(*averaged.meeting_chunk == 21);
+
+  SECTION("a hot prefix in DRAM, the tail on disk: loading alone is as fast as any split") {
+    std::vector<uint8_t> tier(64, 2);
+    for (uint32_t c = 0; c < 32; ++c) tier[c] = 1;
+    const std::vector<double> suffix = LoadSuffixSeconds(tier, chunk_s, 0);
+    REQUIRE(suffix.size() == 65);
+    CHECK(suffix[64] == 0);
+    CHECK(suffix[63] == Approx(0.010));
+    CHECK(suffix[32] == Approx(0.32));
+    CHECK(suffix[0] == Approx(0.32));  // the DRAM chunks load beside the disk's, adding nothing
+    PlanInput input{64, 0, 0.005, false};
+    input.load_suffix_s = suffix;
+    const PlanDecision d = Decide(input, Learned(0.010, 0, 64));
+    // The disk half takes 0.32 s whatever the engine does: no split beats I/O-only, which leaves the GPU free.
+    CHECK(d.strategy == Strategy::kIoOnly);
+    CHECK(*d.io_only_s == Approx(0.32));
+  }
+  SECTION("the tail in DRAM, the front on disk: the engine computes half the disk part") {
+    std::vector<uint8_t> tier(64, 1);
+    for (uint32_t c = 0; c < 32; ++c) tier[c] = 2;
+    PlanInput input{64, 0, 0.005, false};
+    input.load_suffix_s = LoadSuffixSeconds(tier, chunk_s, 0);
+    const PlanDecision d = Decide(input, Learned(0.010, 0, 64));
+    CHECK(d.strategy == Strategy::kCake);
+    REQUIRE(d.meeting_chunk);
+    CHECK(*d.meeting_chunk == 16);  // compute [0, 16) and load the disk chunks [16, 32): 0.16 s each
+    CHECK(*d.cake_s == Approx(0.16));
+  }
+  SECTION("the slower tier's share decides; chunks below lowest_loadable are not loaded") {
+    std::vector<uint8_t> tier(64, 2);
+    for (uint32_t c = 0; c < 32; ++c) tier[c] = 1;
+    CHECK(LoadSuffixSeconds(tier, std::vector<double>{0, 0.002, 0.010}, 0)[0] == Approx(0.32));
+    CHECK(LoadSuffixSeconds(tier, std::vector<double>{0, 0.020, 0.010}, 0)[0] == Approx(0.64));
+    CHECK(LoadSuffixSeconds(tier, chunk_s, 40)[0] == Approx(0.24));
+  }
+}
