@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -28,6 +29,7 @@ absl::Status MappedRegion::CopyFromHost(uint64_t offset, std::span<const std::by
   std::memcpy(shm_->data() + offset, src.data(), src.size());
   return absl::OkStatus();
 }
+
 namespace {
 
 absl::Status FromGrpc(const grpc::Status& s) {
@@ -154,7 +156,6 @@ class GrpcLoadSession final : public LoadSession {
     final_status_ = FromGrpc(stream_->Finish());
     return final_status_;
   }
-
 
  private:
   void ReadLoop() {

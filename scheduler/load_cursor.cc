@@ -44,7 +44,7 @@ std::optional<uint32_t> LoadCursor::NextRead(const std::function<bool(uint32_t, 
       continue;
     }
     state_[c] = State::kReading;
-    ++class_in_flight_[ClassOf(c)];
+    ++class_in_flight_[cls];
     ++in_flight_;
     while (top_unread_ > 0 && state_[top_unread_ - 1] != State::kUnread) --top_unread_;
     return c;

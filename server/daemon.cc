@@ -80,10 +80,6 @@ absl::Status ClearStaleSocket(const std::string& path) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-namespace {
-
 // Whether engines may register device regions, said once in the log: a machine without a GPU or driver (or a
 // daemon told not to) serves host regions only, and RegisterRegion's error repeats the reason.
 void DecideCudaRegions(const DaemonConfig& config, DaemonState& state) {

@@ -6,8 +6,8 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "grpcpp/alarm.h"
 #include "cuda/cuda_backend.h"
+#include "grpcpp/alarm.h"
 #include "scheduler/load_cursor.h"
 #include "scheduler/planner.h"
 #include "server/requests.h"
@@ -376,19 +376,18 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     if (recheck_armed_ || phase_ != Phase::kLoading) return;
     recheck_armed_ = true;
     rechecks_.push_back(std::make_unique<grpc::Alarm>());
-    rechecks_.back()->Set(std::chrono::system_clock::now() +
-                     std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                         std::chrono::duration<double>(std::max(seconds, 0.0))),
-                 [weak = weak_from_this()](bool fired) {
-                   auto self = weak.lock();
-                   if (!self) return;
-                   {
-                     std::lock_guard lock(self->mu_);
-                     self->recheck_armed_ = false;
-                     if (fired) self->IssueReadsLocked();
-                   }
-                   self->Pump();
-                 });
+    const auto delay = std::chrono::duration_cast<std::chrono::system_clock::duration>(
+        std::chrono::duration<double>(std::max(seconds, 0.0)));
+    rechecks_.back()->Set(std::chrono::system_clock::now() + delay, [weak = weak_from_this()](bool fired) {
+      auto self = weak.lock();
+      if (!self) return;
+      {
+        std::lock_guard lock(self->mu_);
+        self->recheck_armed_ = false;
+        if (fired) self->IssueReadsLocked();
+      }
+      self->Pump();
+    });
   }
 
   // A DRAM chunk's own bytes, for a copy straight to a device region; nullptr when the chunk is elsewhere, was
@@ -402,11 +401,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   // Runs on an I/O thread, without the lock: reads one chunk straight into its place.
   void ReadChunk(uint32_t chunk) {
-    spdlog::debug("{}: reading chunk {}", load_id_, chunk);
     if (cancelled_.load(std::memory_order_relaxed)) return ChunkRead(chunk, absl::CancelledError(""), {}, {}, {});
     std::string inline_bytes;
     std::shared_ptr<StagingBuffer> staging;  // lives until its promotion is done
-    std::span<std::byte> landed;                      // where the bytes are once read, for promotion into DRAM
+    std::span<std::byte> landed;             // where the bytes are once read, for promotion into DRAM
     absl::Status status;
     if (inline_) {
       inline_bytes.resize(chunk_bytes_);
