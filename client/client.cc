@@ -391,6 +391,9 @@ class GrpcClient final : public Client {
 }  // namespace
 
 std::string DefaultSocketPath() {
+  if (const char* explicit_path = std::getenv("CAKE_SOCKET"); explicit_path != nullptr && *explicit_path != '\0') {
+    return explicit_path;
+  }
   if (geteuid() == 0) return "/run/cake/caked.sock";
   if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg != '\0') {
     return absl::StrCat(xdg, "/cake/caked.sock");

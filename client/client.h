@@ -24,7 +24,7 @@ struct ClientOptions {
   std::string client_id;    // default: "<hostname>-<pid>"
 };
 
-// The daemon's default socket path, by the same rule caked uses.
+// Where clients look for the daemon: $CAKE_SOCKET when set, else the default socket path by the rule caked uses.
 std::string DefaultSocketPath();
 
 // A region the daemon created for this client, mapped into this process: host shared memory, or device memory

@@ -2,6 +2,7 @@
 #include "storage/namespace.h"
 
 #include <catch2/catch.hpp>
+#include <toml++/toml.h>
 
 #include <cstdint>
 #include <numeric>
@@ -73,6 +74,52 @@ TEST_CASE("namespace: golden key vectors", "[namespace]") {
   Namespace secret = MakeNamespace(TestSpec(), "secret");
   CHECK(secret.id().Hex() == "7bc5ed66a28f7b98501c71b471e4124e");
   CHECK(secret.root().Hex() == "9c69e236222973946110abbaf182b256");
+}
+
+// The vectors the Python client checks too (python/tests/test_keys.py): one file, two implementations.
+TEST_CASE("namespace: the shared golden vectors file", "[namespace]") {
+  const toml::table file = toml::parse_file(CAKE_SOURCE_DIR "/tests/golden/chunk_keys.toml");
+  const toml::array* vectors = file["vector"].as_array();
+  REQUIRE(vectors != nullptr);
+  REQUIRE(vectors->size() >= 3);
+  auto u32 = [](const toml::table& t, const char* key) { return static_cast<uint32_t>(t[key].value_or(int64_t{0})); };
+  auto strings = [](const toml::table& t, const char* key) {
+    std::vector<std::string> out;
+    if (const toml::array* a = t[key].as_array()) {
+      for (const toml::node& n : *a) out.push_back(n.value_or(std::string()));
+    }
+    return out;
+  };
+  for (const toml::node& node : *vectors) {
+    const toml::table& v = *node.as_table();
+    INFO(v["name"].value_or(std::string()));
+    NamespaceSpec spec;
+    spec.model_id = v["model_id"].value_or(std::string());
+    spec.num_layers = u32(v, "num_layers");
+    spec.num_kv_heads = u32(v, "num_kv_heads");
+    spec.head_dim = u32(v, "head_dim");
+    spec.dtype = static_cast<DType>(u32(v, "dtype"));
+    spec.tp_rank = u32(v, "tp_rank");
+    spec.tp_size = u32(v, "tp_size");
+    spec.chunk_tokens = u32(v, "chunk_tokens");
+    spec.tenant = v["tenant"].value_or(std::string());
+    Namespace ns = MakeNamespace(spec, v["secret"].value_or(std::string()));
+    CHECK(ns.id().Hex() == v["namespace_id"].value_or(std::string()));
+    CHECK(ns.root().Hex() == v["root"].value_or(std::string()));
+    std::vector<uint32_t> tokens;
+    for (const toml::node& t : *v["tokens"].as_array()) tokens.push_back(static_cast<uint32_t>(t.value_or(int64_t{0})));
+    CHECK(HexAll(ns.KeysForTokens(tokens)) == strings(v, "keys"));
+    std::vector<std::string> engine_bytes;
+    for (const std::string& hex : strings(v, "engine_keys")) {
+      std::string raw;
+      for (size_t i = 0; i + 1 < hex.size(); i += 2) raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+      engine_bytes.push_back(raw);
+    }
+    const std::vector<std::string_view> engine(engine_bytes.begin(), engine_bytes.end());
+    auto stored = ns.KeysForEngineKeys(engine);
+    REQUIRE(stored.ok());
+    CHECK(HexAll(*stored) == strings(v, "stored_engine_keys"));
+  }
 }
 
 TEST_CASE("namespace: a partial tail chunk gets no key", "[namespace]") {

@@ -1,0 +1,212 @@
+"""Client: regions, lookups, stores and loads against caked over its unix socket; admin calls for tools."""
+import os
+import socket as _socket
+from dataclasses import dataclass
+
+import grpc
+
+from cake._stubs import admin_pb2, admin_pb2_grpc, kv_pb2, kv_pb2_grpc
+from cake.errors import CakeError
+from cake.load import TIER_NAMES, LoadSession
+from cake.regions import CudaIpcRegion, HostShmRegion
+
+# The daemon accepts messages up to this size (limits.max_message_bytes; inline chunks travel in them).
+MAX_MESSAGE_BYTES = 1 << 30
+_REGION_KINDS = {"host": kv_pb2.REGION_HOST_SHM, "cuda": kv_pb2.REGION_CUDA_IPC, "auto": kv_pb2.REGION_AUTO}
+_MODES = {"cake": kv_pb2.LoadStart.MODE_CAKE, "io_only": kv_pb2.LoadStart.MODE_IO_ONLY}
+
+
+def default_socket_path():
+    """The daemon's socket by the rule caked and cakectl use: $CAKE_SOCKET when set; /run/cake/caked.sock for
+    root; else $XDG_RUNTIME_DIR/cake/caked.sock; else /tmp/cake-<uid>/caked.sock."""
+    explicit = os.environ.get("CAKE_SOCKET")
+    if explicit:
+        return explicit
+    if os.geteuid() == 0:
+        return "/run/cake/caked.sock"
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return os.path.join(runtime, "cake", "caked.sock")
+    return f"/tmp/cake-{os.geteuid()}/caked.sock"
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    total_chunks: int     # full chunks in the prompt
+    cached_chunks: int    # the cached prefix is [0, cached_chunks)
+    tiers: list           # per cached chunk, the fastest tier holding it: "dram", "disk" or "remote"
+    chunk_bytes: int
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    stored_chunks: int
+    already_cached: int   # already in DRAM; not written again
+
+
+def _to_dict(message):
+    """A message as a dict of plain Python values (protobuf's JSON printer would turn uint64 into strings)."""
+    out = {}
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        if field.message_type is not None:
+            if field.label == field.LABEL_REPEATED:
+                value = [_to_dict(v) for v in value]
+            else:
+                value = _to_dict(value)
+        elif field.label == field.LABEL_REPEATED:
+            value = list(value)
+        out[field.name] = value
+    return out
+
+
+def _prompt(tokens, chunk_keys):
+    if (tokens is None) == (chunk_keys is None):
+        raise ValueError("give exactly one of tokens and chunk_keys")
+    if tokens is not None:
+        return kv_pb2.Prompt(tokens=[int(t) for t in tokens])
+    return kv_pb2.Prompt(chunk_keys=[bytes(k) for k in chunk_keys])
+
+
+class Client:
+    """A connection to caked. Thread-safe (gRPC channels are); every call raises CakeError on a refusal.
+
+    socket: the daemon's unix socket path (default: default_socket_path()). client_id: who owns this client's
+    regions (default "<hostname>-<pid>"). timeout_s: deadline of each unary call."""
+
+    def __init__(self, socket=None, client_id=None, connect_timeout_s=5.0, timeout_s=60.0):
+        self.socket_path = socket or default_socket_path()
+        self.client_id = client_id or f"{_socket.gethostname()}-{os.getpid()}"
+        self.timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(
+            "unix:" + self.socket_path,
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=connect_timeout_s)
+        except grpc.FutureTimeoutError:
+            self._channel.close()
+            raise CakeError(grpc.StatusCode.UNAVAILABLE,
+                            f"no daemon answers on {self.socket_path} (is caked running? is the path right?)") from None
+        self._kv = kv_pb2_grpc.KvServiceStub(self._channel)
+        self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self._regions = {}
+
+    def close(self):
+        for region in list(self._regions.values()):
+            try:
+                self.release_region(region)
+            except CakeError:
+                pass
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def _call(self, method, request, timeout_s=None):
+        try:
+            return method(request, timeout=timeout_s or self.timeout_s)
+        except grpc.RpcError as error:
+            raise CakeError.from_rpc_error(error) from None
+
+    # --- KvService ------------------------------------------------------------------------------------------
+    def register_region(self, size, kind="host", device=0):
+        """Creates a region of `size` bytes ("host", "cuda" or "auto": device memory where the daemon serves
+        it, else host) and maps it here. Returns a HostShmRegion or a CudaIpcRegion."""
+        if kind not in _REGION_KINDS:
+            raise ValueError(f"region kind {kind!r} is not one of {', '.join(_REGION_KINDS)}")
+        reply = self._call(self._kv.RegisterRegion, kv_pb2.RegisterRegionRequest(
+            client_id=self.client_id, bytes=size, kind=_REGION_KINDS[kind], device=device))
+        try:
+            if reply.kind == kv_pb2.REGION_CUDA_IPC:
+                region = CudaIpcRegion(reply.region_id, reply.bytes, reply.cuda_ipc_handle, device)
+            else:
+                region = HostShmRegion(reply.region_id, reply.bytes, reply.shm_name)
+        except Exception:
+            # Mapped nowhere: give the memory back rather than leave it held until the daemon stops.
+            self._call(self._kv.ReleaseRegion,
+                       kv_pb2.ReleaseRegionRequest(client_id=self.client_id, region_id=reply.region_id))
+            raise
+        self._regions[region.id] = region
+        return region
+
+    def release_region(self, region):
+        """Unmaps the region here, then has the daemon free it (a load still writing keeps it alive until done)."""
+        region.close()
+        self._regions.pop(region.id, None)
+        self._call(self._kv.ReleaseRegion,
+                   kv_pb2.ReleaseRegionRequest(client_id=self.client_id, region_id=region.id))
+
+    def lookup(self, ns, tokens=None, chunk_keys=None):
+        reply = self._call(self._kv.Lookup, kv_pb2.LookupRequest(namespace=ns.to_proto(),
+                                                                 prompt=_prompt(tokens, chunk_keys)))
+        return LookupResult(total_chunks=reply.total_chunks, cached_chunks=reply.cached_chunks,
+                            tiers=[TIER_NAMES.get(t, "none") for t in reply.chunk_tiers],
+                            chunk_bytes=reply.chunk_bytes)
+
+    def store(self, ns, tokens=None, chunk_keys=None, first_chunk=0, chunk_count=None, region=None,
+              region_offset=0, chunks=None):
+        """Stores chunks [first_chunk, first_chunk + chunk_count) of the prompt: from `region` (laid out one after
+        another from region_offset) or inline (`chunks`, a list of chunk_bytes-long bytes). The daemon has copied
+        the bytes when this returns: the engine may overwrite its region then."""
+        request = kv_pb2.StoreRequest(client_id=self.client_id, namespace=ns.to_proto(),
+                                      prompt=_prompt(tokens, chunk_keys), first_chunk=first_chunk)
+        if chunks is not None:
+            if region is not None:
+                raise ValueError("give a region or inline chunks, not both")
+            request.inline_chunks.extend(bytes(c) for c in chunks)
+            request.chunk_count = len(chunks) if chunk_count is None else chunk_count
+        else:
+            if region is None:
+                raise ValueError("give a region (with region_offset) or inline chunks")
+            if chunk_count is None:
+                raise ValueError("chunk_count is needed with a region")
+            request.region_id = region.id
+            request.region_offset = region_offset
+            request.chunk_count = chunk_count
+        reply = self._call(self._kv.Store, request)
+        return StoreResult(stored_chunks=reply.stored_chunks, already_cached=reply.already_cached)
+
+    def load(self, ns, tokens=None, chunk_keys=None, region=None, region_offset=0, region_bytes=0, mode="cake",
+             window=0, compute_first_chunk_s=0.0, compute_growth_s=0.0, computed_through=0):
+        """Starts a load and returns its LoadSession (a context manager). region None: chunks come inline.
+        mode "cake" (stop where the engine's progress meets the loads) or "io_only". The hints tell the daemon
+        the engine's cost of chunk i, first + growth * i seconds. computed_through: chunks the engine holds or
+        computes whatever happens (never loaded; with io_only, a fixed split)."""
+        if mode not in _MODES:
+            raise ValueError(f"mode {mode!r} is not one of {', '.join(_MODES)}")
+        start = kv_pb2.LoadStart(client_id=self.client_id, namespace=ns.to_proto(),
+                                 prompt=_prompt(tokens, chunk_keys), mode=_MODES[mode], window=window,
+                                 compute_first_chunk_s=compute_first_chunk_s, compute_growth_s=compute_growth_s,
+                                 computed_through=computed_through)
+        if region is not None:
+            start.region_id = region.id
+            start.region_offset = region_offset
+            start.region_bytes = region_bytes
+        return LoadSession(self._kv, start)
+
+    # --- AdminService ---------------------------------------------------------------------------------------
+    def ping(self):
+        self._call(self._admin.Ping, admin_pb2.PingRequest())
+
+    def status(self):
+        """The daemon's status as a dict (field names as in admin.proto)."""
+        reply = self._call(self._admin.Status, admin_pb2.StatusRequest())
+        return _to_dict(reply)
+
+    def stats(self):
+        """Every counter by name."""
+        return dict(self._call(self._admin.Stats, admin_pb2.StatsRequest()).counters)
+
+    def evict(self, tier):
+        """Drops every chunk of one tier ("dram", "disk" or "remote"); returns (chunks, bytes)."""
+        reply = self._call(self._admin.Evict, admin_pb2.EvictRequest(tier=tier))
+        return reply.chunks, reply.bytes
+
+    def set_read_cap(self, tier, gbps):
+        """Changes a capped tier's read cap (Gbit/s); returns the previous cap."""
+        return self._call(self._admin.SetReadCap, admin_pb2.SetReadCapRequest(tier=tier, gbps=gbps)).previous_gbps

@@ -1,0 +1,290 @@
+"""LoadSession: one Cake load over the daemon's bidirectional Load stream (docs/protocol.md, "Load").
+
+A reader thread owns the stream: it takes the Plan, every ChunkLoaded and Done as they arrive and records them
+under one condition variable. The engine's thread never blocks on gRPC: progress() only queues a message (gRPC's
+own thread sends it), and every wait takes a timeout. Leaving the `with` block ends the load: Release (the daemon
+answers once every read of the load has drained, so the window is free when the block is left), or a cancel when
+the daemon does not answer in time or the stream already failed.
+"""
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import grpc
+
+from cake._stubs import kv_pb2
+from cake.errors import CakeError
+
+TIER_NAMES = {kv_pb2.TIER_NONE: "none", kv_pb2.TIER_DRAM: "dram", kv_pb2.TIER_DISK: "disk",
+              kv_pb2.TIER_REMOTE: "remote"}
+_STRATEGY_NAMES = {kv_pb2.LoadPlan.STRATEGY_CAKE: "cake", kv_pb2.LoadPlan.STRATEGY_IO_ONLY: "io_only",
+                   kv_pb2.LoadPlan.STRATEGY_COMPUTE_ONLY: "compute_only"}
+# How long an engine waits at the predicted meeting for loads that fell behind, beyond the plan's predicted
+# time to first token: a fifth of it plus a millisecond (the C++ engine's rule; docs/protocol.md).
+WAIT_SLACK_FRACTION = 0.2
+WAIT_SLACK_S = 1e-3
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    load_id: str
+    total_chunks: int
+    cached_chunks: int            # H: the daemon loads from [lowest_loadable, H)
+    tiers: list                   # per cached chunk: "dram", "disk" or "remote"
+    lowest_loadable: int          # chunks below it do not fit the window: the engine computes them
+    chunk_bytes: int
+    strategy: str                 # "cake", "io_only" or "compute_only"
+    predicted_meeting_chunk: Optional[int]
+    predicted_cake_s: Optional[float]
+    predicted_compute_only_s: Optional[float]
+    predicted_io_only_s: Optional[float]
+
+
+@dataclass(frozen=True)
+class ChunkLoaded:
+    chunk: int
+    region_offset: int            # from the start of the region (not of the window)
+    bytes: int
+    data: Optional[bytes]         # inline loads only
+
+
+@dataclass(frozen=True)
+class LoadDone:
+    meeting_chunk: int            # compute [0, meeting_chunk), use the loaded [meeting_chunk, cached_chunks)
+    loaded_chunks: int
+    failed_chunks: int            # reads that failed or were corrupt: the engine computes them
+
+
+def _optional(message, field):
+    return getattr(message, field) if message.HasField(field) else None
+
+
+def _plan_from_proto(p):
+    return LoadPlan(load_id=p.load_id, total_chunks=p.total_chunks, cached_chunks=p.cached_chunks,
+                    tiers=[TIER_NAMES.get(t, "none") for t in p.chunk_tiers], lowest_loadable=p.lowest_loadable,
+                    chunk_bytes=p.chunk_bytes, strategy=_STRATEGY_NAMES.get(p.strategy, "cake"),
+                    predicted_meeting_chunk=_optional(p, "predicted_meeting_chunk"),
+                    predicted_cake_s=_optional(p, "predicted_cake_s"),
+                    predicted_compute_only_s=_optional(p, "predicted_compute_only_s"),
+                    predicted_io_only_s=_optional(p, "predicted_io_only_s"))
+
+
+class LoadSession:
+    """Made by Client.load(); use it as a context manager. After each engine step: progress(c), then
+    is_resident(c) to decide whether to stop computing; release() once the loaded chunks are copied out."""
+
+    def __init__(self, stub, start, release_timeout_s=30.0):
+        self.started_at = time.monotonic()
+        self._release_timeout_s = release_timeout_s
+        self._requests = queue.SimpleQueue()
+        self._requests.put(kv_pb2.LoadRequest(start=start))
+        self._cv = threading.Condition()
+        self._plan = None
+        self._done = None
+        self._loaded = []              # ChunkLoaded in arrival order (highest chunk first)
+        self._by_chunk = {}
+        self._loaded_low = None        # lowest chunk of the loaded suffix
+        self._error = None             # CakeError: the stream ended with a status other than OK
+        self._ended = False            # the stream is over (OK or not)
+        self._sending = True           # the send side is still open
+        self._call = stub.Load(self._request_stream())
+        self._reader = threading.Thread(target=self._read, name="cake-load-reader", daemon=True)
+        self._reader.start()
+
+    # --- the stream -----------------------------------------------------------------------------------------
+    def _request_stream(self):
+        while True:
+            request = self._requests.get()
+            if request is None:
+                return  # closes the send side
+            yield request
+
+    def _read(self):
+        error = None
+        try:
+            for response in self._call:
+                self._on_response(response)
+        except grpc.RpcError as rpc_error:
+            error = CakeError.from_rpc_error(rpc_error)
+        except Exception as unexpected:  # a malformed message must not kill the thread silently
+            error = CakeError(grpc.StatusCode.INTERNAL, f"reading the Load stream: {unexpected!r}")
+            self._call.cancel()
+        with self._cv:
+            self._error = error
+            self._ended = True
+            self._cv.notify_all()
+        self._close_send_side()
+
+    def _on_response(self, response):
+        which = response.WhichOneof("msg")
+        with self._cv:
+            if which == "plan":
+                self._plan = _plan_from_proto(response.plan)
+                self._loaded_low = self._plan.cached_chunks
+            elif which == "loaded":
+                m = response.loaded
+                cached = self._plan.cached_chunks if self._plan else 0
+                if self._plan is None or m.chunk >= cached or m.chunk in self._by_chunk:
+                    raise ValueError(f"ChunkLoaded for chunk {m.chunk} of {cached} cached chunks")
+                event = ChunkLoaded(chunk=m.chunk, region_offset=m.region_offset, bytes=m.bytes,
+                                    data=m.data if m.data else None)
+                self._loaded.append(event)
+                self._by_chunk[m.chunk] = event
+                self._loaded_low = min(self._loaded_low, m.chunk)
+            elif which == "done":
+                d = response.done
+                self._done = LoadDone(meeting_chunk=d.meeting_chunk, loaded_chunks=d.loaded_chunks,
+                                      failed_chunks=d.failed_chunks)
+            self._cv.notify_all()
+
+    def _close_send_side(self):
+        with self._cv:
+            if not self._sending:
+                return
+            self._sending = False
+        self._requests.put(None)
+
+    def _send(self, request):
+        with self._cv:
+            if not self._sending:
+                return False
+            self._requests.put(request)
+            return True
+
+    def _wait(self, predicate, timeout):
+        """Waits until predicate() holds or the stream ended; False on timeout. Call with self._cv held."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not predicate() and not self._ended:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            self._cv.wait(remaining)
+        return True
+
+    # --- what an engine calls -------------------------------------------------------------------------------
+    def wait_plan(self, timeout=None):
+        """The daemon's Plan; raises CakeError if the daemon refused the load, TimeoutError after `timeout` s."""
+        with self._cv:
+            if not self._wait(lambda: self._plan is not None, timeout):
+                raise TimeoutError(f"no Plan within {timeout} s")
+            if self._plan is None:
+                raise self._error or CakeError(grpc.StatusCode.INTERNAL, "the Load stream ended before its Plan")
+            return self._plan
+
+    @property
+    def plan(self):
+        return self.wait_plan()
+
+    def progress(self, computed_through):
+        """Chunks [0, computed_through) are computed. Never blocks; a no-op once the load has ended."""
+        self._send(kv_pb2.LoadRequest(progress=kv_pb2.LoadProgress(computed_through=computed_through)))
+
+    def is_resident(self, chunk):
+        """Whether chunk's bytes are in the region (or held inline); True means all of [chunk, cached) are."""
+        with self._cv:
+            return self._resident_locked(chunk)
+
+    def _resident_locked(self, chunk):
+        return self._plan is not None and self._loaded_low <= chunk < self._plan.cached_chunks
+
+    @property
+    def loaded_low(self):
+        """The lowest chunk of the loaded suffix so far (cached_chunks while nothing is loaded; None before Plan)."""
+        with self._cv:
+            return self._loaded_low
+
+    def wait_resident(self, chunk, timeout=None):
+        """Waits until chunk is resident, Done arrived or the stream ended; returns is_resident(chunk). With a
+        timeout (seconds), gives up then: an engine waiting at the predicted meeting for loads that fell behind."""
+        with self._cv:
+            self._wait(lambda: self._resident_locked(chunk) or self._done is not None, timeout)
+            return self._resident_locked(chunk)
+
+    def meeting_deadline(self):
+        """Under strategy "cake" with a prediction: the monotonic time until which an engine at the predicted
+        meeting should wait for the loads (started_at + predicted_cake_s * 1.2 + 1 ms); None otherwise."""
+        plan = self.plan
+        if plan.strategy != "cake" or plan.predicted_meeting_chunk is None or plan.predicted_cake_s is None:
+            return None
+        return self.started_at + plan.predicted_cake_s * (1 + WAIT_SLACK_FRACTION) + WAIT_SLACK_S
+
+    def chunk(self, chunk):
+        """The ChunkLoaded of a resident chunk (its region_offset, or its inline data); KeyError otherwise."""
+        with self._cv:
+            return self._by_chunk[chunk]
+
+    def region_offset(self, chunk):
+        return self.chunk(chunk).region_offset
+
+    def __iter__(self):
+        """Every ChunkLoaded as it lands, highest chunk first, until Done; raises CakeError if the stream failed."""
+        index = 0
+        while True:
+            with self._cv:
+                self._wait(lambda: index < len(self._loaded) or self._done is not None, None)
+                if index < len(self._loaded):
+                    event = self._loaded[index]
+                elif self._done is not None or self._error is None:
+                    return
+                else:
+                    raise self._error
+            index += 1
+            yield event
+
+    def wait_done(self, timeout=None):
+        """The final split; raises CakeError if the stream failed first, TimeoutError after `timeout` s."""
+        with self._cv:
+            if not self._wait(lambda: self._done is not None, timeout):
+                raise TimeoutError(f"no Done within {timeout} s")
+            if self._done is None:
+                raise self._error or CakeError(grpc.StatusCode.INTERNAL, "the Load stream ended before Done")
+            return self._done
+
+    @property
+    def done(self):
+        return self.wait_done()
+
+    @property
+    def ended(self):
+        with self._cv:
+            return self._ended
+
+    def release(self, timeout=None):
+        """Tells the daemon the loaded chunks were copied out and closes the send side; waits for the stream's
+        end (the daemon ends it once every read of the load has drained: the window is then free) and raises
+        CakeError if it ended with an error. A stream that does not end within `timeout` s is cancelled."""
+        timeout = self._release_timeout_s if timeout is None else timeout
+        self._send(kv_pb2.LoadRequest(release=kv_pb2.LoadRelease()))
+        self._close_send_side()
+        self._reader.join(timeout)
+        if self._reader.is_alive():
+            self.cancel()
+            raise CakeError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"the daemon did not end the load within {timeout} s of Release; cancelled it")
+        if self._error is not None:
+            raise self._error
+
+    def cancel(self):
+        """Cancels the stream; the daemon frees what the load held once its reads drain."""
+        self._call.cancel()
+        self._close_send_side()
+        self._reader.join(5.0)
+
+    def close(self):
+        """Ends the load however it stands: Release if it is still running, quietly."""
+        if self.ended:
+            self._close_send_side()
+            return
+        try:
+            self.release()
+        except CakeError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -1,0 +1,94 @@
+"""Running a real caked for tests, benches and demos: a private daemon in a temporary folder, stopped and
+waited for when the block ends (PID 1 on these machines does not reap orphans), and killed with its parent."""
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from cake.client import Client
+from cake.errors import CakeError
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def caked_path():
+    """The caked binary: $CAKE_CAKED (ctest sets it), else build/bin/caked of this checkout, else caked on PATH."""
+    explicit = os.environ.get("CAKE_CAKED")
+    if explicit:
+        return explicit
+    here = os.path.dirname(os.path.abspath(__file__))
+    built = os.path.normpath(os.path.join(here, "..", "..", "..", "build", "bin", "caked"))
+    if os.access(built, os.X_OK):
+        return built
+    found = shutil.which("caked")
+    if found:
+        return found
+    raise FileNotFoundError("no caked: set CAKE_CAKED, build the repository (build/bin/caked), or install it")
+
+
+class SpawnedDaemon:
+    """caked on a socket in a fresh temporary folder. `args` are extra command-line flags."""
+
+    def __init__(self, args=(), start_timeout_s=20.0):
+        self.dir = tempfile.mkdtemp(prefix="cake-py-")
+        self.socket_path = os.path.join(self.dir, "caked.sock")
+        self.log_path = os.path.join(self.dir, "caked.log")
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen([caked_path(), "--run-dir", self.dir, *args], stdout=self._log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            if self.process.poll() is not None:
+                log = self.log()
+                self.stop()
+                raise RuntimeError(f"caked exited with {self.process.returncode} during start-up:\n{log}")
+            if os.path.exists(self.socket_path):
+                try:
+                    Client(self.socket_path, connect_timeout_s=1.0).close()
+                    return
+                except CakeError:
+                    pass
+            if time.monotonic() > deadline:
+                log = self.log()
+                self.stop()
+                raise RuntimeError(f"caked did not answer on {self.socket_path} within {start_timeout_s} s:\n{log}")
+            time.sleep(0.05)
+
+    def client(self, **kwargs):
+        return Client(self.socket_path, **kwargs)
+
+    def alive(self):
+        return self.process.poll() is None
+
+    def log(self):
+        self._log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def stop(self, timeout_s=20.0):
+        """SIGTERM, then SIGKILL after timeout_s; always waited for. Returns the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return self.process.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False

@@ -1,0 +1,197 @@
+"""Every call of the Python client against a real caked: regions, lookups, stores, loads (region and inline,
+I/O-only, Cake, fixed splits), admin calls, socket discovery."""
+import grpc
+import numpy as np
+import pytest
+
+import cake
+from helpers import fill, pattern, prompt, small_namespace
+
+
+def test_ping_status_stats(client):
+    client.ping()
+    status = client.status()
+    assert status["pid"] > 0
+    assert status["region_backend"] == "host-shm"
+    assert [t["name"] for t in status["tiers"]] == ["dram"]
+    assert status["tiers"][0]["capacity_bytes"] == 256 << 20
+    before = client.stats()
+    assert all(isinstance(v, int) for v in before.values())
+    client.lookup(small_namespace("stats"), tokens=prompt(2, seed=11))
+    after = client.stats()
+    assert after["lookups"] == before["lookups"] + 1
+    assert after["lookup_chunks"] == before["lookup_chunks"] + 2
+
+
+def test_lookup_store_and_load_into_a_region(client):
+    ns = small_namespace("roundtrip")
+    tokens = prompt(6, tail=5)
+    miss = client.lookup(ns, tokens=tokens)
+    assert (miss.total_chunks, miss.cached_chunks, miss.tiers) == (6, 0, [])
+    assert miss.chunk_bytes == ns.chunk_bytes == 4096
+
+    region = client.register_region(6 * ns.chunk_bytes)
+    assert region.kind == "host" and region.size == 6 * ns.chunk_bytes
+    fill(region, 6, ns.chunk_bytes)
+    stored = client.store(ns, tokens=tokens, first_chunk=0, chunk_count=6, region=region)
+    assert (stored.stored_chunks, stored.already_cached) == (6, 0)
+    # A key names its content: the same chunks again are already cached.
+    assert client.store(ns, tokens=tokens, first_chunk=2, chunk_count=2, region=region,
+                        region_offset=2 * ns.chunk_bytes).already_cached == 2
+
+    hit = client.lookup(ns, tokens=tokens)
+    assert (hit.cached_chunks, hit.tiers) == (6, ["dram"] * 6)
+
+    region.numpy()[:] = 0
+    with client.load(ns, tokens=tokens, region=region, mode="io_only") as load:
+        plan = load.plan
+        assert (plan.total_chunks, plan.cached_chunks, plan.lowest_loadable) == (6, 6, 0)
+        assert plan.strategy == "io_only" and plan.chunk_bytes == ns.chunk_bytes
+        arrived = [event.chunk for event in load]
+        assert arrived == [5, 4, 3, 2, 1, 0]  # tail first, each extending the loaded suffix
+        done = load.done
+        assert (done.meeting_chunk, done.loaded_chunks, done.failed_chunks) == (0, 6, 0)
+        assert load.is_resident(0) and load.loaded_low == 0
+        for c in range(6):
+            at = load.region_offset(c)
+            assert at == c * ns.chunk_bytes
+            assert np.array_equal(region.numpy()[at:at + ns.chunk_bytes], pattern(c, ns.chunk_bytes))
+        load.release()
+    assert load.ended
+    client.release_region(region)
+    assert region.closed
+
+
+def test_region_offsets_count_from_the_region_not_the_window(client):
+    ns = small_namespace("window-offset")
+    tokens = prompt(3, seed=2)
+    region = client.register_region(8 * ns.chunk_bytes)
+    fill(region, 3, ns.chunk_bytes, salt=2)
+    client.store(ns, tokens=tokens, first_chunk=0, chunk_count=3, region=region)
+    window_at = 4 * ns.chunk_bytes
+    with client.load(ns, tokens=tokens, region=region, region_offset=window_at, region_bytes=3 * ns.chunk_bytes,
+                     mode="io_only") as load:
+        load.wait_done(10)
+        for c in range(3):
+            assert load.region_offset(c) == window_at + c * ns.chunk_bytes
+            at = load.region_offset(c)
+            assert np.array_equal(region.numpy()[at:at + ns.chunk_bytes], pattern(c, ns.chunk_bytes, salt=2))
+        load.release()
+    client.release_region(region)
+
+
+def test_a_window_smaller_than_the_prefix_loads_the_tail(client):
+    ns = small_namespace("small-window")
+    tokens = prompt(5, seed=3)
+    region = client.register_region(5 * ns.chunk_bytes)
+    fill(region, 5, ns.chunk_bytes, salt=3)
+    client.store(ns, tokens=tokens, first_chunk=0, chunk_count=5, region=region)
+    with client.load(ns, tokens=tokens, region=region, region_bytes=2 * ns.chunk_bytes, mode="io_only") as load:
+        assert load.plan.lowest_loadable == 3
+        assert load.done.meeting_chunk == 3
+        assert not load.is_resident(2) and load.is_resident(3)
+        assert load.region_offset(3) == 0 and load.region_offset(4) == ns.chunk_bytes
+    client.release_region(region)
+
+
+def test_inline_store_and_load(client):
+    ns = small_namespace("inline")
+    tokens = prompt(4, seed=4)
+    chunks = [pattern(c, ns.chunk_bytes, salt=4).tobytes() for c in range(4)]
+    assert client.store(ns, tokens=tokens, first_chunk=0, chunks=chunks).stored_chunks == 4
+    with client.load(ns, tokens=tokens, mode="io_only") as load:
+        events = list(load)
+        assert [e.chunk for e in events] == [3, 2, 1, 0]
+        assert all(e.data == chunks[e.chunk] for e in events)
+        assert load.chunk(1).data == chunks[1]
+        load.release()
+
+
+def test_chunk_keys_prompt(client):
+    ns = small_namespace("engine-keys")
+    engine_keys = [bytes([i]) * 16 for i in range(3)]
+    chunks = [pattern(c, ns.chunk_bytes, salt=5).tobytes() for c in range(3)]
+    client.store(ns, chunk_keys=engine_keys, first_chunk=0, chunks=chunks)
+    assert client.lookup(ns, chunk_keys=engine_keys).cached_chunks == 3
+    assert client.lookup(ns, chunk_keys=engine_keys[:1] + [b"x" * 16]).cached_chunks == 1
+    with client.load(ns, chunk_keys=engine_keys, mode="io_only") as load:
+        assert {e.chunk: e.data for e in load} == dict(enumerate(chunks))
+
+
+def test_cake_load_meets_the_engine_progress(client):
+    """The engine reports every chunk it computed before the daemon loads anything: the daemon loads nothing
+    below it and Done names the engine's progress as the meeting point."""
+    ns = small_namespace("cake-progress")
+    tokens = prompt(8, seed=6)
+    region = client.register_region(8 * ns.chunk_bytes)
+    fill(region, 8, ns.chunk_bytes, salt=6)
+    client.store(ns, tokens=tokens, first_chunk=0, chunk_count=8, region=region)
+    with client.load(ns, tokens=tokens, region=region, computed_through=5) as load:
+        assert load.plan.strategy in ("cake", "io_only")
+        load.progress(6)
+        done = load.wait_done(10)
+        assert done.meeting_chunk >= 5 and done.loaded_chunks == 8 - done.meeting_chunk
+        assert load.wait_resident(done.meeting_chunk, timeout=1)
+        load.release()
+    client.release_region(region)
+
+
+def test_fixed_split_with_computed_through(client):
+    ns = small_namespace("fixed-split")
+    tokens = prompt(6, seed=7)
+    chunks = [pattern(c, ns.chunk_bytes, salt=7).tobytes() for c in range(6)]
+    client.store(ns, tokens=tokens, first_chunk=0, chunks=chunks)
+    with client.load(ns, tokens=tokens, mode="io_only", computed_through=4) as load:
+        assert [e.chunk for e in load] == [5, 4]
+        assert load.done.meeting_chunk == 4
+
+
+def test_nothing_cached_plans_and_ends_at_once(client):
+    ns = small_namespace("nothing")
+    with client.load(ns, tokens=prompt(3, seed=8)) as load:
+        assert load.plan.cached_chunks == 0
+        assert load.wait_done(5).meeting_chunk == 0
+        assert list(load) == []
+        assert not load.wait_resident(0, timeout=0.01)
+
+
+def test_wait_resident_times_out_while_loads_are_slow(fresh_daemon):
+    daemon = fresh_daemon("--dram-capacity-mib", "64", "--dram-read-gbps", "0.001")
+    with daemon.client() as client:
+        ns = small_namespace("slow")
+        tokens = prompt(4, seed=9)
+        client.store(ns, tokens=tokens, first_chunk=0, chunks=[bytes(ns.chunk_bytes)] * 4)
+        with client.load(ns, tokens=tokens, mode="io_only") as load:
+            load.wait_plan(5)
+            assert not load.wait_resident(0, timeout=0.05)  # 4 KiB at 1 Mbit/s is ~33 ms a chunk
+
+
+def test_socket_discovery(monkeypatch, daemon):
+    monkeypatch.setenv("CAKE_SOCKET", daemon.socket_path)
+    assert cake.default_socket_path() == daemon.socket_path
+    with cake.Client() as c:
+        c.ping()
+    monkeypatch.delenv("CAKE_SOCKET")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1234")
+    expected = "/run/cake/caked.sock" if __import__("os").geteuid() == 0 else "/run/user/1234/cake/caked.sock"
+    assert cake.default_socket_path() == expected
+
+
+def test_no_daemon_is_unavailable(tmp_path):
+    with pytest.raises(cake.CakeError) as error:
+        cake.Client(str(tmp_path / "nobody.sock"), connect_timeout_s=0.5)
+    assert error.value.code == grpc.StatusCode.UNAVAILABLE
+    assert "nobody.sock" in error.value.message
+
+
+def test_admin_calls(fresh_daemon):
+    daemon = fresh_daemon("--dram-capacity-mib", "64", "--dram-read-gbps", "50")
+    with daemon.client() as client:
+        ns = small_namespace("admin")
+        tokens = prompt(2, seed=10)
+        client.store(ns, tokens=tokens, first_chunk=0, chunks=[bytes(ns.chunk_bytes)] * 2)
+        assert client.set_read_cap("dram", 20) == pytest.approx(50)
+        assert client.status()["tiers"][0]["read_limit_gbps"] == pytest.approx(20)
+        chunks, nbytes = client.evict("dram")
+        assert chunks == 2 and nbytes >= 2 * ns.chunk_bytes
+        assert client.lookup(ns, tokens=tokens).cached_chunks == 0
