@@ -33,6 +33,17 @@ struct RegionBenchOptions {
 };
 absl::Status RunRegionBench(const RegionBenchOptions& options);
 
+// Timed I/O-only loads by the C++ client of a prompt (u32 tokens in a file) stored in an fp32 namespace, for
+// the Python client's bench to compare against on the same daemon.
+struct ClientLoadBenchOptions {
+  CommonOptions common;
+  std::string tokens_file;
+  std::string model_id;
+  uint32_t layers = 1, kv_heads = 1, head_dim = 1, chunk_tokens = 256;
+  uint32_t runs = 5;
+};
+absl::Status RunClientLoadBench(const ClientLoadBenchOptions& options);
+
 // The simulated engine of scripts/demo: compute-only, I/O-only and Cake time to first token for one prompt.
 // The CPU transformer's shape (bench/engine) and how it computes.
 struct EngineModelOptions {

@@ -59,6 +59,21 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 10000u));
 
+  cake::bench::ClientLoadBenchOptions client_load;
+  CLI::App* client_load_command = app.add_subcommand(
+      "client-load", "timed I/O-only loads by the C++ client of a stored fp32 prompt (for python3 -m cake.bench)");
+  AddCommonOptions(client_load_command, client_load.common);
+  client_load_command->add_option("--tokens-file", client_load.tokens_file, "the prompt, u32 little-endian")
+      ->required();
+  client_load_command->add_option("--model-id", client_load.model_id, "the namespace's model id")->required();
+  client_load_command->add_option("--layers", client_load.layers, "namespace layers")->required();
+  client_load_command->add_option("--kv-heads", client_load.kv_heads, "namespace KV heads")->required();
+  client_load_command->add_option("--head-dim", client_load.head_dim, "namespace head dimension")->required();
+  client_load_command->add_option("--chunk-tokens", client_load.chunk_tokens, "tokens per chunk")->required();
+  client_load_command->add_option("--runs", client_load.runs, "measured loads (after one warm-up)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 10000u));
+
   cake::bench::DemoOptions demo;
   CLI::App* demo_command = app.add_subcommand(
       "demo", "compute-only, I/O-only and Cake time to first token for one cached prompt, real or simulated engine");
@@ -315,6 +330,8 @@ int main(int argc, char** argv) {
   absl::Status status;
   if (lookup_command->parsed()) {
     status = cake::bench::RunLookupBench(lookup);
+  } else if (client_load_command->parsed()) {
+    status = cake::bench::RunClientLoadBench(client_load);
   } else if (region_command->parsed()) {
     status = cake::bench::RunRegionBench(region);
   } else if (io_command->parsed()) {

@@ -10,7 +10,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import grpc
 
@@ -42,8 +42,8 @@ class LoadPlan:
     predicted_io_only_s: Optional[float]
 
 
-@dataclass(frozen=True)
-class ChunkLoaded:
+class ChunkLoaded(NamedTuple):
+    """One landed chunk (a named tuple: the reader thread makes one per chunk, so it must be cheap)."""
     chunk: int
     region_offset: int            # from the start of the region (not of the window)
     bytes: int
@@ -80,7 +80,10 @@ class LoadSession:
         self._release_timeout_s = release_timeout_s
         self._requests = queue.SimpleQueue()
         self._requests.put(kv_pb2.LoadRequest(start=start))
-        self._cv = threading.Condition()
+        # One lock, two conditions: the engine waiting for Done is not woken by every ChunkLoaded.
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)        # Plan, Done, the end of the stream
+        self._chunk_cv = threading.Condition(self._lock)  # every ChunkLoaded (and Done, and the end)
         self._plan = None
         self._done = None
         self._loaded = []              # ChunkLoaded in arrival order (highest chunk first)
@@ -115,28 +118,33 @@ class LoadSession:
             self._error = error
             self._ended = True
             self._cv.notify_all()
+            self._chunk_cv.notify_all()
         self._close_send_side()
 
     def _on_response(self, response):
         which = response.WhichOneof("msg")
+        if which == "loaded":
+            m = response.loaded
+            event = ChunkLoaded(m.chunk, m.region_offset, m.bytes, m.data or None)
+            with self._cv:
+                cached = self._plan.cached_chunks if self._plan else 0
+                if self._plan is None or event.chunk >= cached or event.chunk in self._by_chunk:
+                    raise ValueError(f"ChunkLoaded for chunk {event.chunk} of {cached} cached chunks")
+                self._loaded.append(event)
+                self._by_chunk[event.chunk] = event
+                if event.chunk < self._loaded_low:
+                    self._loaded_low = event.chunk
+                self._chunk_cv.notify_all()
+            return
         with self._cv:
             if which == "plan":
                 self._plan = _plan_from_proto(response.plan)
                 self._loaded_low = self._plan.cached_chunks
-            elif which == "loaded":
-                m = response.loaded
-                cached = self._plan.cached_chunks if self._plan else 0
-                if self._plan is None or m.chunk >= cached or m.chunk in self._by_chunk:
-                    raise ValueError(f"ChunkLoaded for chunk {m.chunk} of {cached} cached chunks")
-                event = ChunkLoaded(chunk=m.chunk, region_offset=m.region_offset, bytes=m.bytes,
-                                    data=m.data if m.data else None)
-                self._loaded.append(event)
-                self._by_chunk[m.chunk] = event
-                self._loaded_low = min(self._loaded_low, m.chunk)
             elif which == "done":
                 d = response.done
                 self._done = LoadDone(meeting_chunk=d.meeting_chunk, loaded_chunks=d.loaded_chunks,
                                       failed_chunks=d.failed_chunks)
+                self._chunk_cv.notify_all()
             self._cv.notify_all()
 
     def _close_send_side(self):
@@ -153,14 +161,16 @@ class LoadSession:
             self._requests.put(request)
             return True
 
-    def _wait(self, predicate, timeout):
-        """Waits until predicate() holds or the stream ended; False on timeout. Call with self._cv held."""
+    def _wait(self, predicate, timeout, condition=None):
+        """Waits on `condition` (default: Plan/Done/end) until predicate() holds or the stream ended; False on
+        timeout. Call with the lock held."""
+        condition = condition or self._cv
         deadline = None if timeout is None else time.monotonic() + timeout
         while not predicate() and not self._ended:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
-            self._cv.wait(remaining)
+            condition.wait(remaining)
         return True
 
     # --- what an engine calls -------------------------------------------------------------------------------
@@ -199,7 +209,7 @@ class LoadSession:
         """Waits until chunk is resident, Done arrived or the stream ended; returns is_resident(chunk). With a
         timeout (seconds), gives up then: an engine waiting at the predicted meeting for loads that fell behind."""
         with self._cv:
-            self._wait(lambda: self._resident_locked(chunk) or self._done is not None, timeout)
+            self._wait(lambda: self._resident_locked(chunk) or self._done is not None, timeout, self._chunk_cv)
             return self._resident_locked(chunk)
 
     def meeting_deadline(self):
@@ -215,6 +225,12 @@ class LoadSession:
         with self._cv:
             return self._by_chunk[chunk]
 
+    def loaded_since(self, index):
+        """The ChunkLoaded events from the index-th on, without waiting: an engine polls this between steps to
+        take chunks as they land."""
+        with self._cv:
+            return self._loaded[index:]
+
     def region_offset(self, chunk):
         return self.chunk(chunk).region_offset
 
@@ -223,7 +239,7 @@ class LoadSession:
         index = 0
         while True:
             with self._cv:
-                self._wait(lambda: index < len(self._loaded) or self._done is not None, None)
+                self._wait(lambda: index < len(self._loaded) or self._done is not None, None, self._chunk_cv)
                 if index < len(self._loaded):
                     event = self._loaded[index]
                 elif self._done is not None or self._error is None:

@@ -1,0 +1,67 @@
+// cake-bench client-load: timed I/O-only loads, by the C++ client, of a prompt another client stored, into a
+// host region of its own. The Python client's bench (python3 -m cake.bench) runs it between its own loads of
+// the same prompt on the same daemon, so both clients are measured in one run against the same limit.
+#include <cstdio>
+#include <fstream>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bench/bench_common.h"
+#include "bench/benchmarks.h"
+
+namespace cake::bench {
+
+absl::Status RunClientLoadBench(const ClientLoadBenchOptions& options) {
+  if (options.common.socket_path.empty()) return absl::InvalidArgumentError("--socket is required");
+  std::ifstream in(options.tokens_file, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read --tokens-file ", options.tokens_file));
+  std::vector<uint32_t> tokens;
+  for (uint32_t t; in.read(reinterpret_cast<char*>(&t), sizeof(t));) tokens.push_back(t);  // little-endian host
+  NamespaceSpec ns;
+  ns.model_id = options.model_id;
+  ns.num_layers = options.layers;
+  ns.num_kv_heads = options.kv_heads;
+  ns.head_dim = options.head_dim;
+  ns.dtype = DType::kFp32;
+  ns.chunk_tokens = options.chunk_tokens;
+  auto layout = Namespace::Create(ns);
+  if (!layout.ok()) return layout.status();
+  const uint32_t chunks = static_cast<uint32_t>(tokens.size() / ns.chunk_tokens);
+  if (chunks == 0) return absl::InvalidArgumentError("the prompt holds no full chunk");
+  auto target = OpenDaemon(options.common.socket_path, {});
+  if (!target.ok()) return target.status();
+  Client& client = *target->client;
+  auto region = client.RegisterRegion(uint64_t{chunks} * layout->chunk_bytes());
+  if (!region.ok()) return region.status();
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+
+  std::vector<double> seconds;
+  for (uint32_t run = 0; run <= options.runs; ++run) {  // run 0 warms the channel up
+    LoadOptions load;
+    load.ns = ns;
+    load.prompt = TokensPrompt(tokens);
+    load.region = &*region;
+    load.io_only = true;
+    const Clock::time_point start = Clock::now();
+    auto session = client.StartLoad(load);
+    if (!session.ok()) return session.status();
+    auto done = (*session)->WaitDone();
+    const double elapsed = SecondsSince(start);
+    if (!done.ok()) return done.status();
+    if (done->loaded_chunks != chunks) {
+      return absl::InternalError(absl::StrCat("loaded ", done->loaded_chunks, " of ", chunks, " cached chunks"));
+    }
+    if (absl::Status s = (*session)->Release(); !s.ok()) return s;
+    if (run > 0) seconds.push_back(elapsed);
+  }
+  std::printf("cake-bench client-load: %u chunks of %llu bytes, %u runs, median %.6f s\n", chunks,
+              static_cast<unsigned long long>(layout->chunk_bytes()), options.runs, Median(seconds));
+  JsonReport report;
+  report.SetRaw("seconds", absl::StrCat("[", absl::StrJoin(seconds, ","), "]"));
+  report.Set("chunks", chunks);
+  report.Set("chunk_bytes", static_cast<double>(layout->chunk_bytes()));
+  return report.WriteTo(options.common.json_path);
+}
+
+}  // namespace cake::bench
