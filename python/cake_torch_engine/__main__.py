@@ -1,0 +1,262 @@
+"""python3 -m cake_torch_engine demo|bench: the PyTorch engine against caked.
+
+demo   compute-only, I/O-only and Cake time to first token for one prompt (a file's bytes), its KV cache stored
+       and loaded back from the disk tier with reads capped so that loading takes as long as computing; exits 1
+       unless every mode's KV cache and first-token logits equal full compute's bit for bit.
+bench  per prompt length and read cap: compute-only, I/O-only, Cake and every forced split (the engine computes
+       [0, m), the daemon loads [m, H)); Cake against the best forced split (goal: at most 1.10) and its gain
+       over the better baseline, every run bit-exact.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+import cake
+from cake.testing import SpawnedDaemon
+from cake_torch_engine.engine import TorchPrefillEngine, same_bits
+from cake_torch_engine.model import ModelConfig, TorchLlama
+
+
+def add_model_options(p):
+    d = ModelConfig()
+    p.add_argument("--layers", type=int, default=d.layers)
+    p.add_argument("--hidden", type=int, default=d.hidden)
+    p.add_argument("--heads", type=int, default=d.heads)
+    p.add_argument("--kv-heads", type=int, default=d.kv_heads)
+    p.add_argument("--intermediate", type=int, default=d.intermediate)
+    p.add_argument("--vocab", type=int, default=d.vocab)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--dtype", default=d.dtype, choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--chunk-tokens", type=int, default=128)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda:N (device regions over CUDA IPC)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="the engine's CPU threads (the rest of the cores are the daemon's)")
+    p.add_argument("--socket", help="a running caked with a disk tier (default: start a private one)")
+    p.add_argument("--json", help="also write the results here")
+
+
+def model_from(args):
+    torch.set_num_threads(args.threads)
+    config = ModelConfig(layers=args.layers, hidden=args.hidden, heads=args.heads, kv_heads=args.kv_heads,
+                         intermediate=args.intermediate, vocab=args.vocab, seed=args.seed, dtype=args.dtype)
+    return TorchLlama(config, device=args.device)
+
+
+class Daemon:
+    """The caked to run against: the one on --socket, or a private one with a disk tier and a read cap."""
+
+    def __init__(self, socket, dram_mib, scratch):
+        self.spawned = None
+        if socket is None:
+            self.spawned = SpawnedDaemon(["--dram-capacity-mib", str(dram_mib), "--disk-root",
+                                          os.path.join(scratch, "disk"), "--disk-read-gbps", "4"])
+            socket = self.spawned.socket_path
+        self.client = cake.Client(socket)
+        self.from_disk = "tier_disk_chunks" in self.client.stats()
+        self.capped_tier = "disk" if self.from_disk else "dram"
+
+    def settle(self, chunks, timeout_s=120):
+        """Waits until the write-back has put `chunks` chunks on disk (a no-op without a disk tier)."""
+        if not self.from_disk:
+            return
+        deadline = time.monotonic() + timeout_s
+        while self.client.stats()["tier_disk_chunks"] < chunks:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the disk tier did not reach {chunks} chunks within {timeout_s} s")
+            time.sleep(0.05)
+
+    def cold(self, run):
+        """Runs a load with DRAM emptied first, so it comes from the disk tier."""
+        if self.from_disk:
+            self.client.evict("dram")
+        return run()
+
+    def close(self):
+        self.client.close()
+        if self.spawned is not None:
+            self.spawned.stop()
+
+
+def byte_prompt(path, tokens, vocab):
+    data = open(path, "rb").read() if path else bytes(range(256))
+    out = [b % vocab for b in data]
+    while len(out) < tokens:
+        out += out
+    return out[:tokens]
+
+
+def exact(engine, result, truth_kv, truth_logits):
+    return same_bits(engine.cache, truth_kv) and same_bits(result.logits, truth_logits)
+
+
+def token_text(token):
+    return f"{token} ({chr(token)!r})" if 32 <= token < 127 else str(token)
+
+
+def demo(args):
+    model = model_from(args)
+    prompt = byte_prompt(args.prompt_file, args.tokens, args.vocab)
+    scratch = tempfile.mkdtemp(prefix="cake-torch-demo-")
+    kv_bytes = model.new_cache(1).numel() * model.new_cache(1).element_size() * len(prompt)
+    daemon = Daemon(args.socket, kv_bytes * 2 // (1 << 20) + 256, scratch)
+    engine = TorchPrefillEngine(model, prompt, args.chunk_tokens, daemon.client,
+                                region_kind="cuda" if model.device.type == "cuda" else "host")
+    try:
+        print(f"cake_torch_engine demo: a PyTorch transformer on {model.device} ({model.config.describe()}), "
+              f"{len(prompt)}-token prompt{' from ' + args.prompt_file if args.prompt_file else ''}, "
+              f"chunks of {args.chunk_tokens}")
+        engine.compute_only()  # warm-up: the allocator's and the BLAS's first touches
+        truth = engine.compute_only()
+        truth_kv, truth_logits = engine.cache.clone(), truth.logits.clone()
+        first, growth = engine.set_hint_from(truth)
+        engine.store()
+        daemon.settle(engine.full_chunks)
+        stored_bits = engine.full_chunks * engine.ns.chunk_bytes * 8
+        gbps = args.read_gbps or stored_bits / truth.ttft_s / 1e9
+        daemon.client.set_read_cap(daemon.capped_tier, gbps)
+        print(f"  KV cache {engine.full_chunks * engine.ns.chunk_bytes / 2**20:.1f} MiB in {engine.full_chunks} "
+              f"chunks, loaded from {'the disk tier (DRAM emptied before each load)' if daemon.from_disk else 'DRAM'}"
+              f" with reads capped at {gbps:.3g} Gbit/s"
+              f"{'' if args.read_gbps else ' (loading the prompt takes as long as computing it)'}")
+        print(f"  compute per chunk: {first * 1e3:.1f} ms + {growth * 1e3:.2f} ms x chunk index, sent as the hint")
+        daemon.cold(engine.io_only)  # untimed: the planner measures the capped tier
+        computed = engine.compute_only()
+        ok_compute = exact(engine, computed, truth_kv, truth_logits)
+        io = daemon.cold(engine.io_only)
+        ok_io = exact(engine, io, truth_kv, truth_logits)
+        cake_run = daemon.cold(engine.cake)
+        ok_cake = exact(engine, cake_run, truth_kv, truth_logits)
+        print(f"  {'mode':13} {'TTFT s':>9}  {'first token':15}")
+        print(f"  {'compute-only':13} {computed.ttft_s:9.3f}  {token_text(computed.first_token):15} "
+              f"computed {computed.computed_chunks} chunks")
+        print(f"  {'I/O-only':13} {io.ttft_s:9.3f}  {token_text(io.first_token):15} loaded {io.loaded_chunks} chunks")
+        predicted = "-" if cake_run.predicted_meeting_chunk is None else str(cake_run.predicted_meeting_chunk)
+        print(f"  {'Cake':13} {cake_run.ttft_s:9.3f}  {token_text(cake_run.first_token):15} met at chunk "
+              f"{cake_run.meeting_chunk} (token {cake_run.meeting_chunk * args.chunk_tokens}), predicted {predicted};"
+              f" computed {cake_run.computed_chunks}, loaded {cake_run.loaded_chunks}")
+        print(f"  Cake speedup: {computed.ttft_s / cake_run.ttft_s:.2f}x over compute-only, "
+              f"{io.ttft_s / cake_run.ttft_s:.2f}x over I/O-only")
+        all_exact = ok_compute and ok_io and ok_cake
+        print(f"  KV cache and first-token logits identical to full compute's in every mode: "
+              f"{'yes' if all_exact else 'NO'}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"engine": "torch", "device": str(model.device), "model": model.config.describe(),
+                           "tokens": len(prompt), "read_gbps": gbps,
+                           "loaded_from": "disk" if daemon.from_disk else "dram",
+                           "compute_only_s": computed.ttft_s, "io_only_s": io.ttft_s, "cake_s": cake_run.ttft_s,
+                           "meeting_chunk": cake_run.meeting_chunk,
+                           "predicted_meeting_chunk": cake_run.predicted_meeting_chunk,
+                           "first_token": cake_run.first_token, "bitexact": all_exact}, f, indent=1)
+        return 0 if all_exact else 1
+    finally:
+        engine.close()
+        daemon.close()
+
+
+def bench(args):
+    model = model_from(args)
+    scratch = tempfile.mkdtemp(prefix="cake-torch-bench-")
+    longest = max(args.tokens)
+    per_token = model.new_cache(1).numel() * model.new_cache(1).element_size()
+    daemon = Daemon(args.socket, per_token * longest * len(args.tokens) * 2 // (1 << 20) + 256, scratch)
+    rows = []
+    all_exact = True
+    try:
+        print(f"cake_torch_engine bench: a PyTorch transformer on {model.device} ({model.config.describe()}), "
+              f"chunks of {args.chunk_tokens}, {args.threads} thread(s); loads from "
+              f"{'the disk tier, DRAM emptied before each' if daemon.from_disk else 'DRAM'}; median of "
+              f"{args.repeats}")
+        print(f"  {'tokens':>6} {'Gbit/s':>8} {'compute':>8} {'I/O':>8} {'Cake':>8} {'best m':>7} {'best s':>8} "
+              f"{'meet':>9} {'Cake/best':>9} {'gain':>6}  strategy")
+        for index, tokens in enumerate(args.tokens):
+            prompt = [(i * 7 + index * 131 + (i * i) % 11) % args.vocab for i in range(tokens)]
+            engine = TorchPrefillEngine(model, prompt, args.chunk_tokens, daemon.client,
+                                        region_kind="cuda" if model.device.type == "cuda" else "host")
+            try:
+                engine.compute_only()
+                truth = engine.compute_only()
+                truth_kv, truth_logits = engine.cache.clone(), truth.logits.clone()
+                engine.set_hint_from(truth)
+                engine.store()
+                daemon.settle(sum(-(-t // args.chunk_tokens) for t in args.tokens[:index + 1]))
+                stored_bits = engine.full_chunks * engine.ns.chunk_bytes * 8
+                for ratio in args.load_ratios:
+                    gbps = stored_bits / (truth.ttft_s * ratio) / 1e9
+                    daemon.client.set_read_cap(daemon.capped_tier, gbps)
+                    daemon.cold(engine.io_only)  # the planner measures the new cap
+
+                    def median_of(run):
+                        nonlocal all_exact
+                        results = []
+                        for _ in range(args.repeats):
+                            results.append(run())
+                            all_exact &= exact(engine, results[-1], truth_kv, truth_logits)
+                        return sorted(results, key=lambda r: r.ttft_s)[len(results) // 2]
+
+                    computed = median_of(engine.compute_only)
+                    io = median_of(lambda: daemon.cold(engine.io_only))
+                    cake_run = median_of(lambda: daemon.cold(engine.cake))
+                    forced = {}
+                    for m in range(0, engine.full_chunks + 1, args.sweep_step):
+                        forced[m] = median_of(lambda: daemon.cold(lambda: engine.fixed_split(m))).ttft_s
+                    best_m = min(forced, key=forced.get)
+                    better_baseline = min(computed.ttft_s, io.ttft_s)
+                    row = {"tokens": tokens, "throttle_gbps": gbps, "load_ratio": ratio,
+                           "ttft_compute_s": computed.ttft_s, "ttft_io_s": io.ttft_s, "ttft_cake_s": cake_run.ttft_s,
+                           "ttft_best_forced_s": forced[best_m], "best_forced_chunk": best_m,
+                           "meet_predicted": cake_run.predicted_meeting_chunk,
+                           "meet_measured": cake_run.meeting_chunk, "strategy": cake_run.strategy,
+                           "cake_over_best_forced": cake_run.ttft_s / forced[best_m],
+                           "gain_over_better_baseline": better_baseline / cake_run.ttft_s}
+                    rows.append(row)
+                    meet = f"{cake_run.meeting_chunk}/{'-' if cake_run.predicted_meeting_chunk is None else cake_run.predicted_meeting_chunk}"
+                    print(f"  {tokens:6d} {gbps:8.3f} {computed.ttft_s:8.3f} {io.ttft_s:8.3f} {cake_run.ttft_s:8.3f} "
+                          f"{best_m:7d} {forced[best_m]:8.3f} {meet:>9} {row['cake_over_best_forced']:9.3f} "
+                          f"{row['gain_over_better_baseline']:5.2f}x  {cake_run.strategy}", flush=True)
+            finally:
+                engine.close()
+        worst = max(r["cake_over_best_forced"] for r in rows)
+        print(f"\n  worst Cake / best forced split = {worst:.3f} (goal: at most 1.10) -> "
+              f"{'met' if worst <= 1.10 else 'MISSED'}; gain over the better baseline "
+              f"{min(r['gain_over_better_baseline'] for r in rows):.2f}x to "
+              f"{max(r['gain_over_better_baseline'] for r in rows):.2f}x; every run bit-exact: "
+              f"{'yes' if all_exact else 'NO'}")
+        print("  meet: measured / predicted meeting chunk")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"model": model.config.describe(), "device": str(model.device), "threads": args.threads,
+                           "worst_cake_over_best_forced": worst, "all_bitexact": all_exact, "rows": rows}, f,
+                          indent=1)
+        return 0 if all_exact else 1
+    finally:
+        daemon.close()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m cake_torch_engine", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    d = commands.add_parser("demo", help="compute-only, I/O-only and Cake TTFT for one prompt")
+    add_model_options(d)
+    d.add_argument("--prompt-file", help="the prompt is this file's bytes (default: bytes 0..255 repeated)")
+    d.add_argument("--tokens", type=int, default=3072, help="prompt length in tokens")
+    d.add_argument("--read-gbps", type=float, help="read cap in Gbit/s (default: loading takes as long as computing)")
+    b = commands.add_parser("bench", help="Cake against every forced split over prompt lengths and read caps")
+    add_model_options(b)
+    b.add_argument("--tokens", type=lambda s: [int(x) for x in s.split(",")], default=[1024, 2048])
+    b.add_argument("--load-ratios", type=lambda s: [float(x) for x in s.split(",")], default=[0.5, 1.0, 2.0],
+                   help="read caps at which loading the prompt takes this many times computing it")
+    b.add_argument("--sweep-step", type=int, default=1, help="forced meeting points every N chunks")
+    b.add_argument("--repeats", type=int, default=1, help="runs of each mode per cell; the median is reported")
+    args = parser.parse_args(argv)
+    return demo(args) if args.command == "demo" else bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
