@@ -245,22 +245,24 @@ class GrpcClient final : public Client {
     v1::RegisterRegionResponse response;
     grpc::ClientContext context;
     if (auto s = FromGrpc(kv_->RegisterRegion(&context, request, &response)); !s.ok()) return s;
+    // A region this process cannot map is given back rather than left held (and counted against the
+    // client's quota) until the daemon stops.
+    auto give_back = [&](absl::Status why) {
+      v1::ReleaseRegionRequest release;
+      release.set_client_id(client_id_);
+      release.set_region_id(response.region_id());
+      v1::ReleaseRegionResponse released;
+      grpc::ClientContext release_context;
+      kv_->ReleaseRegion(&release_context, release, &released);
+      return why;
+    };
     if (response.kind() == v1::REGION_CUDA_IPC) {
       auto mapping = CudaIpcMapping::Open(response.cuda_ipc_handle(), response.bytes(), where.device);
-      if (!mapping.ok()) {
-        // The daemon holds the memory: give it back rather than leak it until the daemon stops.
-        v1::ReleaseRegionRequest release;
-        release.set_client_id(client_id_);
-        release.set_region_id(response.region_id());
-        v1::ReleaseRegionResponse released;
-        grpc::ClientContext release_context;
-        kv_->ReleaseRegion(&release_context, release, &released);
-        return mapping.status();
-      }
+      if (!mapping.ok()) return give_back(mapping.status());
       return MappedRegion(response.region_id(), std::move(*mapping));
     }
     auto shm = SharedMemory::Open(response.shm_name(), response.bytes());
-    if (!shm.ok()) return shm.status();
+    if (!shm.ok()) return give_back(shm.status());
     return MappedRegion(response.region_id(), std::move(*shm));
   }
 

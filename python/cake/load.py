@@ -88,6 +88,7 @@ class LoadSession:
         self._done = None
         self._loaded = []              # ChunkLoaded in arrival order (highest chunk first)
         self._by_chunk = {}
+        self._arrivals = []            # monotonic time of each ChunkLoaded, for the engine's ETA of the loads
         self._loaded_low = None        # lowest chunk of the loaded suffix
         self._error = None             # CakeError: the stream ended with a status other than OK
         self._ended = False            # the stream is over (OK or not)
@@ -131,6 +132,7 @@ class LoadSession:
                 if self._plan is None or event.chunk >= cached or event.chunk in self._by_chunk:
                     raise ValueError(f"ChunkLoaded for chunk {event.chunk} of {cached} cached chunks")
                 self._loaded.append(event)
+                self._arrivals.append(time.monotonic())
                 self._by_chunk[event.chunk] = event
                 if event.chunk < self._loaded_low:
                     self._loaded_low = event.chunk
@@ -211,6 +213,28 @@ class LoadSession:
         with self._cv:
             self._wait(lambda: self._resident_locked(chunk) or self._done is not None, timeout, self._chunk_cv)
             return self._resident_locked(chunk)
+
+    def seconds_until_resident(self, chunk):
+        """How long until the loads reach `chunk`, from the pace they have kept so far: 0 when it is resident,
+        None while there is no pace to go by (fewer than two chunks landed and no I/O-only prediction). An
+        engine at chunk c computes it when this is longer than computing c takes, and otherwise waits for it:
+        computing a chunk the loads deliver sooner is work thrown away (LoadSession docs, docs/engines.md)."""
+        with self._cv:
+            if self._plan is None or self._resident_locked(chunk):
+                return 0.0 if self._plan is not None else None
+            if self._done is not None or self._ended or chunk < self._plan.lowest_loadable:
+                return None  # nothing more will land there
+            remaining = self._loaded_low - chunk
+            recent = self._arrivals[-5:]
+            if len(recent) >= 2:
+                interval = (recent[-1] - recent[0]) / (len(recent) - 1)
+                return max(0.0, recent[-1] + remaining * interval - time.monotonic())
+            loadable = self._plan.cached_chunks - self._plan.lowest_loadable
+            if self._plan.predicted_io_only_s is not None and loadable > 0:
+                interval = self._plan.predicted_io_only_s / loadable
+                since = self._arrivals[-1] if self._arrivals else self.started_at
+                return max(0.0, since + remaining * interval - time.monotonic())
+            return None
 
     def meeting_deadline(self):
         """Under strategy "cake" with a prediction: the monotonic time until which an engine at the predicted

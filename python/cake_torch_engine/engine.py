@@ -183,17 +183,19 @@ class TorchPrefillEngine:
                         spliced.add(event.chunk)
 
             if mode == "cake":
-                # Compute forward while the daemon loads backward; stop at the first resident chunk, or wait at
-                # the predicted meeting (computing past it is work thrown away) until a little after the
-                # predicted time to first token, then compute on if the loads fell behind.
+                # Compute forward while the daemon loads backward, and stop at the first resident chunk. Before
+                # each step, ask whether the loads will land on this chunk sooner than computing it takes (their
+                # pace so far against this engine's own cost model): then wait for them, once; computing it
+                # would be work thrown away. If they fell behind after all, compute on.
                 limit = plan.lowest_loadable if plan.strategy == "io_only" else cached
-                deadline = session.meeting_deadline()
-                wait_at = plan.predicted_meeting_chunk if deadline is not None else cached + 1
                 while computed < limit and not session.is_resident(computed):
                     splice_landed(computed)
-                    if computed == wait_at and session.wait_resident(
-                            computed, timeout=max(0.0, deadline - time.monotonic())):
-                        break
+                    if plan.strategy == "cake":
+                        eta = session.seconds_until_resident(computed)
+                        cost = self.hint[0] + self.hint[1] * computed
+                        if eta is not None and eta <= cost and session.wait_resident(
+                                computed, timeout=eta * 1.5 + 2e-3):
+                            break
                     self.compute_chunk(computed, result)
                     computed += 1
                     session.progress(computed)

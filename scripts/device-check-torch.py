@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""The Python side of scripts/device-check, on a machine with a GPU: the cake client and the PyTorch engine
+through device regions over CUDA IPC, and, where `transformers` is importable, a Hugging Face LlamaForCausalLM
+whose DynamicCache gets the loaded suffix spliced in. Each check prints one line and lands in --json; the exit
+status is 1 if any failed.
+
+1. engine-bitexact: the torch engine on cuda:N, compute-only, I/O-only, Cake and fixed splits, loaded chunks
+   spliced into its cache on a side stream: KV cache and first-token logits bit-identical to full compute.
+2. engine-demo: compute-only, I/O-only and Cake time to first token for a larger model, reads of the DRAM tier
+   capped so loading takes as long as computing.
+3. hf-dynamic-cache: LlamaForCausalLM from a small config with seeded random weights; its chunked prefill's KV
+   is stored, then chunks [m, H) are loaded into a device region and spliced into a DynamicCache after
+   computing [0, m): the first token equals full compute's (and whether the logits are bit-identical is shown).
+"""
+import argparse
+import json
+import sys
+import time
+import traceback
+
+import torch
+
+import cake
+from cake_torch_engine import ModelConfig, TorchLlama, TorchPrefillEngine, same_bits
+
+
+def check_engine_bitexact(client, device):
+    model = TorchLlama(ModelConfig(layers=4, hidden=512, heads=8, kv_heads=2, intermediate=1024, vocab=512,
+                                   seed=7, dtype="bf16"), device=device)
+    prompt = [(i * 31 + 7) % 512 for i in range(128 * 12 + 17)]
+    engine = TorchPrefillEngine(model, prompt, 128, client, region_kind="cuda")
+    try:
+        assert engine.region.kind == "cuda", f"the daemon gave a {engine.region.kind} region"
+        truth = engine.compute_only()
+        kv, logits = engine.cache.clone(), truth.logits.clone()
+        engine.set_hint_from(truth)
+        engine.store()
+        modes = {}
+        for run in (engine.io_only, engine.cake, lambda: engine.fixed_split(5), engine.compute_only):
+            r = run()
+            modes[r.mode] = {"exact": same_bits(engine.cache, kv) and same_bits(r.logits, logits),
+                             "ttft_s": r.ttft_s, "meeting_chunk": r.meeting_chunk, "loaded": r.loaded_chunks}
+        ok = all(m["exact"] for m in modes.values())
+        return ok, {"modes": modes}
+    finally:
+        engine.close()
+
+
+def check_engine_demo(client, device, tokens):
+    model = TorchLlama(ModelConfig(layers=16, hidden=2048, heads=16, kv_heads=4, intermediate=5632, vocab=1024,
+                                   seed=3, dtype="bf16"), device=device)
+    prompt = [(i * 17 + (i * i) % 13) % 1024 for i in range(tokens)]
+    engine = TorchPrefillEngine(model, prompt, 256, client, region_kind="cuda")
+    try:
+        engine.compute_only()
+        truth = engine.compute_only()
+        kv, logits = engine.cache.clone(), truth.logits.clone()
+        engine.set_hint_from(truth)
+        engine.store()
+        gbps = engine.full_chunks * engine.ns.chunk_bytes * 8 / truth.ttft_s / 1e9
+        client.set_read_cap("dram", gbps)
+        engine.io_only()  # the planner measures the cap
+        out = {"tokens": tokens, "read_gbps": gbps, "model": model.config.describe()}
+        exact = True
+        for name, run in (("compute_only", engine.compute_only), ("io_only", engine.io_only), ("cake", engine.cake)):
+            r = run()
+            exact &= same_bits(engine.cache, kv) and same_bits(r.logits, logits)
+            out[name + "_s"] = r.ttft_s
+            if name == "cake":
+                out["meeting_chunk"], out["predicted_meeting_chunk"] = r.meeting_chunk, r.predicted_meeting_chunk
+        out["bitexact"] = exact
+        out["cake_over_better_baseline"] = out["cake_s"] / min(out["compute_only_s"], out["io_only_s"])
+        return exact, out
+    finally:
+        engine.close()
+
+
+def _cache_layer(cache, layer):
+    """(keys, values) of one layer, [batch, kv_heads, tokens, head_dim], across transformers versions."""
+    if hasattr(cache, "layers"):
+        return cache.layers[layer].keys, cache.layers[layer].values
+    if hasattr(cache, "key_cache"):
+        return cache.key_cache[layer], cache.value_cache[layer]
+    return cache[layer][0], cache[layer][1]
+
+
+def check_hf_dynamic_cache(client, device):
+    try:
+        import transformers
+        from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+    except ImportError as error:
+        return None, {"skipped": f"transformers is not importable here: {error}"}
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+                         num_key_value_heads=2, vocab_size=1000, max_position_embeddings=4096)
+    model = LlamaForCausalLM(config).to(device=device, dtype=torch.float32).eval()
+    layers, kv_heads = config.num_hidden_layers, config.num_key_value_heads
+    head_dim = config.hidden_size // config.num_attention_heads
+    chunk = 64
+    prompt = torch.tensor([[(i * 37 + 5) % 1000 for i in range(chunk * 8 + 21)]], device=device)
+    n = prompt.shape[1]
+    full_chunks = n // chunk
+    ns = cake.Namespace(f"device-check/hf-llama-{transformers.__version__}", num_layers=layers,
+                        num_kv_heads=kv_heads, head_dim=head_dim, dtype="fp32", chunk_tokens=chunk)
+    layout = cake.ChunkLayout.of(ns)
+    tokens = prompt[0].tolist()
+
+    def prefill(cache, begin, end):
+        """Chunked prefill of positions [begin, end) into cache; returns the last position's logits."""
+        logits = None
+        for start in range(begin, end, chunk):
+            stop = min(start + chunk, end)
+            out = model(prompt[:, start:stop], past_key_values=cache, use_cache=True,
+                        cache_position=torch.arange(start, stop, device=device))
+            logits = out.logits[0, -1]
+        return logits
+
+    with torch.no_grad():
+        reference_cache = DynamicCache()
+        reference = prefill(reference_cache, 0, n)
+        region = client.register_region(full_chunks * ns.chunk_bytes, kind="cuda")
+        try:
+            raw = region.torch()
+            for c in range(full_chunks):
+                view = layout.chunk(raw, c * ns.chunk_bytes)
+                for layer in range(layers):
+                    k, v = _cache_layer(reference_cache, layer)
+                    view[layer, 0].copy_(k[0, :, c * chunk:(c + 1) * chunk].transpose(0, 1))
+                    view[layer, 1].copy_(v[0, :, c * chunk:(c + 1) * chunk].transpose(0, 1))
+            torch.cuda.synchronize()
+            client.store(ns, tokens=tokens, first_chunk=0, chunk_count=full_chunks, region=region)
+            raw.zero_()
+            torch.cuda.synchronize()
+            results = {}
+            for split in (0, 3, full_chunks):
+                cache = DynamicCache()
+                prefill(cache, 0, split * chunk)  # the engine's front
+                with client.load(ns, tokens=tokens, region=region, mode="io_only", computed_through=split) as load:
+                    done = load.wait_done(60)
+                    assert done.meeting_chunk == split and done.failed_chunks == 0, done
+                    # Splice the loaded suffix in, layer by layer, after the computed front.
+                    for layer in range(layers):
+                        parts_k, parts_v = [], []
+                        for c in range(split, full_chunks):
+                            k, v = layout.layer_kv(raw, load.region_offset(c), layer)
+                            parts_k.append(k.transpose(0, 1)[None])
+                            parts_v.append(v.transpose(0, 1)[None])
+                        if parts_k:
+                            cache.update(torch.cat(parts_k, dim=2).clone(), torch.cat(parts_v, dim=2).clone(), layer)
+                    torch.cuda.synchronize()
+                    load.release()
+                logits = prefill(cache, full_chunks * chunk, n)
+                results[f"split {split}"] = {
+                    "first_token_equal": int(logits.argmax()) == int(reference.argmax()),
+                    "logits_bit_identical": same_bits(logits, reference),
+                    "max_abs_logit_diff": float((logits - reference).abs().max())}
+        finally:
+            client.release_region(region)
+    ok = all(r["first_token_equal"] for r in results.values())
+    return ok, {"transformers": transformers.__version__, "splits": results}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--device", type=int, default=0)
+    parser.add_argument("--demo-tokens", type=int, default=8192)
+    parser.add_argument("--json", default="")
+    args = parser.parse_args()
+    device = f"cuda:{args.device}"
+    torch.cuda.init()
+    report, failed = {"gpu": torch.cuda.get_device_name(args.device), "torch": torch.__version__}, []
+    with cake.Client(args.socket, client_id="device-check-torch") as client:
+        checks = (("engine-bitexact", lambda: check_engine_bitexact(client, device)),
+                  ("engine-demo", lambda: check_engine_demo(client, device, args.demo_tokens)),
+                  ("hf-dynamic-cache", lambda: check_hf_dynamic_cache(client, device)))
+        for name, check in checks:
+            began = time.perf_counter()
+            try:
+                ok, details = check()
+            except Exception:
+                ok, details = False, {"error": traceback.format_exc()}
+            details["seconds"] = time.perf_counter() - began
+            report[name] = details
+            verdict = "skipped" if ok is None else ("ok" if ok else "FAILED")
+            if ok is False:
+                failed.append(name)
+            print(f"{name}: {verdict} {json.dumps(details, default=str)}", flush=True)
+    report["failed"] = failed
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
