@@ -158,7 +158,7 @@ class Client {
 
   virtual absl::Status Ping() = 0;
   virtual absl::StatusOr<std::map<std::string, uint64_t>> Stats() = 0;
-  // Drops every chunk of one tier ("dram" or "disk"); returns how many.
+  // Drops every chunk of one tier ("dram", "disk" or "remote"); returns how many.
   virtual absl::StatusOr<uint64_t> Evict(const std::string& tier) = 0;
   // Changes a capped tier's read cap; returns the previous cap, Gbit/s.
   virtual absl::StatusOr<double> SetReadCap(const std::string& tier, double gbps) = 0;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs caked, cakectl, the default configuration and the systemd unit from a build in build/.
+# Installs caked, cakectl, the Python client (with the stubs the build generated), the default configuration and
+# the systemd unit from a build in build/.
 # Idempotent: an existing /etc/cake/caked.toml is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,17 @@ install -d "$prefix/bin" /etc/cake "$prefix/share/doc/cake"
 install -m 0755 build/bin/caked build/bin/cakectl "$prefix/bin/"
 [ -f /etc/cake/caked.toml ] || install -m 0644 deploy/caked.toml /etc/cake/caked.toml
 install -m 0644 docs/*.md "$prefix/share/doc/cake/"
+# The Python packages, where Debian's python3 finds them (/usr/local/lib/python3/dist-packages with the default
+# prefix); the generated cake.v1 stubs go inside the cake package.
+if [ -f build/python/cake/v1/kv_pb2.py ]; then
+  pydir="$prefix/lib/python3/dist-packages"
+  rm -rf "$pydir/cake" "$pydir/cake_torch_engine"
+  install -d "$pydir/cake/v1" "$pydir/cake/testing" "$pydir/cake_torch_engine"
+  install -m 0644 python/cake/*.py "$pydir/cake/"
+  install -m 0644 python/cake/testing/*.py "$pydir/cake/testing/"
+  install -m 0644 build/python/cake/v1/*.py "$pydir/cake/v1/"
+  install -m 0644 python/cake_torch_engine/*.py "$pydir/cake_torch_engine/"
+fi
 if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
   getent group cake >/dev/null || groupadd --system cake
   getent passwd cake >/dev/null || useradd --system --gid cake --no-create-home --shell /usr/sbin/nologin cake

@@ -25,7 +25,7 @@ from cake.testing import SpawnedDaemon
 SHAPES = [
     ("32 MiB chunks (Llama-3.1-8B, 256 tokens)", 32, 8, 128, 128, 32),   # 1 GiB, as cake-bench region
     ("8 MiB chunks", 32, 8, 128, 32, 64),                               # 512 MiB
-    ("1 MiB chunks", 8, 8, 64, 64, 256),                                # 256 MiB
+    ("1 MiB chunks", 8, 8, 64, 32, 512),                                # 512 MiB
     ("64 KiB chunks (per-chunk cost)", 2, 2, 64, 32, 1024),             # 64 MiB
 ]
 

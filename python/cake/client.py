@@ -64,7 +64,11 @@ def _prompt(tokens, chunk_keys):
     if (tokens is None) == (chunk_keys is None):
         raise ValueError("give exactly one of tokens and chunk_keys")
     if tokens is not None:
-        return kv_pb2.Prompt(tokens=[int(t) for t in tokens])
+        if hasattr(tokens, "tolist"):  # numpy arrays and torch tensors
+            tokens = tokens.tolist()
+        elif not isinstance(tokens, list):
+            tokens = list(tokens)
+        return kv_pb2.Prompt(tokens=tokens)
     return kv_pb2.Prompt(chunk_keys=[bytes(k) for k in chunk_keys])
 
 
@@ -187,7 +191,7 @@ class Client:
             start.region_id = region.id
             start.region_offset = region_offset
             start.region_bytes = region_bytes
-        return LoadSession(self._kv, start)
+        return LoadSession(self._kv, start, region_size=None if region is None else region.size)
 
     # --- AdminService ---------------------------------------------------------------------------------------
     def ping(self):

@@ -57,6 +57,18 @@ class LoadDone:
     failed_chunks: int            # reads that failed or were corrupt: the engine computes them
 
 
+class _BadMessage(Exception):
+    """A message from the daemon that breaks the protocol; the load ends with DATA_LOSS."""
+
+
+def _chunk_bytes(ns_proto):
+    """The chunk size the namespace implies; 0 when it takes the daemon's default chunk_tokens."""
+    from cake.namespace import DTYPES
+    names = {1: "fp32", 2: "fp16", 3: "bf16", 4: "fp8", 5: "int8"}
+    return (2 * ns_proto.num_layers * ns_proto.num_kv_heads * ns_proto.head_dim * DTYPES.get(names.get(ns_proto.dtype), 0)
+            * ns_proto.chunk_tokens)
+
+
 def _optional(message, field):
     return getattr(message, field) if message.HasField(field) else None
 
@@ -75,9 +87,12 @@ class LoadSession:
     """Made by Client.load(); use it as a context manager. After each engine step: progress(c), then
     is_resident(c) to decide whether to stop computing; release() once the loaded chunks are copied out."""
 
-    def __init__(self, stub, start, release_timeout_s=30.0):
+    def __init__(self, stub, start, region_size=None, release_timeout_s=30.0):
         self.started_at = time.monotonic()
         self._release_timeout_s = release_timeout_s
+        # The daemon is a peer like any other: what it sends is checked against what this client asked for.
+        self._region_size = region_size          # None: an inline load
+        self._chunk_bytes = _chunk_bytes(start.namespace)
         self._requests = queue.SimpleQueue()
         self._requests.put(kv_pb2.LoadRequest(start=start))
         # One lock, two conditions: the engine waiting for Done is not woken by every ChunkLoaded.
@@ -112,6 +127,9 @@ class LoadSession:
                 self._on_response(response)
         except grpc.RpcError as rpc_error:
             error = CakeError.from_rpc_error(rpc_error)
+        except _BadMessage as bad:
+            error = CakeError(grpc.StatusCode.DATA_LOSS, f"the daemon sent a message this client refuses: {bad}")
+            self._call.cancel()
         except Exception as unexpected:  # a malformed message must not kill the thread silently
             error = CakeError(grpc.StatusCode.INTERNAL, f"reading the Load stream: {unexpected!r}")
             self._call.cancel()
@@ -128,9 +146,7 @@ class LoadSession:
             m = response.loaded
             event = ChunkLoaded(m.chunk, m.region_offset, m.bytes, m.data or None)
             with self._cv:
-                cached = self._plan.cached_chunks if self._plan else 0
-                if self._plan is None or event.chunk >= cached or event.chunk in self._by_chunk:
-                    raise ValueError(f"ChunkLoaded for chunk {event.chunk} of {cached} cached chunks")
+                self._check_loaded_locked(event)
                 self._loaded.append(event)
                 self._arrivals.append(time.monotonic())
                 self._by_chunk[event.chunk] = event
@@ -140,14 +156,44 @@ class LoadSession:
             return
         with self._cv:
             if which == "plan":
-                self._plan = _plan_from_proto(response.plan)
-                self._loaded_low = self._plan.cached_chunks
+                if self._plan is not None:
+                    raise _BadMessage("a second Plan")
+                plan = _plan_from_proto(response.plan)
+                if not (plan.lowest_loadable <= plan.cached_chunks <= plan.total_chunks) or (
+                        plan.cached_chunks and self._chunk_bytes and plan.chunk_bytes != self._chunk_bytes):
+                    raise _BadMessage(f"a Plan of {plan.cached_chunks} cached chunks of {plan.total_chunks}, "
+                                      f"lowest loadable {plan.lowest_loadable}, {plan.chunk_bytes}-byte chunks")
+                self._plan = plan
+                self._loaded_low = plan.cached_chunks
             elif which == "done":
+                if self._plan is None or self._done is not None:
+                    raise _BadMessage("Done before a Plan, or twice")
                 d = response.done
+                # [m, H) must all have been reported loaded: the engine is about to use them.
+                if d.meeting_chunk > self._plan.cached_chunks or d.meeting_chunk < self._loaded_low:
+                    raise _BadMessage(f"Done at chunk {d.meeting_chunk} with chunks loaded only from "
+                                      f"{self._loaded_low}")
                 self._done = LoadDone(meeting_chunk=d.meeting_chunk, loaded_chunks=d.loaded_chunks,
                                       failed_chunks=d.failed_chunks)
                 self._chunk_cv.notify_all()
+            else:
+                raise _BadMessage("a LoadResponse with no message set")
             self._cv.notify_all()
+
+    def _check_loaded_locked(self, event):
+        plan = self._plan
+        if plan is None or self._done is not None:
+            raise _BadMessage(f"ChunkLoaded for chunk {event.chunk} before the Plan or after Done")
+        if not plan.lowest_loadable <= event.chunk < plan.cached_chunks or event.chunk in self._by_chunk:
+            raise _BadMessage(f"ChunkLoaded for chunk {event.chunk}, outside [{plan.lowest_loadable}, "
+                              f"{plan.cached_chunks}) or twice")
+        if self._region_size is None:
+            if event.data is None or len(event.data) != plan.chunk_bytes:
+                raise _BadMessage(f"inline chunk {event.chunk} of {len(event.data or b'')} bytes, not "
+                                  f"{plan.chunk_bytes}")
+        elif event.bytes != plan.chunk_bytes or event.region_offset + event.bytes > self._region_size:
+            raise _BadMessage(f"chunk {event.chunk} at {event.region_offset} (+{event.bytes} bytes) is outside "
+                              f"the {self._region_size}-byte region")
 
     def _close_send_side(self):
         with self._cv:

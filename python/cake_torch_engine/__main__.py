@@ -213,6 +213,8 @@ def bench(args):
                            "ttft_best_forced_s": forced[best_m], "best_forced_chunk": best_m,
                            "meet_predicted": cake_run.predicted_meeting_chunk,
                            "meet_measured": cake_run.meeting_chunk, "strategy": cake_run.strategy,
+                           "cake_computed_chunks": cake_run.computed_chunks,
+                           "cake_loaded_chunks": cake_run.loaded_chunks,
                            "cake_over_best_forced": cake_run.ttft_s / forced[best_m],
                            "gain_over_better_baseline": better_baseline / cake_run.ttft_s}
                     rows.append(row)
