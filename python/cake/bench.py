@@ -86,6 +86,9 @@ def measure(client, socket, shape, rounds, runs, scratch):
             raise RuntimeError("the Python client's load left other bytes in the region than were stored")
         py, py_cpu, cpp = [], [], []
         for _ in range(rounds):
+            # Each round starts with an untimed load, as cake-bench client-load's does: on this VM memory left idle
+            # for a few seconds (while the other client ran) is slower again at first (docs/benchmarks.md).
+            python_load(client, ns, tokens, region, chunks)
             for _ in range(runs):
                 wall, cpu = python_load(client, ns, tokens, region, chunks)
                 py.append(wall)
@@ -133,12 +136,19 @@ def main(argv=None):
                 print(f"  {r['shape']:42} {r['chunks']:6d} {r['cpp_gbps']:9.2f} {r['python_gbps']:9.2f} "
                       f"{r['ratio']:7.3f} {r['python_added_us_per_chunk']:15.1f} {r['python_cpu_us_per_chunk']:16.1f}",
                       flush=True)
-        worst = min(r["ratio"] for r in rows)
-        print(f"  worst Python / C++ throughput = {worst:.3f} (goal: at least 0.90) -> "
-              f"{'met' if worst >= 0.90 else 'MISSED'}")
+        # The goal is for the load cake-bench region measures (Llama-3.1-8B's 32 MiB chunks); smaller chunks show
+        # what each ChunkLoaded message costs Python.
+        goal_rows = [r for r in rows if r["chunk_bytes"] >= 8 << 20]
+        worst = min(r["ratio"] for r in goal_rows) if goal_rows else float("nan")
+        smallest = min(rows, key=lambda r: r["chunk_bytes"])
+        print(f"  Python / C++ throughput with chunks of 8 MiB and more: worst {worst:.3f} (goal: at least 0.90) -> "
+              f"{'met' if worst >= 0.90 else 'MISSED' if goal_rows else 'not measured'}")
+        print(f"  Python's cost per loaded chunk ({smallest['chunk_bytes'] >> 10} KiB chunks): "
+              f"{smallest['python_cpu_us_per_chunk']:.1f} us of CPU, {smallest['python_added_us_per_chunk']:.1f} us "
+              f"added to the load")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"rows": rows, "worst_ratio": worst, "goal_ratio": 0.90, "rounds": args.rounds,
+                json.dump({"rows": rows, "worst_ratio_8mib_and_up": worst, "goal_ratio": 0.90, "rounds": args.rounds,
                            "runs": args.runs, "units": "GB/s = 1e9 bytes per second"}, f, indent=1)
         return 0
     finally:

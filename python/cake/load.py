@@ -108,6 +108,7 @@ class LoadSession:
         self._error = None             # CakeError: the stream ended with a status other than OK
         self._ended = False            # the stream is over (OK or not)
         self._sending = True           # the send side is still open
+        self._released = False
         self._call = stub.Load(self._request_stream())
         self._reader = threading.Thread(target=self._read, name="cake-load-reader", daemon=True)
         self._reader.start()
@@ -337,13 +338,22 @@ class LoadSession:
         with self._cv:
             return self._ended
 
-    def release(self, timeout=None):
-        """Tells the daemon the loaded chunks were copied out and closes the send side; waits for the stream's
-        end (the daemon ends it once every read of the load has drained: the window is then free) and raises
-        CakeError if it ended with an error. A stream that does not end within `timeout` s is cancelled."""
-        timeout = self._release_timeout_s if timeout is None else timeout
+    def release(self, timeout=None, wait=True):
+        """Tells the daemon the loaded chunks were copied out and closes the send side. With wait (the default),
+        waits for the stream's end (the daemon ends it once every read of the load has drained: the window is
+        then free) and raises CakeError if it ended with an error; a stream that does not end within `timeout`
+        s is cancelled. wait=False returns at once: an engine that has copied out what it needs computes on
+        while reads it no longer needs drain, and calls wait_ended() before it reuses the window."""
+        self._released = True
         self._send(kv_pb2.LoadRequest(release=kv_pb2.LoadRelease()))
         self._close_send_side()
+        if wait:
+            self.wait_ended(timeout)
+
+    def wait_ended(self, timeout=None):
+        """Waits for the stream's end (the window is free then); raises CakeError if it ended with an error. A
+        stream that does not end within `timeout` s (default: the session's release timeout) is cancelled."""
+        timeout = self._release_timeout_s if timeout is None else timeout
         self._reader.join(timeout)
         if self._reader.is_alive():
             self.cancel()
@@ -359,8 +369,8 @@ class LoadSession:
         self._reader.join(5.0)
 
     def close(self):
-        """Ends the load however it stands: Release if it is still running, quietly."""
-        if self.ended:
+        """Ends the load however it stands: Release if it is still running (and not released yet), quietly."""
+        if self.ended or self._released:
             self._close_send_side()
             return
         try:

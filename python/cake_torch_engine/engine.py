@@ -72,13 +72,20 @@ class TorchPrefillEngine:
         self.on_cuda = model.device.type == "cuda"
         self.side_stream = torch.cuda.Stream(model.device) if self.on_cuda else None
         self.hint = (0.0, 0.0)
+        self.draining = None  # the last load, released, whose stream may still be ending (reads draining)
         self.region = None
         if client is not None and self.full_chunks > 0:
             self.region = client.register_region(self.full_chunks * self.ns.chunk_bytes, kind=region_kind,
                                                  device=model.device.index or 0)
             self.region_bytes = self.region.torch()
 
+    def _wait_window_free(self):
+        if self.draining is not None:
+            session, self.draining = self.draining, None
+            session.wait_ended()
+
     def close(self):
+        self._wait_window_free()
         if self.region is not None:
             self.region_bytes = None
             self.client.release_region(self.region)
@@ -126,6 +133,7 @@ class TorchPrefillEngine:
     def store(self):
         """Copies the full chunks from the cache into the region and stores them: what the first request does
         after computing. The region may be reused when store() returns (the daemon has copied the bytes)."""
+        self._wait_window_free()  # a read still draining into the region would overwrite what is stored
         for c in range(self.full_chunks):
             self._chunk_view(c).copy_(self.cache[:, :, c * self.chunk_tokens:(c + 1) * self.chunk_tokens])
         self._sync()
@@ -158,6 +166,7 @@ class TorchPrefillEngine:
     def _with_daemon(self, name, mode, split=0):
         if self.client is None:
             raise RuntimeError("loads need a client")
+        self._wait_window_free()  # the previous load's window (the same region) must be free first
         result = self._new_result(name)
         hints = {}
         if mode == "cake":
@@ -223,7 +232,10 @@ class TorchPrefillEngine:
                     spliced.add(c)
             if self.on_cuda:
                 self.side_stream.synchronize()  # Release frees the window: no copy may still read it
-            session.release()
+            # Everything needed is copied out: release without waiting for reads this prefill no longer needs
+            # (one in flight when the engine passed it) to drain; the next load waits for that.
+            session.release(wait=False)
+            self.draining = session
         if self.on_cuda:
             torch.cuda.current_stream(self.model.device).wait_stream(self.side_stream)
         # The uncached suffix (and the partial tail chunk) needs every earlier row, loaded ones included.
