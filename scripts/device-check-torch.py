@@ -110,8 +110,11 @@ def check_hf_dynamic_cache(client, device):
         logits = None
         for start in range(begin, end, chunk):
             stop = min(start + chunk, end)
-            out = model(prompt[:, start:stop], past_key_values=cache, use_cache=True,
-                        cache_position=torch.arange(start, stop, device=device))
+            try:
+                out = model(prompt[:, start:stop], past_key_values=cache, use_cache=True,
+                            cache_position=torch.arange(start, stop, device=device))
+            except TypeError:  # transformers before cache_position: positions follow the cache's length
+                out = model(prompt[:, start:stop], past_key_values=cache, use_cache=True)
             logits = out.logits[0, -1]
         return logits
 
