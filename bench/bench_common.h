@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/client.h"
-#include "client/spawned_daemon.h"
+#include "testing/spawned_daemon.h"
 
 namespace cake::bench {
 

@@ -20,7 +20,7 @@
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "bench/models.h"
-#include "bench/redis_process.h"
+#include "testing/redis_process.h"
 #include "bench/simulated_engine.h"
 #include "bench/simulated_storage.h"
 

@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/redis_process.h"
+#include "testing/redis_process.h"
 #include "bench/simulated_storage.h"
 
 namespace cake::bench {

@@ -15,7 +15,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/region.h"
 #include "storage/namespace.h"
-#include "storage/tier_manager.h"
+#include "storage/tier_kind.h"
 
 namespace cake {
 

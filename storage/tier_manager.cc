@@ -4,20 +4,6 @@
 
 namespace cake {
 
-const char* TierKindName(TierKind kind) {
-  switch (kind) {
-    case TierKind::kDram:
-      return "dram";
-    case TierKind::kDisk:
-      return "disk";
-    case TierKind::kRemote:
-      return "remote";
-    case TierKind::kNone:
-      break;
-  }
-  return "none";
-}
-
 TierManager::TierManager(const Options& options)
     : options_(options), write_back_(options.write_back_queue_bytes), promotion_(options.promotion_queue_bytes) {}
 

@@ -14,12 +14,9 @@
 #include "storage/bounded_worker.h"
 #include "storage/clock.h"
 #include "storage/tier.h"
+#include "storage/tier_kind.h"
 
 namespace cake {
-
-// Values match cake.v1.TierKind on the wire.
-enum class TierKind : int { kNone = 0, kDram = 1, kDisk = 2, kRemote = 3 };
-const char* TierKindName(TierKind kind);
 
 class TierManager {
  public:

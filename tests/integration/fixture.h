@@ -15,7 +15,7 @@
 #include "cake/v1/admin.grpc.pb.h"
 #include "cake/v1/kv.grpc.pb.h"
 #include "client/client.h"
-#include "client/spawned_daemon.h"
+#include "testing/spawned_daemon.h"
 #include "grpcpp/grpcpp.h"
 
 namespace cake::testing {

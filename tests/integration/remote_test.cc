@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "bench/redis_process.h"
+#include "testing/redis_process.h"
 #include "tests/integration/fixture.h"
 
 using namespace cake;

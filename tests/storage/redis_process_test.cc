@@ -1,7 +1,7 @@
 // The redis-server harness the remote-tier tests and cake-bench remote rely on: a standalone server starts,
 // answers and stops; a password keeps strangers out; a 3-master cluster starts converged, computes slots as Redis
 // does, and moves a slot with its keys (stepwise, with the ASK redirect in the middle, and in one call).
-#include "bench/redis_process.h"
+#include "testing/redis_process.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "bench/redis_process.h"
+#include "testing/redis_process.h"
 #include "storage/remote_tier.h"
 #include "tests/storage/tier_test_util.h"
 

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/redis_process.h"
+#include "testing/redis_process.h"
 #include "storage/disk_tier.h"
 #include "storage/dram_tier.h"
 #include "storage/remote_tier.h"

@@ -1,4 +1,4 @@
-#include "bench/redis_process.h"
+#include "testing/redis_process.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

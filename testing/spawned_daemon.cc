@@ -1,4 +1,4 @@
-#include "client/spawned_daemon.h"
+#include "testing/spawned_daemon.h"
 
 #include <fcntl.h>
 #include <signal.h>

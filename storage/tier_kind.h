@@ -1,0 +1,25 @@
+// Which tier holds a chunk: shared by the daemon, the client library and the wire (cake.v1.TierKind). Its own
+// header so that engines, which only name tiers, do not include the tier stack.
+#pragma once
+
+namespace cake {
+
+// Values match cake.v1.TierKind on the wire.
+enum class TierKind : int { kNone = 0, kDram = 1, kDisk = 2, kRemote = 3 };
+
+// "dram", "disk", "remote" or "none": the names of config tables, flags, counters and admin calls.
+constexpr const char* TierKindName(TierKind kind) {
+  switch (kind) {
+    case TierKind::kDram:
+      return "dram";
+    case TierKind::kDisk:
+      return "disk";
+    case TierKind::kRemote:
+      return "remote";
+    case TierKind::kNone:
+      break;
+  }
+  return "none";
+}
+
+}  // namespace cake
