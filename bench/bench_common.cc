@@ -1,8 +1,6 @@
 // Shared pieces of cake-bench (see bench_common.h).
 #include "bench/bench_common.h"
 
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "testing/child_process.h"
 
 namespace cake::bench {
 namespace {
@@ -225,25 +224,7 @@ bool OnPath(const std::string& program) {
 }
 
 absl::StatusOr<int> RunProgram(const std::vector<std::string>& args, const std::filesystem::path& log) {
-  const pid_t pid = ::fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork failed: ", std::strerror(errno)));
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-    }
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return absl::InternalError(absl::StrCat("waitpid failed: ", std::strerror(errno)));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return RunToCompletion(args, log.string());
 }
 
 std::string ReadWholeFile(const std::filesystem::path& path) {

@@ -5,9 +5,7 @@
 #include <hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -235,48 +233,17 @@ absl::StatusOr<RedisServer> RedisServer::StartOnce(const Options& options) {
   if (!options.password.empty()) args.insert(args.end(), {"--requirepass", options.password});
   args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
 
-  // Everything the child needs is prepared before fork: between fork and exec only async-signal-safe calls
-  // are allowed, since another thread may have held the allocator's lock at the fork.
-  std::vector<char*> argv;
-  for (auto& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
   const std::string stdout_path = server.dir_ + "/stdout.log";
-  const int output_fd = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (output_fd < 0) return absl::InternalError(absl::StrCat("open ", stdout_path, ": ", strerror(errno)));
-  const pid_t parent = getpid();
-
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(output_fd);
-    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
-  }
-  if (pid == 0) {
-    // Die with the thread that started us, so a crashed test leaves no server behind; if the parent is already
-    // gone, the signal would never come.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(126);
-    dup2(output_fd, STDOUT_FILENO);
-    dup2(output_fd, STDERR_FILENO);
-    // The server must not inherit the parent's other descriptors (a listening socket would outlive the parent's
-    // close) nor the signals a parent blocks to wait on them.
-    close_range(3, ~0U, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execvp(argv[0], argv.data());
-    _exit(127);
-  }
-  close(output_fd);
-  server.pid_ = pid;
+  // Killed with the thread that started it, so a crashed test leaves no server behind.
+  auto child = ChildProcess::Start({args, stdout_path, SIGKILL});
+  if (!child.ok()) return child.status();
+  server.child_ = std::move(*child);
 
   const auto deadline = std::chrono::steady_clock::now() + options.start_timeout;
   while (true) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      server.pid_ = -1;
-      server.exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      std::string why = server.exit_status_ == 127 ? " (is redis-server on PATH?)" : "";
-      return absl::UnavailableError(absl::StrCat("redis-server exited with status ", server.exit_status_,
+    if (std::optional<int> exited = server.child_.Poll()) {
+      std::string why = *exited == 127 ? " (is redis-server on PATH?)" : "";
+      return absl::UnavailableError(absl::StrCat("redis-server exited with status ", *exited,
                                                  " during start-up", why, "; its output:\n",
                                                  ReadFile(stdout_path), "\nits log:\n", server.log()));
     }
@@ -296,8 +263,7 @@ RedisServer::RedisServer(RedisServer&& other) noexcept { *this = std::move(other
 RedisServer& RedisServer::operator=(RedisServer&& other) noexcept {
   if (this != &other) {
     Release();
-    pid_ = std::exchange(other.pid_, -1);
-    exit_status_ = other.exit_status_;
+    child_ = std::move(other.child_);
     port_ = other.port_;
     cluster_bus_port_ = other.cluster_bus_port_;
     dir_ = std::exchange(other.dir_, "");
@@ -321,24 +287,13 @@ std::string RedisServer::address() const { return absl::StrCat(kLoopback, ":", p
 
 std::string RedisServer::log() const { return ReadFile(dir_ + "/redis.log"); }
 
-int RedisServer::Signal(int sig) {
-  if (pid_ <= 0) return exit_status_;
-  kill(pid_, sig);
-  int status = 0;
-  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-  }
-  pid_ = -1;
-  exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return exit_status_;
-}
+int RedisServer::Stop() { return child_.Signal(SIGTERM); }
 
-int RedisServer::Stop() { return Signal(SIGTERM); }
-
-void RedisServer::Kill() { Signal(SIGKILL); }
+void RedisServer::Kill() { child_.Signal(SIGKILL); }
 
 absl::StatusOr<std::string> RedisServer::Command(const std::vector<std::string>& argv) const {
   if (argv.empty()) return absl::InvalidArgumentError("no command");
-  if (pid_ <= 0) return absl::FailedPreconditionError(absl::StrCat("redis-server ", address(), " is not running"));
+  if (!child_.running()) return absl::FailedPreconditionError(absl::StrCat("redis-server ", address(), " is not running"));
   auto reply = RunCommand(*this, argv);
   if (!reply.ok()) return reply.status();
   if ((*reply)->type == REDIS_REPLY_NIL) return absl::NotFoundError(absl::StrCat(argv[0], ": nil reply"));

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "testing/child_process.h"
 
 namespace cake {
 
@@ -49,7 +50,7 @@ class RedisServer {
   int cluster_bus_port() const { return cluster_bus_port_; }  // 0 unless Options::cluster
   std::string host() const { return "127.0.0.1"; }
   std::string address() const;  // "127.0.0.1:<port>"
-  pid_t pid() const { return pid_; }  // -1 once stopped or killed
+  pid_t pid() const { return child_.pid(); }  // -1 once stopped or killed
   const std::string& dir() const { return dir_; }
   const std::string& password() const { return password_; }
   // The server's log file (<dir>/redis.log); what it wrote to stdout/stderr before opening it is in
@@ -71,11 +72,9 @@ class RedisServer {
  private:
   RedisServer() = default;
   static absl::StatusOr<RedisServer> StartOnce(const Options& options);
-  int Signal(int sig);
   void Release();  // Stop(), then removes the folder
 
-  pid_t pid_ = -1;
-  int exit_status_ = -1;
+  ChildProcess child_;
   int port_ = 0;
   int cluster_bus_port_ = 0;
   std::string dir_;

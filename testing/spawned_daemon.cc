@@ -1,9 +1,5 @@
 #include "testing/spawned_daemon.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -33,36 +29,14 @@ absl::StatusOr<SpawnedDaemon> SpawnedDaemon::Start(const std::string& caked_path
   for (size_t i = 0; i + 1 < extra_args.size(); ++i) {
     if (extra_args[i] == "--socket") d.socket_path_ = extra_args[i + 1];  // an explicit socket wins
   }
-  const std::string log_path = d.run_dir_ + "/caked.log";
-  const pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) return absl::InternalError("fork failed");
-  if (pid == 0) {
-    // Stop with the thread that started us (a killed bench or test leaves no daemon behind); SIGTERM, so the daemon
-    // still removes its socket and regions. If the parent is already gone, the signal would never come.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(126);
-    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd >= 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-    }
-    // The child must not inherit blocked signals from a parent that waits on them.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  d.pid_ = pid;
+  // SIGTERM when the starting thread ends (a killed bench or test leaves no daemon behind), so the daemon still
+  // removes its socket and regions.
+  auto child = ChildProcess::Start({args, d.run_dir_ + "/caked.log", SIGTERM});
+  if (!child.ok()) return child.status();
+  d.child_ = std::move(*child);
   const auto deadline = std::chrono::steady_clock::now() + start_timeout;
   while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      d.pid_ = -1;
+    if (d.child_.Poll().has_value()) {
       return absl::UnavailableError(absl::StrCat("caked exited during start-up:\n", d.log()));
     }
     if (access(d.socket_path_.c_str(), F_OK) == 0) {
@@ -79,8 +53,7 @@ SpawnedDaemon::SpawnedDaemon(SpawnedDaemon&& other) noexcept { *this = std::move
 
 SpawnedDaemon& SpawnedDaemon::operator=(SpawnedDaemon&& other) noexcept {
   if (this != &other) {
-    pid_ = std::exchange(other.pid_, -1);
-    exit_status_ = other.exit_status_;
+    child_ = std::move(other.child_);  // stops the daemon this one held
     run_dir_ = std::exchange(other.run_dir_, "");
     socket_path_ = std::exchange(other.socket_path_, "");
   }
@@ -102,19 +75,8 @@ std::string SpawnedDaemon::log() const {
   return ss.str();
 }
 
-int SpawnedDaemon::Signal(int sig) {
-  if (pid_ <= 0) return exit_status_;
-  kill(pid_, sig);
-  int status = 0;
-  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-  }
-  pid_ = -1;
-  exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return exit_status_;
-}
-
-int SpawnedDaemon::Stop() { return Signal(SIGTERM); }
-void SpawnedDaemon::Kill() { Signal(SIGKILL); }
+int SpawnedDaemon::Stop() { return child_.Signal(SIGTERM); }
+void SpawnedDaemon::Kill() { child_.Signal(SIGKILL); }
 
 std::string SpawnedDaemon::SiblingCakedPath() {
   std::error_code ec;

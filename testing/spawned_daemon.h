@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "testing/child_process.h"
 
 namespace cake {
 
@@ -30,7 +31,7 @@ class SpawnedDaemon {
 
   const std::string& socket_path() const { return socket_path_; }
   const std::string& run_dir() const { return run_dir_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
   std::string log() const;
 
   // SIGTERM and wait; returns the exit status (or 128 + signal). Idempotent.
@@ -43,10 +44,8 @@ class SpawnedDaemon {
 
  private:
   SpawnedDaemon() = default;
-  int Signal(int sig);
 
-  pid_t pid_ = -1;
-  int exit_status_ = -1;
+  ChildProcess child_;
   std::string run_dir_;
   std::string socket_path_;
 };
