@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "bench/engine/transformer.h"
+#include "examples/cpu_engine/transformer.h"
 
 namespace cake::bench {
 
@@ -45,7 +45,7 @@ struct ClientLoadBenchOptions {
 absl::Status RunClientLoadBench(const ClientLoadBenchOptions& options);
 
 // The simulated engine of scripts/demo: compute-only, I/O-only and Cake time to first token for one prompt.
-// The CPU transformer's shape (bench/engine) and how it computes.
+// The CPU transformer's shape (examples/cpu_engine) and how it computes.
 struct EngineModelOptions {
   engine::TransformerConfig shape;  // layers, hidden, heads, KV heads, MLP, vocabulary, seed
   bool bf16 = false;                // KV cache and weights' values in bf16 (fp32 otherwise)

@@ -1,4 +1,4 @@
-// The real engine's benches and demo: the CPU transformer (bench/engine) prefills a prompt against a real caked
+// The real engine's benches and demo: the CPU transformer (examples/cpu_engine) prefills a prompt against a real caked
 // whose disk tier holds the prompt's KV cache behind a read throttle.
 //   cake-bench engine: per prompt length and throttle, measured TTFT of compute-only, I/O-only, Cake and every
 //     forced split, the planner's predicted meeting beside the measured one, every run checked bit-exact.
@@ -18,8 +18,8 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/engine/prefill_engine.h"
-#include "bench/engine/transformer.h"
+#include "examples/cpu_engine/prefill_engine.h"
+#include "examples/cpu_engine/transformer.h"
 
 namespace cake::bench {
 namespace {

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "bench/engine/prefill_engine.h"
-#include "bench/engine/transformer.h"
+#include "examples/cpu_engine/prefill_engine.h"
+#include "examples/cpu_engine/transformer.h"
 
 using namespace cake;
 using namespace cake::engine;

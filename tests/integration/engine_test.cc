@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "bench/engine/prefill_engine.h"
+#include "examples/cpu_engine/prefill_engine.h"
 #include "tests/integration/fixture.h"
 
 using namespace cake;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "bench/engine/transformer.h"
+#include "examples/cpu_engine/transformer.h"
 #include "client/client.h"
 
 namespace cake::engine {

@@ -1,4 +1,4 @@
-#include "bench/engine/prefill_engine.h"
+#include "examples/cpu_engine/prefill_engine.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "bench/engine/transformer.h"
+#include "examples/cpu_engine/transformer.h"
 
 #include <cblas.h>
 
