@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# Run by scripts/device-check with the GPU machine's interpreter (the one whose torch has CUDA).
 """The Python side of scripts/device-check, on a machine with a GPU: the cake client and the PyTorch engine
 through device regions over CUDA IPC, and, where `transformers` is importable, a Hugging Face LlamaForCausalLM
 whose DynamicCache gets the loaded suffix spliced in. Each check prints one line and lands in --json; the exit
@@ -6,15 +7,17 @@ status is 1 if any failed.
 
 1. engine-bitexact: the torch engine on cuda:N, compute-only, I/O-only, Cake and fixed splits, loaded chunks
    spliced into its cache on a side stream: KV cache and first-token logits bit-identical to full compute.
-2. engine-demo: compute-only, I/O-only and Cake time to first token for a larger model, reads of the DRAM tier
-   capped so loading takes as long as computing.
+2. engine-demo: the engine's own demo (python3 -m cake_torch_engine demo) on a larger model, compute-only,
+   I/O-only and Cake time to first token, reads of the DRAM tier capped so loading takes as long as computing.
 3. hf-dynamic-cache: LlamaForCausalLM from a small config with seeded random weights; its chunked prefill's KV
    is stored, then chunks [m, H) are loaded into a device region and spliced into a DynamicCache after
    computing [0, m): the first token equals full compute's (and whether the logits are bit-identical is shown).
 """
 import argparse
 import json
+import os
 import sys
+import tempfile
 import time
 import traceback
 
@@ -46,33 +49,18 @@ def check_engine_bitexact(client, device):
         engine.close()
 
 
-def check_engine_demo(client, device, tokens):
-    model = TorchLlama(ModelConfig(layers=16, hidden=2048, heads=16, kv_heads=4, intermediate=5632, vocab=1024,
-                                   seed=3, dtype="bf16"), device=device)
-    prompt = [(i * 17 + (i * i) % 13) % 1024 for i in range(tokens)]
-    engine = TorchPrefillEngine(model, prompt, 256, client, region_kind="cuda")
-    try:
-        engine.compute_only()
-        truth = engine.compute_only()
-        kv, logits = engine.cache.clone(), truth.logits.clone()
-        engine.set_hint_from(truth)
-        engine.store()
-        gbps = engine.full_chunks * engine.ns.chunk_bytes * 8 / truth.ttft_s / 1e9
-        client.set_read_cap("dram", gbps)
-        engine.io_only()  # the planner measures the cap
-        out = {"tokens": tokens, "read_gbps": gbps, "model": model.config.describe()}
-        exact = True
-        for name, run in (("compute_only", engine.compute_only), ("io_only", engine.io_only), ("cake", engine.cake)):
-            r = run()
-            exact &= same_bits(engine.cache, kv) and same_bits(r.logits, logits)
-            out[name + "_s"] = r.ttft_s
-            if name == "cake":
-                out["meeting_chunk"], out["predicted_meeting_chunk"] = r.meeting_chunk, r.predicted_meeting_chunk
-        out["bitexact"] = exact
-        out["cake_over_better_baseline"] = out["cake_s"] / min(out["compute_only_s"], out["io_only_s"])
-        return exact, out
-    finally:
-        engine.close()
+def check_engine_demo(socket, device, tokens, scratch):
+    """The engine's own demo (python3 -m cake_torch_engine demo) on a larger model, against this daemon's DRAM
+    tier (started with a read cap, so the demo can set the balanced one)."""
+    from cake_torch_engine.__main__ import main as engine_main
+    out = os.path.join(scratch, "demo.json")
+    status = engine_main(["demo", "--device", device, "--socket", socket, "--tokens", str(tokens), "--layers", "16",
+                          "--hidden", "2048", "--heads", "16", "--kv-heads", "4", "--intermediate", "5632",
+                          "--vocab", "1024", "--dtype", "bf16", "--chunk-tokens", "256", "--json", out])
+    with open(out) as f:
+        result = json.load(f)
+    result["cake_over_better_baseline"] = result["cake_s"] / min(result["compute_only_s"], result["io_only_s"])
+    return status == 0 and result["bitexact"], result
 
 
 def _cache_layer(cache, layer):
@@ -173,9 +161,10 @@ def main():
     device = f"cuda:{args.device}"
     torch.cuda.init()
     report, failed = {"gpu": torch.cuda.get_device_name(args.device), "torch": torch.__version__}, []
+    scratch = tempfile.mkdtemp(prefix="cake-device-check-")
     with cake.Client(args.socket, client_id="device-check-torch") as client:
         checks = (("engine-bitexact", lambda: check_engine_bitexact(client, device)),
-                  ("engine-demo", lambda: check_engine_demo(client, device, args.demo_tokens)),
+                  ("engine-demo", lambda: check_engine_demo(args.socket, device, args.demo_tokens, scratch)),
                   ("hf-dynamic-cache", lambda: check_hf_dynamic_cache(client, device)))
         for name, check in checks:
             began = time.perf_counter()

@@ -191,7 +191,8 @@ class Client:
             start.region_id = region.id
             start.region_offset = region_offset
             start.region_bytes = region_bytes
-        return LoadSession(self._kv, start, region_size=None if region is None else region.size)
+        return LoadSession(self._kv, start, chunk_bytes=ns.chunk_bytes,
+                           region_size=None if region is None else region.size)
 
     # --- AdminService ---------------------------------------------------------------------------------------
     def ping(self):

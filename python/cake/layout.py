@@ -68,10 +68,6 @@ class ChunkLayout:
         view = self.chunk(buffer, offset)
         return view[layer, 0], view[layer, 1]
 
-    def element_bytes_view(self, buffer, offset=0):
-        """The chunk as raw bytes (a flat uint8 view), e.g. to compare two chunks bit for bit."""
-        return buffer[offset:offset + self.chunk_bytes]
-
 
 def _is_torch(buffer):
     return type(buffer).__module__.startswith("torch")

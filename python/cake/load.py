@@ -61,14 +61,6 @@ class _BadMessage(Exception):
     """A message from the daemon that breaks the protocol; the load ends with DATA_LOSS."""
 
 
-def _chunk_bytes(ns_proto):
-    """The chunk size the namespace implies; 0 when it takes the daemon's default chunk_tokens."""
-    from cake.namespace import DTYPES
-    names = {1: "fp32", 2: "fp16", 3: "bf16", 4: "fp8", 5: "int8"}
-    return (2 * ns_proto.num_layers * ns_proto.num_kv_heads * ns_proto.head_dim * DTYPES.get(names.get(ns_proto.dtype), 0)
-            * ns_proto.chunk_tokens)
-
-
 def _optional(message, field):
     return getattr(message, field) if message.HasField(field) else None
 
@@ -87,12 +79,12 @@ class LoadSession:
     """Made by Client.load(); use it as a context manager. After each engine step: progress(c), then
     is_resident(c) to decide whether to stop computing; release() once the loaded chunks are copied out."""
 
-    def __init__(self, stub, start, region_size=None, release_timeout_s=30.0):
+    def __init__(self, stub, start, chunk_bytes=0, region_size=None, release_timeout_s=30.0):
         self.started_at = time.monotonic()
         self._release_timeout_s = release_timeout_s
         # The daemon is a peer like any other: what it sends is checked against what this client asked for.
         self._region_size = region_size          # None: an inline load
-        self._chunk_bytes = _chunk_bytes(start.namespace)
+        self._chunk_bytes = chunk_bytes           # 0: the namespace takes the daemon's default chunk size
         self._requests = queue.SimpleQueue()
         self._requests.put(kv_pb2.LoadRequest(start=start))
         # One lock, two conditions: the engine waiting for Done is not woken by every ChunkLoaded.

@@ -1,5 +1,7 @@
 """Every call of the Python client against a real caked: regions, lookups, stores, loads (region and inline,
 I/O-only, Cake, fixed splits), admin calls, socket discovery."""
+import os
+
 import grpc
 import numpy as np
 import pytest
@@ -173,7 +175,7 @@ def test_socket_discovery(monkeypatch, daemon):
         c.ping()
     monkeypatch.delenv("CAKE_SOCKET")
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1234")
-    expected = "/run/cake/caked.sock" if __import__("os").geteuid() == 0 else "/run/user/1234/cake/caked.sock"
+    expected = "/run/cake/caked.sock" if os.geteuid() == 0 else "/run/user/1234/cake/caked.sock"
     assert cake.default_socket_path() == expected
 
 
