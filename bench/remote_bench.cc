@@ -146,9 +146,9 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
   std::printf(
       "  median: remote tier %.2f Gbit/s, redis-benchmark GET (%u connections, pipeline %u) %.2f Gbit/s: %.0f%%\n",
       Median(remote_gbps), options.window, parts_per_chunk, Median(benchmark_gbps), 100 * ratio);
-  if (stats.ok() && stats->count("remote_errors") && stats->at("remote_errors") > 0) {
+  if (stats.ok() && stats->count("tier_remote_errors") && stats->at("tier_remote_errors") > 0) {
     std::printf("  note: %llu remote errors during the run\n",
-                static_cast<unsigned long long>(stats->at("remote_errors")));
+                static_cast<unsigned long long>(stats->at("tier_remote_errors")));
   }
   JsonReport report;
   report.Set("bytes", static_cast<double>(bytes));

@@ -179,7 +179,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     remote.ttl = std::chrono::seconds(config.remote_ttl_s);
     auto tier = RemoteTier::Open(remote);
     if (!tier.ok()) return tier.status();
-    d->state_->remote = tier->get();
     std::unique_ptr<Tier> remote_tier = std::move(*tier);
     if (config.remote_read_gbps > 0) {
       remote_tier = std::make_unique<ThrottledTier>(std::move(remote_tier), config.remote_read_gbps);

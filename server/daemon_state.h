@@ -18,8 +18,6 @@
 
 namespace cake {
 
-class RemoteTier;
-
 // Live loads, so a stopping daemon can cancel them and Status can count them.
 class LoadTracker {
  public:
@@ -77,7 +75,6 @@ struct DaemonState {
   Counters counters;
   LoadTracker loads;
   ComputeModels compute_models;
-  RemoteTier* remote = nullptr;  // owned by `tiers` (perhaps inside a throttle); for its counters
   // Device regions: whether this daemon serves them (cuda.enabled, the build, a device), why not otherwise, and
   // the ordinals engines may ask for. Set once at start-up.
   bool cuda_usable = false;

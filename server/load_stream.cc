@@ -13,7 +13,6 @@
 #include "server/requests.h"
 #include "spdlog/spdlog.h"
 #include "storage/status_macros.h"
-#include "storage/throttled_tier.h"
 
 namespace cake {
 namespace {
@@ -390,13 +389,11 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     });
   }
 
-  // A DRAM chunk's own bytes, for a copy straight to a device region; nullptr when the chunk is elsewhere, was
-  // evicted, or DRAM reads are capped (a capped tier is read through its throttle).
+  // A DRAM chunk's own bytes, for a copy straight to a device region (a capped tier paces the lending as it
+  // would a read); nullptr when the chunk is elsewhere or was evicted.
   std::shared_ptr<const std::span<const std::byte>> LendFromDram(uint32_t chunk) const {
     if (tiers_[chunk] != TierKind::kDram) return nullptr;
-    Tier* dram = state_.tiers.tier(TierKind::kDram);
-    if (dram == nullptr || dynamic_cast<ThrottledTier*>(dram) != nullptr) return nullptr;
-    return dram->Lend(keys_[chunk]);
+    return state_.tiers.Lend(TierKind::kDram, keys_[chunk]);
   }
 
   // Runs on an I/O thread, without the lock: reads one chunk straight into its place.

@@ -10,8 +10,6 @@
 #include "server/load_stream.h"
 #include "server/requests.h"
 #include "spdlog/spdlog.h"
-#include "storage/remote_tier.h"
-#include "storage/throttled_tier.h"
 
 namespace cake {
 namespace {
@@ -214,8 +212,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Status(grpc::CallbackServerContext* 
     t->set_used_bytes(usage.used_bytes);
     t->set_capacity_bytes(usage.capacity_bytes);
     t->set_chunks(usage.chunks);
-    if (auto* throttled = dynamic_cast<ThrottledTier*>(entry->tier.get()))
-      t->set_read_limit_gbps(throttled->read_gbps());
+    t->set_read_limit_gbps(entry->tier->read_cap_gbps());
   }
   response->set_active_loads(state_.loads.active());
   response->set_regions(static_cast<uint32_t>(state_.regions.count()));
@@ -229,8 +226,13 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* c
   for (const auto& entry : state_.tiers.tiers()) {
     const TierUsage usage = entry->tier->Usage();
     const std::string prefix = absl::StrCat("tier_", TierKindName(entry->kind), "_");
-    (*response->mutable_counters())[prefix + "used_bytes"] = usage.used_bytes;
-    (*response->mutable_counters())[prefix + "chunks"] = usage.chunks;
+    auto& counters = *response->mutable_counters();
+    counters[prefix + "used_bytes"] = usage.used_bytes;
+    counters[prefix + "chunks"] = usage.chunks;
+    const TierStats stats = entry->tier->Stats();
+    counters[prefix + "evictions"] = stats.evictions;
+    counters[prefix + "corrupt_removed"] = stats.corrupt_removed;
+    for (const auto& [name, value] : stats.own) counters[prefix + std::string(name)] = value;
   }
   const TierManager::WriteBackStats wb = state_.tiers.write_back_stats();
   auto& counters = *response->mutable_counters();
@@ -241,15 +243,6 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* c
   counters["promotions"] = wb.promotions;
   counters["promotions_dropped"] = wb.promotions_dropped;
   counters["promotions_to_disk"] = wb.promotions_to_disk;
-  if (state_.remote != nullptr) {
-    const RemoteTier::Stats remote = state_.remote->stats();
-    counters["remote_errors"] = remote.errors;
-    counters["remote_connects"] = remote.connects;
-    counters["remote_fast_failures"] = remote.fast_failures;
-    counters["remote_moved"] = remote.moved;
-    counters["remote_ask"] = remote.ask;
-    counters["remote_corrupt_removed"] = remote.corrupt_removed;
-  }
   return Reply(context, absl::OkStatus());
 }
 
@@ -305,14 +298,14 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetReadCap(grpc::CallbackServerConte
   auto named = NamedTier(request->tier());
   if (!named.ok()) return Reply(context, named.status());
   Tier* tier = *named;
-  auto* throttled = dynamic_cast<ThrottledTier*>(tier);
-  if (throttled == nullptr) {
+  const double previous_gbps = tier->read_cap_gbps();
+  if (absl::Status set = tier->SetReadCapGbps(request->gbps()); !set.ok()) {
+    if (set.code() != absl::StatusCode::kFailedPrecondition) return Reply(context, set);
     return Reply(context, absl::FailedPreconditionError(absl::StrCat(
                               "the ", request->tier(), " tier has no read cap to change; start caked with --",
                               request->tier(), "-read-gbps")));
   }
-  response->set_previous_gbps(throttled->read_gbps());
-  throttled->SetReadGbps(request->gbps());
+  response->set_previous_gbps(previous_gbps);
   // What loads measured under the old cap would mislead the planner for several loads (the average moves 30% per
   // load): the next load measures the tier afresh.
   for (const auto& entry : state_.tiers.tiers()) {

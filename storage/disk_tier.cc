@@ -659,6 +659,13 @@ void DiskTier::ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn)
   for (const auto& [key, entry] : entries_) fn(key, entry.bytes);
 }
 
+TierStats DiskTier::Stats() const {
+  TierStats stats;
+  stats.evictions = evictions();
+  stats.corrupt_removed = corrupt_removed();
+  return stats;
+}
+
 uint64_t DiskTier::evictions() const {
   std::lock_guard lock(mu_);
   return evictions_;

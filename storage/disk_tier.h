@@ -74,6 +74,7 @@ class DiskTier final : public Tier {
   uint64_t evictions() const;
   // Chunks found corrupt by a read (checksum, header, size) and deleted.
   uint64_t corrupt_removed() const;
+  TierStats Stats() const override;
 
  private:
   struct Entry {

@@ -153,6 +153,12 @@ void DramTier::ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn)
   for (const auto& [key, entry] : entries_) fn(key, entry.extent->size());
 }
 
+TierStats DramTier::Stats() const {
+  TierStats stats;
+  stats.evictions = evictions();
+  return stats;
+}
+
 uint64_t DramTier::evictions() const {
   std::lock_guard lock(mu_);
   return evictions_;

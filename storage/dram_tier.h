@@ -34,6 +34,7 @@ class DramTier final : public Tier {
   std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) override;
 
   uint64_t evictions() const;
+  TierStats Stats() const override;
   // The whole arena's address range (empty if it could not be reserved): what a CUDA host may page-lock once, so
   // loads into device memory DMA straight from lent chunks.
   std::span<std::byte> arena_bytes() const;

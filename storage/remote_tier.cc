@@ -686,7 +686,7 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Open(const Options& opti
   impl->RefreshSlotMap(/*force=*/true);
   auto tier = std::unique_ptr<RemoteTier>(new RemoteTier(std::move(impl)));
   const auto masters = tier->impl_->Masters();
-  const Stats s = tier->stats();
+  const Counters s = tier->counters();
   if (s.errors > 0) {
     spdlog::warn("remote tier: Redis at {} does not answer yet; lookups there are misses until it does",
                  options.endpoints.front());
@@ -912,8 +912,8 @@ void RemoteTier::ForEach(const std::function<void(const ChunkKey&, uint64_t)>& f
   }
 }
 
-RemoteTier::Stats RemoteTier::stats() const {
-  Stats s;
+RemoteTier::Counters RemoteTier::counters() const {
+  Counters s;
   s.errors = impl_->errors_.load();
   s.connects = impl_->connects_.load();
   s.fast_failures = impl_->fast_failures_.load();
@@ -921,6 +921,15 @@ RemoteTier::Stats RemoteTier::stats() const {
   s.ask = impl_->ask_.load();
   s.corrupt_removed = impl_->corrupt_removed_.load();
   return s;
+}
+
+TierStats RemoteTier::Stats() const {
+  const Counters c = counters();
+  TierStats stats;
+  stats.corrupt_removed = c.corrupt_removed;
+  stats.own = {{"errors", c.errors}, {"connects", c.connects}, {"fast_failures", c.fast_failures},
+               {"moved", c.moved}, {"ask", c.ask}};
+  return stats;
 }
 
 bool RemoteTier::is_cluster() const { return impl_->is_cluster(); }

@@ -49,7 +49,7 @@ class RemoteTier final : public Tier {
     std::chrono::milliseconds max_backoff{2000};
   };
 
-  struct Stats {
+  struct Counters {
     uint64_t errors = 0;           // a command or connection failed (timeouts included)
     uint64_t connects = 0;         // connections opened
     uint64_t fast_failures = 0;    // calls refused at once because their node was backing off
@@ -75,7 +75,9 @@ class RemoteTier final : public Tier {
   // Scans every node for this prefix's headers (SCAN, so Redis keeps serving others meanwhile).
   void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override;
 
-  Stats stats() const;
+  Counters counters() const;
+  // The counters, as the daemon's Stats reports them (corrupt removals, the rest by name).
+  TierStats Stats() const override;
   // True once a node answered CLUSTER SLOTS with a slot map.
   bool is_cluster() const;
 

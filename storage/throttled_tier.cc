@@ -49,10 +49,18 @@ absl::Status ThrottledTier::Read(const ChunkKey& key, std::span<std::byte> dst) 
   return TierDecorator::Read(key, dst);
 }
 
-void ThrottledTier::SetReadGbps(double gbps) {
-  bucket_.SetRate(GbpsToBytesPerSecond(gbps), GbpsToBytesPerSecond(gbps) * burst_s_);
+std::shared_ptr<const std::span<const std::byte>> ThrottledTier::Lend(const ChunkKey& key) {
+  auto lent = TierDecorator::Lend(key);
+  if (lent != nullptr) bucket_.Acquire(lent->size());
+  return lent;
 }
 
-double ThrottledTier::read_gbps() const { return bucket_.rate() * 8 / 1e9; }
+absl::Status ThrottledTier::SetReadCapGbps(double gbps) {
+  if (!(gbps >= 0)) return absl::InvalidArgumentError("a read cap is a number of Gbit/s, 0 for none");
+  bucket_.SetRate(GbpsToBytesPerSecond(gbps), GbpsToBytesPerSecond(gbps) * burst_s_);
+  return absl::OkStatus();
+}
+
+double ThrottledTier::read_cap_gbps() const { return bucket_.rate() * 8 / 1e9; }
 
 }  // namespace cake

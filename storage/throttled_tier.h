@@ -40,8 +40,11 @@ class ThrottledTier final : public TierDecorator {
   ThrottledTier(std::unique_ptr<Tier> inner, double read_gbps, Clock* clock = Clock::Real(), double burst_s = 1e-3);
 
   absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override;
-  void SetReadGbps(double gbps);
-  double read_gbps() const;
+  // A lent chunk's bytes are read by whoever holds them (a DMA to a device, the write-back queue): they pass the
+  // cap like a Read of the same size.
+  std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) override;
+  double read_cap_gbps() const override;
+  absl::Status SetReadCapGbps(double gbps) override;  // 0: no cap, as when constructed with 0
 
  private:
   TokenBucket bucket_;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,6 +20,14 @@ struct TierUsage {
   uint64_t used_bytes = 0;
   uint64_t capacity_bytes = 0;
   uint64_t chunks = 0;
+};
+
+// What a tier did since it started, for the daemon's Stats (each counter is reported as tier_<kind>_<name>).
+struct TierStats {
+  uint64_t evictions = 0;        // chunks dropped to make room for others
+  uint64_t corrupt_removed = 0;  // chunks a read found corrupt, deleted so the next load does not meet them again
+  // Counters only this tier keeps (a remote tier's connects and redirects), by name; names are string literals.
+  std::vector<std::pair<std::string_view, uint64_t>> own;
 };
 
 // Every method may be called concurrently from any thread.
@@ -49,9 +58,18 @@ class Tier {
   // The stored bytes themselves, valid and unchanged while the returned pointer is held, even if the chunk is
   // evicted or removed meanwhile: lets the write-back queue hold a chunk without copying it. nullptr when the
   // chunk is absent or the tier cannot lend (the caller copies with Read instead).
+  // Lending is a read: a decorator that changes Read changes Lend the same way.
   virtual std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) {
     (void)key;
     return nullptr;
+  }
+  virtual TierStats Stats() const { return {}; }
+  // The cap on this tier's reads in Gbit/s, 0 when they are not capped.
+  virtual double read_cap_gbps() const { return 0; }
+  // Changes the cap; FAILED_PRECONDITION for a tier that was started without one (only a throttle has a cap).
+  virtual absl::Status SetReadCapGbps(double gbps) {
+    (void)gbps;
+    return absl::FailedPreconditionError("this tier's reads are not capped");
   }
 };
 
@@ -69,8 +87,9 @@ class TierDecorator : public Tier {
   TierUsage Usage() const override { return inner_->Usage(); }
   void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override { inner_->ForEach(fn); }
   std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) override { return inner_->Lend(key); }
-
-  Tier& inner() { return *inner_; }
+  TierStats Stats() const override { return inner_->Stats(); }
+  double read_cap_gbps() const override { return inner_->read_cap_gbps(); }
+  absl::Status SetReadCapGbps(double gbps) override { return inner_->SetReadCapGbps(gbps); }
 
  private:
   std::unique_ptr<Tier> inner_;

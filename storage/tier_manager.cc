@@ -76,6 +76,11 @@ absl::Status TierManager::Read(TierKind kind, const ChunkKey& key, std::span<std
   return e->tier->Read(key, dst);
 }
 
+std::shared_ptr<const std::span<const std::byte>> TierManager::Lend(TierKind kind, const ChunkKey& key) {
+  Entry* e = Find(kind);
+  return e == nullptr ? nullptr : e->tier->Lend(key);
+}
+
 absl::Status TierManager::Write(const ChunkKey& key, std::span<const std::byte> src) {
   if (tiers_.empty()) return absl::FailedPreconditionError("no tier is configured");
   Tier& fastest = *tiers_.front()->tier;

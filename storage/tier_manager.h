@@ -44,6 +44,8 @@ class TierManager {
 
   // Reads from `kind`'s tier; any error means the chunk is a miss for this load (the engine computes it).
   absl::Status Read(TierKind kind, const ChunkKey& key, std::span<std::byte> dst);
+  // `kind`'s own bytes of the chunk (Tier::Lend, through the tier's decorators); nullptr when it cannot lend.
+  std::shared_ptr<const std::span<const std::byte>> Lend(TierKind kind, const ChunkKey& key);
   // Stores into the fastest tier and queues a write-back to every slower one. An error means the fastest tier
   // refused it (RESOURCE_EXHAUSTED when full); write-back failures are counted, never returned.
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src);

@@ -95,6 +95,7 @@ TEST_CASE("a corrupt chunk file is a miss the engine computes, never a failed lo
   REQUIRE(lookup.ok());
   CHECK(lookup->cached_chunks == done.meeting_chunk - 1);
   CHECK(Counter(*client, "load_chunk_read_failures") == 1);
+  CHECK(Counter(*client, "tier_disk_corrupt_removed") == 1);
 }
 
 TEST_CASE("SIGKILL during heavy stores leaves no partial chunk", "[disk]") {
@@ -171,6 +172,10 @@ TEST_CASE("a full disk tier evicts the oldest chunks and never corrupts", "[disk
     StorePrompt(*client, ns, old_prompt, 5, 40, chunk_bytes);  // more than the disk holds: Store still succeeds
     StorePrompt(*client, ns, new_prompt, 6, 8, chunk_bytes);
     REQUIRE(client->Ping().ok());
+    // 48 chunks went to a disk that holds 16: the write-back evicted the rest, and Stats says so.
+    REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == 48; }));
+    CHECK(Counter(*client, "tier_disk_evictions") == 32);
+    CHECK(Counter(*client, "tier_dram_evictions") == 0);
     CHECK(daemon.Stop() == 0);  // the stop flushes the write-back
   }
   auto daemon = StartDaemon({"--disk-root", root.path, "--disk-capacity-mib", "1"});

@@ -41,7 +41,7 @@ TEST_CASE("two daemons share one Redis Cluster: what one stores, the other loads
   auto writer_client = Connect(writer);
   StorePrompt(*writer_client, ns, tokens, 41, 16, chunk_bytes);
   REQUIRE(Eventually([&] { return Counter(*writer_client, "write_back_written") == 16; }));
-  CHECK(Counter(*writer_client, "remote_errors") == 0);
+  CHECK(Counter(*writer_client, "tier_remote_errors") == 0);
 
   // The reader is seeded with one node only, and cuts values into parts of another size than the writer's.
   const std::string config = WriteFile(writer.run_dir(), "reader.toml", "[remote]\npart_bytes = 16384\n");
@@ -99,7 +99,7 @@ TEST_CASE("a Redis master killed mid-load: the load completes and the engine com
                          c));
   }
   REQUIRE(session.value()->Release().ok());
-  CHECK(Counter(*client, "remote_errors") >= 1);
+  CHECK(Counter(*client, "tier_remote_errors") >= 1);
   // The daemon goes on serving: a lookup answers (the dead node's chunks are simply not found).
   auto lookup = client->Lookup(ns, {tokens, {}});
   REQUIRE(lookup.ok());

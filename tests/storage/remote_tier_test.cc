@@ -122,7 +122,7 @@ TEST_CASE("remote: a corrupt, partial or foreign value is a miss and is removed"
   CHECK(tier->Read(key, out).code() == absl::StatusCode::kDataLoss);
   CHECK_FALSE(tier->Contains(key));
   CHECK(redis.Command({"EXISTS", KeyName(prefix, key, "h")}).value() == "0");
-  CHECK(tier->stats().corrupt_removed == 1);
+  CHECK(tier->counters().corrupt_removed == 1);
   // Stored again, it reads back.
   REQUIRE(tier->Write(key, value).ok());
   REQUIRE(tier->Read(key, out).ok());
@@ -188,8 +188,8 @@ TEST_CASE("remote: a down remote is a fast miss, and a frozen one times out and 
     CHECK(tier->Read(TestKey(1), out).code() == absl::StatusCode::kUnavailable);
     CHECK_FALSE(tier->Contains(TestKey(1)));
     CHECK(tier->Write(TestKey(1), TestValue(1, 100)).code() == absl::StatusCode::kUnavailable);
-    CHECK(tier->stats().errors >= 1);
-    CHECK(tier->stats().fast_failures >= 1);  // backing off: later calls did not even try to connect
+    CHECK(tier->counters().errors >= 1);
+    CHECK(tier->counters().fast_failures >= 1);  // backing off: later calls did not even try to connect
   }
   SECTION("the server stops answering (SIGSTOP), then resumes") {
     auto redis = RedisServer::Start();
@@ -254,20 +254,20 @@ TEST_CASE("remote: a Redis Cluster spreads chunks, follows ASK and MOVED, and su
     // Half the chunk's keys move ahead: the source answers ASK for them.
     REQUIRE(cluster->MigrateKeys(slot, from, to, {KeyName(prefix, key, "h"), KeyName(prefix, key, "1")}).ok());
     CHECK(read_back(4));
-    CHECK(tier->stats().ask > 0);
+    CHECK(tier->counters().ask > 0);
     CHECK(tier->Contains(key));
     REQUIRE(cluster->MigrateAllKeys(slot, from, to).ok());
     REQUIRE(cluster->FinishSlotMigration(slot, from, to).ok());
-    const uint64_t moved_before = tier->stats().moved;
+    const uint64_t moved_before = tier->counters().moved;
     CHECK(read_back(4));
-    CHECK(tier->stats().moved > moved_before);  // the old owner redirected; the map was refreshed
+    CHECK(tier->counters().moved > moved_before);  // the old owner redirected; the map was refreshed
     CHECK(read_back(4));
     for (uint32_t i = 0; i < kChunks; ++i) CHECK(read_back(i));
   }
 
   SECTION("a master killed") {
     cluster->node(1).Kill();
-    int lost = 0, kept = 0;
+    uint32_t lost = 0, kept = 0;
     for (uint32_t i = 0; i < kChunks; ++i) {
       const bool on_dead_node = cluster->NodeForSlot(RedisKeySlot(KeyName(prefix, TestKey(i), "h"))).value_or(1) == 1;
       const bool ok = read_back(i);
@@ -279,8 +279,8 @@ TEST_CASE("remote: a Redis Cluster spreads chunks, follows ASK and MOVED, and su
         ++kept;
       }
     }
-    CHECK(lost == per_node[1]);
-    CHECK(kept == kChunks - per_node[1]);
+    CHECK(lost == static_cast<uint32_t>(per_node[1]));
+    CHECK(kept == kChunks - static_cast<uint32_t>(per_node[1]));
     // Lookups answer for the live nodes and say "absent" for the dead one's keys.
     std::vector<ChunkKey> keys;
     for (uint32_t i = 0; i < kChunks; ++i) keys.push_back(TestKey(i));
