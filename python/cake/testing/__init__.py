@@ -1,6 +1,5 @@
 """Running a real caked for tests, benches and demos: a private daemon in a temporary folder, stopped and
 waited for when the block ends (PID 1 on these machines does not reap orphans), and killed with its parent."""
-import ctypes
 import os
 import shutil
 import signal
@@ -11,11 +10,14 @@ import time
 from cake.client import Client
 from cake.errors import CakeError
 
-_PR_SET_PDEATHSIG = 1
 
+def _die_with_parent(argv):
+    """argv under util-linux's setpriv, which sets PR_SET_PDEATHSIG and execs it: the daemon dies with the test.
 
-def _die_with_parent():
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    Not a preexec_fn: that forces a plain fork() of a process whose gRPC threads hold locks, and the child (or the
+    parent's fork handlers) crashed now and then; without preexec_fn, subprocess uses vfork/posix_spawn."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", *argv] if setpriv else list(argv)
 
 
 def caked_path():
@@ -41,9 +43,8 @@ class SpawnedDaemon:
         self.socket_path = os.path.join(self.dir, "caked.sock")
         self.log_path = os.path.join(self.dir, "caked.log")
         self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen([caked_path(), "--run-dir", self.dir, *args], stdout=self._log,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        preexec_fn=_die_with_parent)
+        self.process = subprocess.Popen(_die_with_parent([caked_path(), "--run-dir", self.dir, *args]),
+                                        stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + start_timeout_s
         while True:
             if self.process.poll() is not None:
