@@ -1,6 +1,7 @@
 #include "scheduler/planner.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "scheduler/load_cursor.h"
@@ -167,6 +168,29 @@ PlanDecision Decide(const PlanInput& input, const ComputeModel& compute) {
     d.meeting_chunk = h;
   }
   return d;
+}
+
+LoadCosts EstimateLoadCosts(std::span<const uint8_t> chunk_class, std::span<const double> class_chunk_s,
+                            uint32_t lowest_loadable, uint8_t free_class) {
+  LoadCosts costs;
+  const uint32_t h = static_cast<uint32_t>(chunk_class.size());
+  if (h <= lowest_loadable) return costs;
+  std::array<uint32_t, 256> per_class{};
+  int classes = 0;
+  for (uint32_t c = lowest_loadable; c < h; ++c) classes += per_class[chunk_class[c]]++ == 0;
+  costs.single_tier = classes == 1;
+  auto chunk_s = [&](int cls) { return static_cast<size_t>(cls) < class_chunk_s.size() ? class_chunk_s[cls] : 0.0; };
+  double slowest = 0;
+  for (int cls = 0; cls < 256; ++cls) {
+    if (per_class[cls] == 0) continue;
+    if (!(chunk_s(cls) > 0) && cls != free_class) return costs;  // unknown: the plan adapts at run time
+    slowest = std::max(slowest, chunk_s(cls) * per_class[cls]);
+  }
+  costs.load_chunk_s = slowest / (h - lowest_loadable);
+  if (costs.load_chunk_s > 0 && !costs.single_tier) {
+    costs.load_suffix_s = LoadSuffixSeconds(chunk_class, class_chunk_s, lowest_loadable);
+  }
+  return costs;
 }
 
 }  // namespace cake

@@ -71,6 +71,20 @@ struct PlanDecision {
 // speeds turn out to be.
 PlanDecision Decide(const PlanInput& input, const ComputeModel& compute);
 
+// What a load's chunks cost to read, from the tiers they sit in: the planner's load inputs.
+struct LoadCosts {
+  double load_chunk_s = 0;            // PlanInput::load_chunk_s; 0 when a tier that holds some of them is unmeasured
+  std::vector<double> load_suffix_s;  // PlanInput::load_suffix_s, when the chunks sit in tiers of different speeds
+  bool single_tier = false;           // one tier holds every chunk to load: only such a load measures its tier
+};
+
+// Costs of loading cached chunks [lowest_loadable, H), H = chunk_class.size(), chunk c from tier class
+// chunk_class[c] at class_chunk_s[class] seconds per chunk (0: unmeasured). Tiers are read in parallel, so the load
+// takes as long as its slowest tier's share, spread over the chunks. An unmeasured `free_class` (DRAM: a copy in
+// memory) counts as free; any other unmeasured class makes the cost unknown.
+LoadCosts EstimateLoadCosts(std::span<const uint8_t> chunk_class, std::span<const double> class_chunk_s,
+                            uint32_t lowest_loadable, uint8_t free_class);
+
 // Seconds to load [m, H) for every m in [lowest_loadable, H] (entries below are those of lowest_loadable), when chunk
 // c sits in tier class chunk_class[c] whose chunks cost class_chunk_s[class] each, the classes read in parallel:
 // max over classes of (its chunks in [m, H)) x (its cost).

@@ -82,7 +82,14 @@ struct DaemonState {
   std::vector<int> cuda_devices;
   PinnedRange dram_pinned;  // after `tiers`: unpinned before the arena goes
   std::string listen_address;
+  // Calls that wait on a networked tier (Lookups that reach Redis, Status and Stats with a remote tier, Evict of
+  // it): here rather than on gRPC's threads, which Ping and every other call need, or the I/O threads, which
+  // DRAM and disk reads need; a frozen Redis ties up these threads only. Destroyed before what it touches.
+  IoPool network_calls{kNetworkCallThreads, kNetworkCallQueue, ArbiterPolicy::kFifo};
   IoPool pool;  // last member: destroyed first, so queued work never outlives what it touches
+
+  static constexpr int kNetworkCallThreads = 4;
+  static constexpr size_t kNetworkCallQueue = 1024;
 };
 
 }  // namespace cake

@@ -10,6 +10,8 @@
 #include "grpcpp/alarm.h"
 #include "scheduler/load_cursor.h"
 #include "scheduler/planner.h"
+#include "scheduler/read_judge.h"
+#include "server/chunk_landing.h"
 #include "server/requests.h"
 #include "spdlog/spdlog.h"
 #include "storage/status_macros.h"
@@ -117,15 +119,17 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   }
 
  private:
-  enum class Phase { kAwaitStart, kLoading, kMet };
+  // kLookingUp: Start was accepted and a networked tier is still being asked how much of the prompt it holds.
+  enum class Phase { kAwaitStart, kLookingUp, kLoading, kMet };
 
+  // Checks the request and, once the tiers have said how much of the prompt is cached, plans the load. The
+  // in-memory tiers answer here; a lookup that needs a networked tier (Redis) finishes on a network-call thread,
+  // so a slow or frozen remote delays this load and never a gRPC thread.
   absl::Status StartLocked(const v1::LoadStart& start) {
     const DaemonConfig& config = state_.config;
     CAKE_RETURN_IF_ERROR(CheckClientId(start.client_id()));
-    auto ns = ParseNamespace(start.namespace_(), config);
-    if (!ns.ok()) return ns.status();
-    auto keys = PromptKeys(*ns, start.prompt(), config);
-    if (!keys.ok()) return keys.status();
+    CAKE_ASSIGN_OR_RETURN(const Namespace ns, ParseNamespace(start.namespace_(), config));
+    CAKE_ASSIGN_OR_RETURN(std::vector<ChunkKey> keys, PromptKeys(ns, start.prompt(), config));
     if (start.window() > config.max_load_window) {
       return absl::InvalidArgumentError(
           absl::StrCat("window ", start.window(), " exceeds loader.max_window (", config.max_load_window, ")"));
@@ -136,16 +140,11 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     if (start.compute_first_chunk_s() < 0 || start.compute_growth_s() < 0) {
       return absl::InvalidArgumentError("compute hints must not be negative");
     }
-    if (start.computed_through() > keys->size() + 1) {
+    if (start.computed_through() > keys.size() + 1) {
       return absl::InvalidArgumentError(absl::StrCat("computed_through ", start.computed_through(),
-                                                     " exceeds the prompt's ", keys->size(), " full chunks"));
+                                                     " exceeds the prompt's ", keys.size(), " full chunks"));
     }
-    keys_ = std::move(*keys);
-    chunk_bytes_ = ns->chunk_bytes();
-    tiers_ = state_.tiers.LookupPrefix(keys_);
-    const uint32_t cached = static_cast<uint32_t>(tiers_.size());
-
-    uint32_t lowest_loadable = 0;
+    chunk_bytes_ = ns.chunk_bytes();
     inline_ = start.region_id().empty();
     if (inline_) {
       if (start.region_offset() != 0 || start.region_bytes() != 0) {
@@ -156,27 +155,66 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
                                                        chunk_bytes_, " bytes exceeds server.max_message_bytes"));
       }
     } else {
-      auto region_size = state_.regions.Size(start.client_id(), start.region_id());
-      if (!region_size.ok()) return region_size.status();
-      if (start.region_offset() > *region_size) {
+      CAKE_ASSIGN_OR_RETURN(const uint64_t region_size, state_.regions.Size(start.client_id(), start.region_id()));
+      if (start.region_offset() > region_size) {
         return absl::OutOfRangeError(absl::StrCat("region_offset ", start.region_offset(), " is past the end of the ",
-                                                  *region_size, "-byte region"));
+                                                  region_size, "-byte region"));
       }
-      const uint64_t available = *region_size - start.region_offset();
+      const uint64_t available = region_size - start.region_offset();
       if (start.region_bytes() > available) {
         return absl::OutOfRangeError(absl::StrCat("region window [", start.region_offset(), ", +", start.region_bytes(),
-                                                  ") runs past the end of the ", *region_size, "-byte region"));
+                                                  ") runs past the end of the ", region_size, "-byte region"));
       }
-      const uint64_t window_bytes = start.region_bytes() == 0 ? available : start.region_bytes();
+      region_ask_ = {start.client_id(), start.region_id(), start.region_offset(),
+                     start.region_bytes() == 0 ? available : start.region_bytes()};
+    }
+    keys_ = std::move(keys);
+    ns_id_ = ns.id();
+    reported_through_ = start.computed_through();
+    window_ = start.window() == 0 ? config.load_window : start.window();
+    io_only_requested_ = start.mode() == v1::LoadStart::MODE_IO_ONLY;
+    hint_first_chunk_s_ = start.compute_first_chunk_s();
+    hint_growth_s_ = start.compute_growth_s();
+    started_ = Clock::now();
+    last_progress_at_ = started_;
+    phase_ = Phase::kLookingUp;
+
+    auto lookup = std::make_shared<TierManager::PrefixLookup>(state_.tiers.LookupPrefixInMemory(keys_));
+    if (lookup->needs_network() &&
+        state_.network_calls.TrySubmit([self = shared_from_this(), lookup] { self->LookedUpOverNetwork(*lookup); })) {
+      return absl::OkStatus();
+    }
+    // All in memory, or too many calls already wait on the network: the cached prefix ends where memory's does.
+    return PlanLocked(lookup->Prefix());
+  }
+
+  // On a network-call thread: the rest of Start, unless the load ended while the lookup waited.
+  void LookedUpOverNetwork(TierManager::PrefixLookup& lookup) {
+    state_.tiers.FinishLookupOverNetwork(lookup);
+    {
+      std::lock_guard lock(mu_);
+      if (phase_ != Phase::kLookingUp || finishing_) return;
+      if (auto s = PlanLocked(lookup.Prefix()); !s.ok()) {
+        Bump(state_.counters.invalid_requests);
+        FailLocked(s);
+      }
+    }
+    Pump();
+  }
+
+  // Admits the load, reserves its window of the region and plans the split for the `tiers` that hold the cached
+  // prefix; sends the Plan and issues the first reads.
+  absl::Status PlanLocked(std::vector<TierKind> tiers) {
+    const DaemonConfig& config = state_.config;
+    tiers_ = std::move(tiers);
+    const uint32_t cached = static_cast<uint32_t>(tiers_.size());
+    uint32_t lowest_loadable = 0;
+    if (!inline_) {
       // Too small a window loads what fits, from the tail: the engine computes the rest.
-      const uint64_t fit = std::min<uint64_t>(cached, window_bytes / chunk_bytes_);
+      const uint64_t fit = std::min<uint64_t>(cached, region_ask_.window_bytes / chunk_bytes_);
       lowest_loadable = cached - static_cast<uint32_t>(fit);
-      auto lease =
-          state_.regions.ReserveWindow(start.client_id(), start.region_id(), start.region_offset(), fit * chunk_bytes_);
-      if (!lease.ok()) return lease.status();
-      lease_ = std::move(*lease);
-      region_ = lease_.region();
-      base_offset_ = start.region_offset();
+      CAKE_ASSIGN_OR_RETURN(lease_, state_.regions.ReserveWindow(region_ask_.client_id, region_ask_.region_id,
+                                                                 region_ask_.offset, fit * chunk_bytes_));
     }
     // A stopping daemon ends the stream itself (CANCELLED) rather than cancel the context: the weak reference
     // is safe whenever it runs, even after the RPC is gone.
@@ -191,45 +229,38 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     // Region offsets stay relative to what the window fits; chunks the engine holds are not loaded, as if it had
     // reported them computed before the first read.
     lowest_loadable_ = lowest_loadable;
-    lowest_loadable = std::max(lowest_loadable, std::min(start.computed_through(), cached));
+    landing_ = inline_ ? ChunkLanding::Inline(chunk_bytes_)
+                       : ChunkLanding::InRegion(lease_.region(), region_ask_.offset, lowest_loadable_, chunk_bytes_);
+    lowest_loadable = std::max(lowest_loadable, std::min(reported_through_, cached));
     lowest_to_load_ = lowest_loadable;
-    reported_through_ = start.computed_through();
-    window_ = start.window() == 0 ? config.load_window : start.window();
     phase_ = Phase::kLoading;
-    started_ = Clock::now();
-    last_progress_at_ = started_;
-    ns_id_ = ns->id();
     Bump(state_.counters.loads_started);
 
     // The plan: the engine's hint when it sends one (it knows how busy it is now), else what this namespace's
-    // engine was seen to cost in earlier loads; against the tier's measured speed.
+    // engine was seen to cost in earlier loads; against the tiers' measured speeds, each chunk at its own tier's.
     ComputeModel compute;
-    compute.Seed(start.compute_first_chunk_s(), start.compute_growth_s());
+    compute.Seed(hint_first_chunk_s_, hint_growth_s_);
     if (!compute.known()) compute = state_.compute_models.Get(ns_id_);
+    std::vector<uint8_t> chunk_tier(tiers_.size());
+    std::vector<double> tier_chunk_s(256, 0.0);
+    for (size_t i = 0; i < tiers_.size(); ++i) {
+      chunk_tier[i] = static_cast<uint8_t>(tiers_[i]);
+      tier_chunk_s[chunk_tier[i]] = state_.tiers.LoadSecondsPerByte(tiers_[i]) * static_cast<double>(chunk_bytes_);
+    }
+    LoadCosts costs =
+        EstimateLoadCosts(chunk_tier, tier_chunk_s, lowest_loadable, static_cast<uint8_t>(TierKind::kDram));
+    single_tier_ = costs.single_tier;
     PlanInput input;
     input.cached_chunks = cached;
     input.lowest_loadable = lowest_loadable;
-    input.load_chunk_s = LoadSecondsPerChunk(cached, lowest_loadable);
-    if (input.load_chunk_s > 0 && !single_tier_) {
-      // Chunks in several tiers are read at once: each tier's share at its own speed, not an average per chunk
-      // (hot prefix chunks in DRAM and the tail on disk, say: only the disk chunks take time).
-      std::vector<uint8_t> chunk_class;
-      std::vector<double> class_chunk_s(256, 0.0);
-      for (TierKind kind : tiers_) {
-        chunk_class.push_back(static_cast<uint8_t>(kind));
-        class_chunk_s[static_cast<uint8_t>(kind)] =
-            state_.tiers.LoadSecondsPerByte(kind) * static_cast<double>(chunk_bytes_);
-      }
-      input.load_suffix_s = LoadSuffixSeconds(chunk_class, class_chunk_s, lowest_loadable);
-    }
-    input.io_only_requested = start.mode() == v1::LoadStart::MODE_IO_ONLY;
+    input.load_chunk_s = costs.load_chunk_s;
+    input.load_suffix_s = std::move(costs.load_suffix_s);
+    input.io_only_requested = io_only_requested_;
     const PlanDecision decision = Decide(input, compute);
     plan_compute_ = compute;
     planned_meeting_ = decision.meeting_chunk.value_or(0);
     strategy_ = decision.strategy;
     // Compute-only loads nothing: the cursor starts with nothing loadable, so the split is final at once.
-    std::vector<uint8_t> chunk_tier(tiers_.size());
-    for (size_t i = 0; i < tiers_.size(); ++i) chunk_tier[i] = static_cast<uint8_t>(tiers_[i]);
     cursor_.emplace(LoadCursor::Options{cached, strategy_ == Strategy::kComputeOnly ? cached : lowest_loadable, window_,
                                         strategy_ == Strategy::kCake, std::move(chunk_tier)});
     io_group_ = state_.pool.NewGroup();
@@ -262,24 +293,6 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     return absl::OkStatus();
   }
 
-  // The load's cost per chunk, for the planner: tiers are read in parallel, so the load takes as long as its
-  // slowest tier's share, spread over the chunks. An unmeasured DRAM tier counts as free (a copy in memory); any
-  // other unmeasured tier makes the cost unknown (0). Also notes whether one tier holds every chunk to load, since
-  // only such loads measure a tier's speed.
-  double LoadSecondsPerChunk(uint32_t cached, uint32_t lowest_loadable) {
-    if (cached <= lowest_loadable) return 0;
-    absl::flat_hash_map<TierKind, uint32_t> per_tier;
-    for (uint32_t c = lowest_loadable; c < cached; ++c) ++per_tier[tiers_[c]];
-    single_tier_ = per_tier.size() == 1;
-    double slowest = 0;
-    for (const auto& [kind, count] : per_tier) {
-      const double seconds_per_byte = state_.tiers.LoadSecondsPerByte(kind);
-      if (seconds_per_byte <= 0 && kind != TierKind::kDram) return 0;
-      slowest = std::max(slowest, seconds_per_byte * static_cast<double>(chunk_bytes_) * count);
-    }
-    return slowest / (cached - lowest_loadable);
-  }
-
   // A load from slower tiers larger than half the DRAM tier would only churn it: each promotion would evict an
   // earlier one of the same load (and whatever else was hot). Such loads are not promoted.
   bool ShouldPromote(uint32_t cached, uint32_t lowest_loadable) const {
@@ -307,7 +320,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     // Every advance is a measured span of the engine's compute, for the next loads' plans; not under I/O-only,
     // where the engine was told to wait and what it reports is not its compute speed.
     const Clock::time_point now = Clock::now();
-    if (computed_through > reported_through_ && phase_ != Phase::kAwaitStart && strategy_ != Strategy::kIoOnly) {
+    const bool io_only = phase_ == Phase::kLookingUp ? io_only_requested_ : strategy_ == Strategy::kIoOnly;
+    if (computed_through > reported_through_ && phase_ != Phase::kAwaitStart && !io_only) {
       observed_compute_.Observe(reported_through_, computed_through,
                                 std::chrono::duration<double>(now - last_progress_at_).count());
       reported_through_ = computed_through;
@@ -343,29 +357,22 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   }
 
   // Under Cake, whether a read of `chunk` issued now, behind `queued` reads of its tier, would land before the
-  // engine computes the chunk itself. One that would not is wasted I/O and worse: the load cannot end while it is
-  // in flight (it writes into the engine's pages), so it delays the engine's Release by up to a chunk's load time.
-  // Judged from the compute model the plan used and the engine's last Progress; an engine more than two chunks'
-  // time behind that model has stalled or slowed, and every read is worth issuing again. When a read is turned
-  // down with nothing in flight, a timer asks again at that point, so a load whose engine stalls still moves
+  // engine computes the chunk itself (JudgeRead). When a read is turned down with nothing in flight, a timer asks
+  // again at the point the engine counts as stalled, so a load whose engine stops reporting still moves
   // (Progress asks again too).
   bool ReadBeatsEngineLocked(uint32_t chunk, uint32_t queued) {
-    if (strategy_ != Strategy::kCake || !plan_compute_.known()) return true;
-    // The engine stops at the planned meeting and waits for the loads: it never computes the chunks above it.
-    if (chunk >= planned_meeting_) return true;
-    const double load_s = state_.tiers.LoadSecondsPerByte(tiers_[chunk]) * static_cast<double>(chunk_bytes_);
-    if (load_s <= 0) return true;
-    const uint32_t from = std::max(reported_through_, cursor_->computed_through());
-    if (chunk < from) return false;
-    const Clock::time_point now = Clock::now();
-    const double since_progress = std::chrono::duration<double>(now - last_progress_at_).count();
-    const double stalled_after_s = 2 * plan_compute_.RangeSeconds(from, from + 1);
-    if (since_progress > stalled_after_s) return true;
-    const double engine_done_s = plan_compute_.RangeSeconds(from, chunk + 1);
-    const double read_done_s = since_progress + (queued + 1) * load_s;
-    if (read_done_s <= engine_done_s) return true;
-    if (cursor_->in_flight() == 0) ArmRecheckLocked(stalled_after_s - since_progress + 1e-3);
-    return false;
+    ReadJudgeInput in;
+    in.cake = strategy_ == Strategy::kCake;
+    in.chunk = chunk;
+    in.queued = queued;
+    in.planned_meeting = planned_meeting_;
+    in.engine_through = std::max(reported_through_, cursor_->computed_through());
+    in.load_chunk_s = state_.tiers.LoadSecondsPerByte(tiers_[chunk]) * static_cast<double>(chunk_bytes_);
+    in.since_progress_s = std::chrono::duration<double>(Clock::now() - last_progress_at_).count();
+    in.reads_in_flight = cursor_->in_flight() > 0;
+    const ReadVerdict verdict = JudgeRead(in, plan_compute_);
+    if (verdict.recheck_after_s) ArmRecheckLocked(*verdict.recheck_after_s);
+    return verdict.issue;
   }
 
   // Calls IssueReadsLocked again in `seconds` (once: a re-check already armed stays as it is). Each re-check gets
@@ -389,62 +396,36 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     });
   }
 
-  // A DRAM chunk's own bytes, for a copy straight to a device region (a capped tier paces the lending as it
-  // would a read); nullptr when the chunk is elsewhere or was evicted.
-  std::shared_ptr<const std::span<const std::byte>> LendFromDram(uint32_t chunk) const {
-    if (tiers_[chunk] != TierKind::kDram) return nullptr;
-    return state_.tiers.Lend(TierKind::kDram, keys_[chunk]);
-  }
-
   // Runs on an I/O thread, without the lock: reads one chunk straight into its place.
   void ReadChunk(uint32_t chunk) {
-    if (cancelled_.load(std::memory_order_relaxed)) return ChunkRead(chunk, absl::CancelledError(""), {}, {}, {});
-    std::string inline_bytes;
-    std::shared_ptr<StagingBuffer> staging;  // lives until its promotion is done
-    std::span<std::byte> landed;             // where the bytes are once read, for promotion into DRAM
-    absl::Status status;
-    if (inline_) {
-      inline_bytes.resize(chunk_bytes_);
-      landed = std::span(reinterpret_cast<std::byte*>(inline_bytes.data()), chunk_bytes_);
-      status = state_.tiers.Read(tiers_[chunk], keys_[chunk], landed);
-    } else if (std::byte* base = region_->host_data(); base != nullptr) {
-      landed = std::span(base + OffsetOf(chunk), chunk_bytes_);
-      status = state_.tiers.Read(tiers_[chunk], keys_[chunk], landed);
-    } else if (auto lent = LendFromDram(chunk); lent != nullptr) {
-      // Device memory, chunk in DRAM: one DMA from the (page-locked) arena, no host copy.
-      status = region_->CopyIn(OffsetOf(chunk), *lent);
-    } else {
-      // Device memory: the tier reads into pinned host memory, and one DMA takes it to the device.
-      auto buffer = StagingBuffer::Allocate(chunk_bytes_);
-      if (buffer.ok()) {
-        staging = std::make_shared<StagingBuffer>(std::move(*buffer));
-        landed = staging->bytes();
-        status = state_.tiers.Read(tiers_[chunk], keys_[chunk], landed);
-        if (status.ok()) status = region_->CopyIn(OffsetOf(chunk), landed);
-      } else {
-        status = buffer.status();
-      }
+    if (cancelled_.load(std::memory_order_relaxed)) {
+      ChunkLanding::Landed cancelled;
+      cancelled.status = absl::CancelledError("");
+      return ChunkRead(chunk, std::move(cancelled), false);
     }
-    const bool promote = status.ok() && promote_ && tiers_[chunk] != TierKind::kDram;
+    ChunkLanding::Landed landed = landing_->Land(state_.tiers, tiers_[chunk], keys_[chunk], chunk);
+    const bool promote =
+        landed.status.ok() && promote_ && tiers_[chunk] != TierKind::kDram && !landed.bytes().empty();
     // Inline bytes move into the message: their promotion copy is made here, first.
-    if (promote && inline_) state_.tiers.Promote(keys_[chunk], landed, tiers_[chunk]);
-    ChunkRead(chunk, status, std::move(inline_bytes), promote && !inline_ ? landed : std::span<std::byte>(),
-              std::move(staging));
+    if (promote && inline_) state_.tiers.Promote(keys_[chunk], landed.bytes(), tiers_[chunk]);
+    ChunkRead(chunk, std::move(landed), promote && !inline_);
   }
 
   // Reports the read; then hands its promotion to the promotion thread, so this I/O thread can take the next
   // read. The read retires (and the window stays held) until the promotion has copied the bytes.
-  void ChunkRead(uint32_t chunk, const absl::Status& status, std::string inline_bytes,
-                 std::span<const std::byte> promote_from, std::shared_ptr<StagingBuffer> staging) {
+  void ChunkRead(uint32_t chunk, ChunkLanding::Landed landed, bool promote_later) {
     {
       std::lock_guard lock(mu_);
-      if (phase_ == Phase::kLoading && !finishing_) ChunkReadLocked(chunk, status, std::move(inline_bytes));
+      if (phase_ == Phase::kLoading && !finishing_) {
+        ChunkReadLocked(chunk, landed.status, std::move(landed.inline_bytes));
+      }
     }
     Pump();
-    if (!promote_from.empty() &&
+    if (promote_later &&
         state_.tiers.PromoteLater(
-            keys_[chunk], promote_from,
-            [self = shared_from_this(), staging = std::move(staging)] { self->ReadRetired(); }, tiers_[chunk])) {
+            keys_[chunk], landed.bytes(),
+            [self = shared_from_this(), staging = std::move(landed.staging)] { self->ReadRetired(); },
+            tiers_[chunk])) {
       return;
     }
     ReadRetired();
@@ -477,7 +458,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
         msg->set_data(std::move(it->second));
         pending_inline_.erase(it);
       } else {
-        msg->set_region_offset(OffsetOf(loaded));
+        msg->set_region_offset(landing_->OffsetOf(loaded));
       }
       outbox_.push_back(std::move(response));
       Bump(state_.counters.load_chunks_loaded);
@@ -517,8 +498,6 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
                   *meeting, cursor_->cached_chunks(), cursor_->cached_chunks() - *meeting, cursor_->failed(),
                   cursor_->wasted_reads(), std::chrono::duration<double, std::milli>(Clock::now() - started_).count());
   }
-
-  uint64_t OffsetOf(uint32_t chunk) const { return base_offset_ + uint64_t{chunk - lowest_loadable_} * chunk_bytes_; }
 
   void FailLocked(const absl::Status& status) {
     spdlog::info("load stream from {} rejected: {}", context_->peer(), status.ToString());
@@ -609,8 +588,17 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   uint32_t reported_through_ = 0;
   Clock::time_point last_progress_at_;
   RegionRegistry::WindowLease lease_;
-  std::shared_ptr<Region> region_;
-  uint64_t base_offset_ = 0;
+  // What Start asked of its region, kept for the window's reservation once the lookup is done.
+  struct RegionAsk {
+    std::string client_id;
+    std::string region_id;
+    uint64_t offset = 0;
+    uint64_t window_bytes = 0;
+  } region_ask_;
+  std::optional<ChunkLanding> landing_;  // set before the first read; read by I/O threads without the lock
+  bool io_only_requested_ = false;
+  double hint_first_chunk_s_ = 0;
+  double hint_growth_s_ = 0;
   std::optional<LoadCursor> cursor_;
   std::shared_ptr<IoGroup> io_group_;  // this load's place in the I/O arbiter
   absl::flat_hash_map<uint32_t, std::string> pending_inline_;

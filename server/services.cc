@@ -91,15 +91,30 @@ grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* con
   if (!ns.ok()) return Reply(context, ns.status());
   auto keys = PromptKeys(*ns, request->prompt(), state_.config);
   if (!keys.ok()) return Reply(context, keys.status());
-  std::vector<TierKind> tiers = state_.tiers.LookupPrefix(*keys);
   response->set_total_chunks(static_cast<uint32_t>(keys->size()));
-  response->set_cached_chunks(static_cast<uint32_t>(tiers.size()));
-  response->mutable_chunk_tiers()->Reserve(static_cast<int>(tiers.size()));
-  for (TierKind kind : tiers) response->add_chunk_tiers(static_cast<v1::TierKind>(kind));
   response->set_chunk_bytes(ns->chunk_bytes());
-  Bump(state_.counters.lookup_chunks, keys->size());
-  Bump(state_.counters.lookup_cached_chunks, tiers.size());
-  return Reply(context, absl::OkStatus());
+  auto answer = [this, response](const TierManager::PrefixLookup& lookup) {
+    const std::vector<TierKind> tiers = lookup.Prefix();
+    response->set_cached_chunks(static_cast<uint32_t>(tiers.size()));
+    response->mutable_chunk_tiers()->Reserve(static_cast<int>(tiers.size()));
+    for (TierKind kind : tiers) response->add_chunk_tiers(static_cast<v1::TierKind>(kind));
+    Bump(state_.counters.lookup_chunks, response->total_chunks());
+    Bump(state_.counters.lookup_cached_chunks, tiers.size());
+  };
+  auto lookup = std::make_shared<TierManager::PrefixLookup>(state_.tiers.LookupPrefixInMemory(*keys));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (lookup->needs_network() && state_.network_calls.TrySubmit([this, reactor, lookup, answer] {
+        state_.tiers.FinishLookupOverNetwork(*lookup);
+        answer(*lookup);
+        reactor->Finish(grpc::Status::OK);
+      })) {
+    return reactor;
+  }
+  // Everything was in memory, or too many calls wait on the network already: the answer stops where the
+  // in-memory tiers do (a shorter prefix is a correct answer; the engine computes the rest).
+  answer(*lookup);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 grpc::ServerBidiReactor<v1::LoadRequest, v1::LoadResponse>* KvServiceImpl::Load(grpc::CallbackServerContext* context) {
@@ -198,8 +213,30 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Ping(grpc::CallbackServerContext* co
   return Reply(context, absl::OkStatus());
 }
 
+// Runs `fill` (which may ask every tier) and finishes the call: on a network-call thread when some tier waits on
+// a network, so a frozen Redis delays this call and never a gRPC thread.
+grpc::ServerUnaryReactor* AdminServiceImpl::AskEveryTier(grpc::CallbackServerContext* context,
+                                                         std::function<void()> fill) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!state_.tiers.has_network_tier()) {
+    fill();
+    reactor->Finish(grpc::Status::OK);
+  } else if (!state_.network_calls.TrySubmit([reactor, fill = std::move(fill)] {
+               fill();
+               reactor->Finish(grpc::Status::OK);
+             })) {
+    reactor->Finish(ToGrpcStatus(
+        absl::ResourceExhaustedError("too many calls are waiting on the remote tier; retry shortly")));
+  }
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* AdminServiceImpl::Status(grpc::CallbackServerContext* context, const v1::StatusRequest*,
                                                    v1::StatusResponse* response) {
+  return AskEveryTier(context, [this, response] { FillStatus(response); });
+}
+
+void AdminServiceImpl::FillStatus(v1::StatusResponse* response) {
   response->set_version(CAKE_VERSION);
   response->set_pid(static_cast<uint32_t>(getpid()));
   response->set_uptime_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - state_.started).count());
@@ -217,11 +254,14 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Status(grpc::CallbackServerContext* 
   response->set_active_loads(state_.loads.active());
   response->set_regions(static_cast<uint32_t>(state_.regions.count()));
   response->set_region_bytes(state_.regions.total_bytes());
-  return Reply(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* context, const v1::StatsRequest*,
                                                   v1::StatsResponse* response) {
+  return AskEveryTier(context, [this, response] { FillStats(response); });
+}
+
+void AdminServiceImpl::FillStats(v1::StatsResponse* response) {
   for (const auto& [name, value] : state_.counters.Snapshot()) (*response->mutable_counters())[name] = value;
   for (const auto& entry : state_.tiers.tiers()) {
     const TierUsage usage = entry->tier->Usage();
@@ -243,7 +283,6 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* c
   counters["promotions"] = wb.promotions;
   counters["promotions_dropped"] = wb.promotions_dropped;
   counters["promotions_to_disk"] = wb.promotions_to_disk;
-  return Reply(context, absl::OkStatus());
 }
 
 // The tier an admin request names: INVALID_ARGUMENT for a name that is no tier, NOT_FOUND for one this daemon
@@ -268,7 +307,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* c
   Tier* tier = *named;
   // Removing thousands of files takes a while: an I/O thread does it.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const bool submitted = state_.pool.TrySubmit([reactor, tier, response, name = request->tier()] {
+  // A networked tier's scan and deletes wait on it: not on the I/O threads that DRAM and disk reads need.
+  IoPool& runner = tier->waits_on_network() ? state_.network_calls : state_.pool;
+  const bool submitted = runner.TrySubmit([reactor, tier, response, name = request->tier()] {
     std::vector<std::pair<ChunkKey, uint64_t>> chunks;
     tier->ForEach([&](const ChunkKey& key, uint64_t bytes) { chunks.emplace_back(key, bytes); });
     for (const auto& [key, bytes] : chunks) {

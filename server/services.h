@@ -1,6 +1,8 @@
 // The gRPC services: thin translation between cake.v1 messages and the daemon's modules.
 #pragma once
 
+#include <functional>
+
 #include "cake/v1/admin.grpc.pb.h"
 #include "cake/v1/kv.grpc.pb.h"
 #include "server/daemon_state.h"
@@ -43,6 +45,9 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
 
  private:
   absl::StatusOr<Tier*> NamedTier(const std::string& name) const;
+  grpc::ServerUnaryReactor* AskEveryTier(grpc::CallbackServerContext* context, std::function<void()> fill);
+  void FillStatus(v1::StatusResponse* response);
+  void FillStats(v1::StatsResponse* response);
   DaemonState& state_;
 };
 

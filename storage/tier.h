@@ -64,6 +64,10 @@ class Tier {
     return nullptr;
   }
   virtual TierStats Stats() const { return {}; }
+  // Whether its calls wait on a network the daemon does not control (Redis): such a tier is never asked from a
+  // thread that must stay free (gRPC's), and a frozen one delays only the calls that need it. Tiers that answer
+  // Contains and Usage from memory (DRAM, disk's index) return false.
+  virtual bool waits_on_network() const { return false; }
   // The cap on this tier's reads in Gbit/s, 0 when they are not capped.
   virtual double read_cap_gbps() const { return 0; }
   // Changes the cap; FAILED_PRECONDITION for a tier that was started without one (only a throttle has a cap).
@@ -88,6 +92,7 @@ class TierDecorator : public Tier {
   void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override { inner_->ForEach(fn); }
   std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) override { return inner_->Lend(key); }
   TierStats Stats() const override { return inner_->Stats(); }
+  bool waits_on_network() const override { return inner_->waits_on_network(); }
   double read_cap_gbps() const override { return inner_->read_cap_gbps(); }
   absl::Status SetReadCapGbps(double gbps) override { return inner_->SetReadCapGbps(gbps); }
 

@@ -29,34 +29,74 @@ Tier* TierManager::tier(TierKind kind) const {
 }
 
 std::vector<TierKind> TierManager::LookupPrefix(std::span<const ChunkKey> keys) const {
-  // Tier by tier, fastest first, asking each only about the keys no faster tier holds, all at once: a remote
-  // tier answers in one round trip.
-  std::vector<TierKind> holder(keys.size(), TierKind::kNone);
-  std::vector<ChunkKey> unresolved(keys.begin(), keys.end());
-  std::vector<size_t> positions(keys.size());
-  for (size_t i = 0; i < positions.size(); ++i) positions[i] = i;
-  for (const auto& e : tiers_) {
-    if (unresolved.empty()) break;
-    const std::vector<bool> found = e->tier->ContainsEach(unresolved);
-    std::vector<ChunkKey> still;
-    std::vector<size_t> still_at;
-    for (size_t j = 0; j < unresolved.size(); ++j) {
-      if (found[j]) {
-        holder[positions[j]] = e->kind;
-      } else {
-        still.push_back(unresolved[j]);
-        still_at.push_back(positions[j]);
-      }
+  PrefixLookup lookup = LookupPrefixInMemory(keys);
+  FinishLookupOverNetwork(lookup);
+  return lookup.Prefix();
+}
+
+namespace {
+
+// Asks `tier` about every key still unresolved, all at once (a remote tier answers in one round trip), and
+// keeps only those it does not hold.
+void AskTier(const Tier& tier, TierKind kind, std::vector<TierKind>& holder, std::vector<ChunkKey>& unresolved,
+             std::vector<size_t>& positions) {
+  if (unresolved.empty()) return;
+  const std::vector<bool> found = tier.ContainsEach(unresolved);
+  size_t kept = 0;
+  for (size_t j = 0; j < unresolved.size(); ++j) {
+    if (found[j]) {
+      holder[positions[j]] = kind;
+    } else {
+      unresolved[kept] = unresolved[j];
+      positions[kept] = positions[j];
+      ++kept;
     }
-    unresolved = std::move(still);
-    positions = std::move(still_at);
   }
+  unresolved.resize(kept);
+  positions.resize(kept);
+}
+
+}  // namespace
+
+TierManager::PrefixLookup TierManager::LookupPrefixInMemory(std::span<const ChunkKey> keys) const {
+  // Tier by tier, fastest first, asking each only about the keys no faster tier holds.
+  PrefixLookup lookup;
+  lookup.holder_.assign(keys.size(), TierKind::kNone);
+  lookup.unresolved_.assign(keys.begin(), keys.end());
+  lookup.positions_.resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) lookup.positions_[i] = i;
+  for (const auto& e : tiers_) {
+    if (e->tier->waits_on_network()) {
+      lookup.network_tiers_ = true;
+      continue;
+    }
+    AskTier(*e->tier, e->kind, lookup.holder_, lookup.unresolved_, lookup.positions_);
+  }
+  return lookup;
+}
+
+void TierManager::FinishLookupOverNetwork(PrefixLookup& lookup) const {
+  if (!lookup.needs_network()) return;
+  for (const auto& e : tiers_) {
+    if (e->tier->waits_on_network()) AskTier(*e->tier, e->kind, lookup.holder_, lookup.unresolved_, lookup.positions_);
+  }
+  lookup.network_tiers_ = false;
+}
+
+std::vector<TierKind> TierManager::PrefixLookup::Prefix() const {
   std::vector<TierKind> prefix;
-  for (TierKind kind : holder) {
+  for (TierKind kind : holder_) {
     if (kind == TierKind::kNone) break;
     prefix.push_back(kind);
   }
   return prefix;
+}
+
+bool TierManager::has_network_tier() const {
+  for (const auto& e : tiers_) {
+    if (e->tier->waits_on_network()) return true;
+  }
+  return false;
 }
 
 bool TierManager::Contains(const ChunkKey& key) const {

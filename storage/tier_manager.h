@@ -39,8 +39,31 @@ class TierManager {
   void AddTier(TierKind kind, std::unique_ptr<Tier> tier);
 
   // For each key in order, the fastest tier holding it; stops at the first key that no tier holds, so the
-  // result's size is the number of cached leading chunks.
+  // result's size is the number of cached leading chunks. May wait on a networked tier.
   std::vector<TierKind> LookupPrefix(std::span<const ChunkKey> keys) const;
+
+  // The same lookup in two steps, so that a thread which must not wait on a network (gRPC's) asks the tiers that
+  // answer from memory itself and leaves the networked ones (Tier::waits_on_network) to a thread that may.
+  class PrefixLookup {
+   public:
+    // The cached leading chunks' tiers, as far as the tiers asked so far know.
+    std::vector<TierKind> Prefix() const;
+    // Some key no tier asked so far holds, and a networked tier is still to be asked.
+    bool needs_network() const { return !unresolved_.empty() && network_tiers_; }
+
+   private:
+    friend class TierManager;
+    std::vector<TierKind> holder_;
+    std::vector<ChunkKey> unresolved_;  // keys no tier asked so far holds ...
+    std::vector<size_t> positions_;     // ... and where they are in the prompt
+    bool network_tiers_ = false;
+  };
+  // Asks the tiers that answer from memory; never blocks on a network.
+  PrefixLookup LookupPrefixInMemory(std::span<const ChunkKey> keys) const;
+  // Asks the networked tiers about what is still unresolved; may take up to their timeouts.
+  void FinishLookupOverNetwork(PrefixLookup& lookup) const;
+  // Some tier waits on a network (its Usage too): Status and Stats ask it off gRPC's threads.
+  bool has_network_tier() const;
 
   // Reads from `kind`'s tier; any error means the chunk is a miss for this load (the engine computes it).
   absl::Status Read(TierKind kind, const ChunkKey& key, std::span<std::byte> dst);

@@ -1,10 +1,17 @@
 // The remote tier through real caked daemons and real Redis servers: two daemons share one Redis Cluster (what
 // the first stores, the second loads, byte for byte), a Redis master killed in the middle of a load (the load
 // completes, the engine computes what did not arrive), a remote that is down when the daemon starts, and an
-// engine with no shared region (bytes inline on the stream) storing and loading through the remote tier.
+// engine with no shared region (bytes inline on the stream) storing and loading through the remote tier, and a
+// frozen Redis that holds up only the calls that need it.
 #include <signal.h>
 
+#include <stdlib.h>
+
+#include <atomic>
 #include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
 
 #include "testing/redis_process.h"
 #include "tests/integration/fixture.h"
@@ -169,4 +176,70 @@ TEST_CASE("remote.promote_to_disk keeps a remote hit on the local disk as well",
   done = LoadAndVerify(*client, ns, tokens, 59);
   CHECK(done.loaded_chunks == 8);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a frozen Redis delays only the calls that need it: Ping and a DRAM load go on", "[remote][frozen]") {
+  auto redis = RedisServer::Start();
+  REQUIRE(redis.ok());
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  const auto in_dram = Tokens(64 * 8, 1);
+  const auto nowhere = Tokens(64 * 8, 2);
+  // A command timeout far beyond the test: while Redis is stopped, nothing that asks it can finish.
+  char dir[] = "/tmp/cake-frozen-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string config = WriteFile(dir, "caked.toml", "[remote]\ncommand_timeout_ms = 60000\n");
+  auto daemon = StartDaemon({"--config", config, "--remote", redis->address()});
+  std::filesystem::remove_all(dir);
+  auto client = Connect(daemon);
+  StorePrompt(*client, ns, in_dram, 61, 8, chunk_bytes);
+  REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == 8; }));
+
+  REQUIRE(kill(redis->pid(), SIGSTOP) == 0);
+  // More calls waiting on Redis than gRPC keeps threads for by default: Lookups and Loads of a prompt DRAM lacks
+  // (so Redis must be asked), and Status (Redis's memory figures, unless the last ones are under a second old).
+  constexpr int kWaiting = 24;
+  std::atomic<int> answered{0}, failed{0}, statuses{0};
+  std::vector<std::thread> waiting;
+  for (int i = 0; i < kWaiting; ++i) {
+    waiting.emplace_back([&, i] {
+      auto c = Client::Connect({daemon.socket_path(), absl::StrCat("waiter-", i)});
+      if (!c.ok()) return (void)++failed;
+      bool ok = false;
+      if (i % 3 == 0) {
+        auto session = (*c)->StartLoad(LoadOptions{ns, {nowhere, {}}, nullptr});
+        ok = session.ok() && (*session)->WaitPlan().ok() && (*session)->Release().ok();
+      } else if (i % 3 == 1) {
+        ok = (*c)->Lookup(ns, {nowhere, {}}).ok();
+      } else {
+        if ((*c)->StatusText().ok()) ++statuses;
+        return;
+      }
+      ++(ok ? answered : failed);
+    });
+  }
+  // Give them time to reach the daemon and block there.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+
+  // Meanwhile the daemon serves everyone else: Ping, and a load that DRAM holds whole, byte for byte.
+  for (int i = 0; i < 20; ++i) REQUIRE(client->Ping().ok());
+  auto done = LoadAndVerify(*client, ns, in_dram, 61);
+  CHECK(done.loaded_chunks == 8);
+  auto lookup = client->Lookup(ns, {in_dram, {}});
+  REQUIRE(lookup.ok());
+  CHECK(lookup->cached_chunks == 8);
+  // An engine that gives up on a load stuck behind Redis gets its stream back at once (its Start's lookup
+  // holds no thread the stream needs).
+  auto stuck = client->StartLoad(LoadOptions{ns, {nowhere, {}}, nullptr});
+  REQUIRE(stuck.ok());
+  CHECK((*stuck)->Release().ok());
+  CHECK(answered.load() == 0);  // every lookup and load that needs Redis is still waiting for it
+  CHECK(failed.load() == 0);
+
+  // Redis comes back: each waiting call gets its answer.
+  REQUIRE(kill(redis->pid(), SIGCONT) == 0);
+  for (auto& t : waiting) t.join();
+  CHECK(answered.load() == kWaiting * 2 / 3);
+  CHECK(failed.load() == 0);
+  CHECK(statuses.load() == kWaiting / 3);
 }

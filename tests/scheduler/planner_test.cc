@@ -253,3 +253,54 @@ TEST_CASE("planner: chunks in tiers of different speeds are planned by each tier
     CHECK(LoadSuffixSeconds(tier, chunk_s, 40)[0] == Approx(0.24));
   }
 }
+
+TEST_CASE("load costs: one tier's chunks at its speed; several tiers read at once, the slowest share decides",
+          "[planner]") {
+  constexpr uint8_t kDram = 1, kDisk = 2, kRemote = 3;
+  std::vector<double> chunk_s(256, 0.0);
+  chunk_s[kDisk] = 0.004;
+  chunk_s[kRemote] = 0.010;
+
+  SECTION("all on disk: a single tier, whose load measures it") {
+    const std::vector<uint8_t> tiers(8, kDisk);
+    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 2, kDram);
+    CHECK(c.single_tier);
+    CHECK(c.load_chunk_s == Approx(0.004));
+    CHECK(c.load_suffix_s.empty());
+  }
+  SECTION("DRAM unmeasured counts as free; the disk share decides") {
+    const std::vector<uint8_t> tiers{kDram, kDram, kDram, kDram, kDisk, kDisk};
+    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 0, kDram);
+    CHECK_FALSE(c.single_tier);
+    CHECK(c.load_chunk_s == Approx(2 * 0.004 / 6));
+    REQUIRE(c.load_suffix_s.size() == 7);
+    CHECK(c.load_suffix_s[0] == Approx(0.008));
+    CHECK(c.load_suffix_s[5] == Approx(0.004));
+    CHECK(c.load_suffix_s[6] == 0);
+  }
+  SECTION("the slower tier's share decides, not the average") {
+    const std::vector<uint8_t> tiers{kDisk, kDisk, kDisk, kRemote};
+    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 0, kDram);
+    CHECK(c.load_chunk_s == Approx(std::max(3 * 0.004, 0.010) / 4));
+  }
+  SECTION("an unmeasured tier other than DRAM makes the cost unknown") {
+    chunk_s[kRemote] = 0;
+    const std::vector<uint8_t> tiers{kDisk, kRemote};
+    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 0, kDram);
+    CHECK(c.load_chunk_s == 0);
+    CHECK(c.load_suffix_s.empty());
+    CHECK_FALSE(c.single_tier);
+  }
+  SECTION("chunks below the lowest loadable do not count") {
+    const std::vector<uint8_t> tiers{kRemote, kRemote, kDisk, kDisk};
+    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 2, kDram);
+    CHECK(c.single_tier);
+    CHECK(c.load_chunk_s == Approx(0.004));
+  }
+  SECTION("nothing to load") {
+    const std::vector<uint8_t> tiers{kDisk, kDisk};
+    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 2, kDram);
+    CHECK(c.load_chunk_s == 0);
+    CHECK_FALSE(c.single_tier);
+  }
+}

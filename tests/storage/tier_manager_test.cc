@@ -31,6 +31,18 @@ struct TwoTiers {
   DramTier* disk;  // a second DRAM tier standing in for the disk: lookups only care about kinds and order
 };
 
+// A tier that says it waits on a network, and counts how often it is asked: which step of a lookup reaches it.
+class NetworkedTier final : public TierDecorator {
+ public:
+  explicit NetworkedTier(std::unique_ptr<Tier> inner) : TierDecorator(std::move(inner)) {}
+  bool waits_on_network() const override { return true; }
+  std::vector<bool> ContainsEach(std::span<const ChunkKey> keys) const override {
+    ++asked;
+    return TierDecorator::ContainsEach(keys);
+  }
+  mutable int asked = 0;
+};
+
 std::vector<ChunkKey> Keys(uint32_t n) {
   std::vector<ChunkKey> keys;
   for (uint32_t i = 0; i < n; ++i) keys.push_back(TestKey(i));
@@ -54,6 +66,44 @@ TEST_CASE("tier manager: LookupPrefix reports the fastest holder and stops at th
   CHECK(t.manager.LookupPrefix(std::span(keys).subspan(3)).empty());
   CHECK(t.manager.Contains(keys[4]));
   CHECK_FALSE(t.manager.Contains(keys[3]));
+}
+
+TEST_CASE("tier manager: a two-step lookup asks a networked tier only in its second step, and only when needed",
+          "[tier_manager]") {
+  TierManager manager;
+  auto dram = std::make_unique<DramTier>(1 << 20);
+  auto remote = std::make_unique<NetworkedTier>(std::make_unique<DramTier>(1 << 20));
+  DramTier* dram_tier = dram.get();
+  NetworkedTier* remote_tier = remote.get();
+  manager.AddTier(TierKind::kDram, std::move(dram));
+  manager.AddTier(TierKind::kRemote, std::move(remote));
+  CHECK(manager.has_network_tier());
+  const auto keys = Keys(4);
+  for (uint32_t i = 0; i < 2; ++i) REQUIRE(dram_tier->Write(keys[i], TestValue(i, kBytes)).ok());
+  for (uint32_t i = 2; i < 4; ++i) REQUIRE(remote_tier->Write(keys[i], TestValue(i, kBytes)).ok());
+
+  // All in DRAM: the network is never needed.
+  auto local = manager.LookupPrefixInMemory(std::span(keys).first(2));
+  CHECK_FALSE(local.needs_network());
+  CHECK(local.Prefix() == std::vector<TierKind>{TierKind::kDram, TierKind::kDram});
+  CHECK(remote_tier->asked == 0);
+
+  // The tail is remote: the first step stops at DRAM's prefix, the second asks Redis once for the rest.
+  auto lookup = manager.LookupPrefixInMemory(keys);
+  CHECK(lookup.needs_network());
+  CHECK(lookup.Prefix().size() == 2);
+  CHECK(remote_tier->asked == 0);
+  manager.FinishLookupOverNetwork(lookup);
+  CHECK(remote_tier->asked == 1);
+  CHECK_FALSE(lookup.needs_network());
+  CHECK(lookup.Prefix() ==
+        std::vector<TierKind>{TierKind::kDram, TierKind::kDram, TierKind::kRemote, TierKind::kRemote});
+  CHECK(manager.LookupPrefix(keys) == lookup.Prefix());
+
+  TierManager memory_only;
+  memory_only.AddTier(TierKind::kDram, std::make_unique<DramTier>(1 << 20));
+  CHECK_FALSE(memory_only.has_network_tier());
+  CHECK_FALSE(memory_only.LookupPrefixInMemory(keys).needs_network());  // a miss, but nothing else to ask
 }
 
 TEST_CASE("tier manager: Write goes to the fastest tier; Read goes to the named one", "[tier_manager]") {
