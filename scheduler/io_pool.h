@@ -18,16 +18,10 @@
 #include <thread>
 #include <vector>
 
+#include "scheduler/arbiter_policy.h"
+
 namespace cake {
 
-enum class ArbiterPolicy {
-  kFifo,               // the load that started first is served first
-  kFairShare,          // round robin: the load served least recently goes next
-  kShortestRemaining,  // the load with the fewest chunks left to read goes next (ties: the older one), unless
-                       // a load's oldest queued read has waited longer than the starvation limit: then that one
-};
-std::optional<ArbiterPolicy> ParseArbiterPolicy(std::string_view name);  // "fifo", "fair", "srf"
-const char* ArbiterPolicyName(ArbiterPolicy policy);
 
 // One load's place in the arbiter. The load keeps `remaining` up to date for kShortestRemaining.
 class IoGroup {

@@ -39,6 +39,21 @@ class TableReader {
     }
   }
 
+  // A word naming one of an enum's values, parsed here so the rest of the daemon sees only the enum.
+  template <typename Enum>
+  void Word(const char* key, Enum* out, absl::StatusOr<Enum> (*parse)(std::string_view, std::string_view)) {
+    if (const toml::node* n = Find(key)) {
+      auto v = n->value<std::string>();
+      if (!v) return Fail(key, "a string");
+      auto parsed = parse(*v, absl::StrCat(name_, ".", key));
+      if (parsed.ok()) {
+        *out = *parsed;
+      } else if (error_.ok()) {
+        error_ = parsed.status();
+      }
+    }
+  }
+
   void String(const char* key, std::string* out) {
     if (const toml::node* n = Find(key)) {
       if (auto v = n->value<std::string>()) {
@@ -197,7 +212,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   disk.String("root", &c.disk_root);
   disk.Unsigned("capacity_bytes", &c.disk_capacity_bytes, 1, uint64_t{1} << 56);
   disk.Unsigned("queue_depth", &c.disk_queue_depth, 1, 4096);
-  disk.String("io_backend", &c.disk_io_backend);
+  disk.Word("io_backend", &c.disk_io_backend, ParseIoBackendOption);
   disk.Bool("allow_buffered", &c.disk_allow_buffered);
   disk.Unsigned("recovery_threads", &c.disk_recovery_threads, 1, 1024);
   disk.Double("read_gbps", &c.disk_read_gbps, 0, 1e6);
@@ -224,7 +239,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   loader.Unsigned("window", &c.load_window, 1, 4096);
   loader.Unsigned("max_window", &c.max_load_window, 1, 4096);
   loader.Unsigned("io_threads", &c.io_threads, 1, 1024);
-  loader.String("arbiter", &c.arbiter);
+  loader.Word("arbiter", &c.arbiter, ParseArbiterOption);
   loader.Unsigned("arbiter_starvation_ms", &c.arbiter_starvation_ms, 1, 3600000);
   TableReader keys(root, "keys");
   keys.String("secret", &c.key_secret);
@@ -262,19 +277,24 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.default_chunk_tokens > c.max_chunk_tokens) {
     return absl::InvalidArgumentError("limits.default_chunk_tokens exceeds limits.max_chunk_tokens");
   }
-  if (c.disk_io_backend != "auto" && c.disk_io_backend != "uring" && c.disk_io_backend != "pread") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("disk.io_backend is \"", c.disk_io_backend, "\"; accepted: auto, uring, pread"));
-  }
-  if (!ParseArbiterPolicy(c.arbiter)) {
-    return absl::InvalidArgumentError(absl::StrCat("loader.arbiter is \"", c.arbiter, "\"; accepted: srf, fifo, fair"));
-  }
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
   if (!kLevels.contains(c.log_level)) {
     return absl::InvalidArgumentError(absl::StrCat("server.log_level is \"", c.log_level,
                                                    "\"; accepted: trace, debug, info, warn, error, critical, off"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<IoBackend> ParseIoBackendOption(std::string_view word, std::string_view where) {
+  if (auto parsed = ParseIoBackend(word)) return *parsed;
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(where), " is \"", std::string(word), "\"; accepted: auto, uring, pread"));
+}
+
+absl::StatusOr<ArbiterPolicy> ParseArbiterOption(std::string_view word, std::string_view where) {
+  if (auto parsed = ParseArbiterPolicy(word)) return *parsed;
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(where), " is \"", std::string(word), "\"; accepted: srf, fifo, fair"));
 }
 
 }  // namespace cake

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "scheduler/arbiter_policy.h"
+#include "storage/io_backend.h"
 
 namespace cake {
 
@@ -16,7 +18,7 @@ struct DaemonConfig {
   uint32_t socket_mode = 0660;  // engines in the socket's group may connect
   uint64_t max_message_bytes = uint64_t{1} << 30;
   double shutdown_grace_s = 5;
-  std::string log_level = "info";
+  std::string log_level = "info";  // checked by ValidateConfig; spdlog parses it once, at start-up
   // [limits]
   uint64_t max_prompt_tokens = 1u << 20;
   uint64_t max_chunk_bytes = uint64_t{1} << 30;
@@ -35,7 +37,7 @@ struct DaemonConfig {
   std::string disk_root;  // empty: no disk tier
   uint64_t disk_capacity_bytes = uint64_t{64} << 30;
   uint32_t disk_queue_depth = 32;
-  std::string disk_io_backend = "auto";  // auto (io_uring, else pread, logged), uring, pread
+  IoBackend disk_io_backend = IoBackend::kAuto;
   bool disk_allow_buffered = false;      // accept a filesystem without O_DIRECT (page cache in the way)
   double disk_read_gbps = 0;             // 0: not throttled
   uint32_t disk_recovery_threads = 16;   // header reads in flight while the index is rebuilt at start-up
@@ -63,7 +65,7 @@ struct DaemonConfig {
   uint32_t load_window = 4;  // reads in flight per load
   uint32_t max_load_window = 64;
   uint32_t io_threads = 4;
-  std::string arbiter = "srf";            // order in which concurrent loads' reads are served: srf, fifo, fair
+  ArbiterPolicy arbiter = ArbiterPolicy::kShortestRemaining;
   uint32_t arbiter_starvation_ms = 1000;  // srf: a read queued this long goes first
   // [keys]
   std::string key_secret;  // mixed into every key root; daemons that share a store must share it
@@ -80,5 +82,10 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
 
 // Checks cross-field rules (e.g. the window fits the I/O queue).
 absl::Status ValidateConfig(const DaemonConfig& config);
+
+// The config's words for the enum-valued options, parsed where they are read (file or flag): an unknown word is
+// an INVALID_ARGUMENT naming `where` (the key or the flag) and the accepted words.
+absl::StatusOr<IoBackend> ParseIoBackendOption(std::string_view word, std::string_view where);
+absl::StatusOr<ArbiterPolicy> ParseArbiterOption(std::string_view word, std::string_view where);
 
 }  // namespace cake

@@ -16,10 +16,8 @@
 #include "cuda/cuda_backend.h"
 #include "grpcpp/server_builder.h"
 #include "spdlog/spdlog.h"
-#include "storage/disk_tier.h"
-#include "storage/remote_tier.h"
-#include "storage/dram_tier.h"
-#include "storage/throttled_tier.h"
+#include "server/tier_factory.h"
+#include "storage/status_macros.h"
 
 namespace cake {
 
@@ -120,71 +118,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
 
   d->state_ = std::make_unique<DaemonState>(config);
   DecideCudaRegions(config, *d->state_);
-  const auto prefault_started = std::chrono::steady_clock::now();
-  auto dram_tier = std::make_unique<DramTier>(config.dram_capacity_bytes, config.dram_prefault);
-  if (!dram_tier->status().ok()) return dram_tier->status();
-  if (config.dram_prefault) {
-    spdlog::info(
-        "DRAM tier: {} MiB prefaulted in {:.0f} ms", config.dram_capacity_bytes >> 20,
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - prefault_started).count());
-  }
-  if (d->state_->cuda_usable && config.cuda_pin_dram) {
-    const auto pin_started = std::chrono::steady_clock::now();
-    const std::span<std::byte> arena = dram_tier->arena_bytes();
-    auto pinned = PinnedRange::Pin(arena.data(), arena.size());
-    if (pinned.ok()) {
-      d->state_->dram_pinned = std::move(*pinned);
-      spdlog::info("CUDA: DRAM tier ({} MiB) page-locked in {:.0f} ms", arena.size() >> 20,
-                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - pin_started).count());
-    } else {
-      spdlog::warn("CUDA: could not page-lock the DRAM tier ({}); DRAM hits reach devices through staging",
-                   pinned.status().ToString());
-    }
-  }
-  std::unique_ptr<Tier> dram = std::move(dram_tier);
-  if (config.dram_read_gbps > 0) {
-    dram = std::make_unique<ThrottledTier>(std::move(dram), config.dram_read_gbps, Clock::Real(),
-                                           config.dram_read_burst_us * 1e-6);
-  }
-  d->state_->tiers.AddTier(TierKind::kDram, std::move(dram));
-  if (!config.disk_root.empty()) {
-    DiskTier::Options disk;
-    disk.root = config.disk_root;
-    disk.capacity_bytes = config.disk_capacity_bytes;
-    disk.queue_depth = config.disk_queue_depth;
-    disk.io_backend = config.disk_io_backend == "uring"   ? IoBackend::kUring
-                      : config.disk_io_backend == "pread" ? IoBackend::kPread
-                                                          : IoBackend::kAuto;
-    disk.allow_buffered = config.disk_allow_buffered;
-    disk.recovery_threads = config.disk_recovery_threads;
-    auto tier = DiskTier::Open(disk);
-    if (!tier.ok()) return tier.status();
-    std::unique_ptr<Tier> disk_tier = std::move(*tier);
-    if (config.disk_read_gbps > 0) {
-      disk_tier = std::make_unique<ThrottledTier>(std::move(disk_tier), config.disk_read_gbps);
-    }
-    d->state_->tiers.AddTier(TierKind::kDisk, std::move(disk_tier));
-  }
-  if (!config.remote_endpoints.empty()) {
-    RemoteTier::Options remote;
-    remote.endpoints = config.remote_endpoints;
-    remote.user = config.remote_user;
-    remote.password = config.remote_password;
-    if (const char* password = std::getenv("CAKE_REMOTE_PASSWORD"); password != nullptr) remote.password = password;
-    remote.key_prefix = config.remote_key_prefix;
-    remote.part_bytes = config.remote_part_bytes;
-    remote.connections = config.remote_connections;
-    remote.connect_timeout = std::chrono::milliseconds(config.remote_connect_timeout_ms);
-    remote.command_timeout = std::chrono::milliseconds(config.remote_command_timeout_ms);
-    remote.ttl = std::chrono::seconds(config.remote_ttl_s);
-    auto tier = RemoteTier::Open(remote);
-    if (!tier.ok()) return tier.status();
-    std::unique_ptr<Tier> remote_tier = std::move(*tier);
-    if (config.remote_read_gbps > 0) {
-      remote_tier = std::make_unique<ThrottledTier>(std::move(remote_tier), config.remote_read_gbps);
-    }
-    d->state_->tiers.AddTier(TierKind::kRemote, std::move(remote_tier));
-  }
+  CAKE_RETURN_IF_ERROR(AddTiersFromConfig(config, d->state_->cuda_usable && config.cuda_pin_dram, d->state_->tiers,
+                                         d->state_->dram_pinned));
 
   d->kv_service_ = std::make_unique<KvServiceImpl>(*d->state_);
   d->admin_service_ = std::make_unique<AdminServiceImpl>(*d->state_);

@@ -65,7 +65,7 @@ struct DaemonState {
         regions(RegionRegistry::Limits{c.max_region_bytes, c.max_regions_per_client, c.cuda_max_region_bytes}),
         // Room for every live load's full window, so a load that got admitted is never refused a read.
         pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024,
-             ParseArbiterPolicy(c.arbiter).value_or(ArbiterPolicy::kShortestRemaining),
+             c.arbiter,
              std::chrono::milliseconds(c.arbiter_starvation_ms)) {}
 
   const DaemonConfig config;

@@ -101,9 +101,23 @@ int main(int argc, char** argv) {
   if (dram_gbps) config.dram_read_gbps = *dram_gbps;
   if (dram_burst_us) config.dram_read_burst_us = *dram_burst_us;
   if (!disk_root.empty()) config.disk_root = disk_root;
-  if (!arbiter.empty()) config.arbiter = arbiter;
+  if (!arbiter.empty()) {
+    auto parsed = cake::ParseArbiterOption(arbiter, "--arbiter");
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "caked: %s\n", std::string(parsed.status().message()).c_str());
+      return 2;
+    }
+    config.arbiter = *parsed;
+  }
   if (disk_mib) config.disk_capacity_bytes = *disk_mib << 20;
-  if (!io_backend.empty()) config.disk_io_backend = io_backend;
+  if (!io_backend.empty()) {
+    auto parsed = cake::ParseIoBackendOption(io_backend, "--disk-io-backend");
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "caked: %s\n", std::string(parsed.status().message()).c_str());
+      return 2;
+    }
+    config.disk_io_backend = *parsed;
+  }
   if (disk_gbps) config.disk_read_gbps = *disk_gbps;
   if (!remote_endpoints.empty()) config.remote_endpoints = remote_endpoints;
   if (!remote_prefix.empty()) config.remote_key_prefix = remote_prefix;

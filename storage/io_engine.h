@@ -13,15 +13,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "storage/io_backend.h"
 
 namespace cake {
 
-enum class IoBackend {
-  kAuto,   // io_uring when a ring can be created, else pread (logged)
-  kUring,  // io_uring or fail
-  kPread,  // plain pread(2), one call at a time
-};
-const char* IoBackendName(IoBackend backend);
 
 // The largest single read the driver asks for: big enough to stream at NVMe speed, small enough that a
 // queue of them spreads one chunk over several device queues.
