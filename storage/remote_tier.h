@@ -1,21 +1,14 @@
-// Remote tier: chunks in Redis (one server, or a Redis Cluster) through hiredis, so daemons on many machines share
-// one cache. Redis owns the capacity (its maxmemory policy evicts), so this tier never assumes a write stayed: every
-// read checks the value's header and checksum, and anything missing, partial or corrupt is a miss.
+// Remote tier: chunks in Redis (one server, or a Redis Cluster), so daemons on many machines share one cache.
+// Redis owns the capacity (its maxmemory policy evicts), so this tier never assumes a write stayed: every read
+// checks the value's header and checksum, and anything missing, partial or corrupt is a miss.
 //
-// Layout of one chunk (all keys of a chunk share the hash tag {<32 hex>}, so in a cluster they live in one slot and
-// one pipeline reads them):
-//   <prefix>{<key hex>}:h     the 64-byte header below
-//   <prefix>{<key hex>}:<i>   part i of the payload, i = 0 .. parts-1, each part_bytes long except the last
-// Parts keep every value small enough to neither block Redis for long nor exceed its limits (proto-max-bulk-len).
-// Writes put the parts first and the header last, so a reader that finds a header finds a complete write (unless
-// Redis evicted a part since: the checksum catches that).
-//
-// Header, little-endian: magic "CAKERMT1" (8), format version u32 = 1, part count u32, chunk key (16), payload
-// length u64, part bytes u64, XXH3-64 of the payload u64, XXH3-64 of header bytes [0, 56) u64.
+// The value format (a header and parts under one hash tag) is storage/remote_codec.h; talking to Redis (pools,
+// back-off, slot map, redirects, AUTH) is storage/redis_cluster_client.h. This adapter puts the two together
+// behind the Tier interface.
 #pragma once
 
-#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,9 +17,6 @@
 #include "storage/tier.h"
 
 namespace cake {
-
-// The Redis Cluster slot of a key: CRC16 of the key (or of its first non-empty {hash tag}) modulo 16384.
-int RedisKeySlot(std::string_view key);
 
 class RemoteTier final : public Tier {
  public:

@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
+#include "storage/redis_cluster_client.h"
 
 namespace cake {
 namespace {
@@ -357,21 +358,7 @@ std::vector<std::string> RedisCluster::addresses() const {
   return result;
 }
 
-int RedisCluster::KeySlot(std::string_view key) {
-  // Only the hash tag counts when the key has a non-empty one, so related keys can share a slot.
-  if (const size_t open = key.find('{'); open != std::string_view::npos) {
-    if (const size_t close = key.find('}', open + 1); close != std::string_view::npos && close > open + 1) {
-      key = key.substr(open + 1, close - open - 1);
-    }
-  }
-  // CRC16-XMODEM: polynomial 0x1021, initial value 0, no reflection.
-  uint16_t crc = 0;
-  for (unsigned char byte : key) {
-    crc ^= static_cast<uint16_t>(byte) << 8;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : crc << 1;
-  }
-  return crc % kSlots;
-}
+int RedisCluster::KeySlot(std::string_view key) { return RedisKeySlot(key); }
 
 absl::StatusOr<std::vector<int>> RedisCluster::SlotOwnersSeenBy(size_t node) const {
   auto reply = RunCommand(nodes_[node], {"CLUSTER", "SLOTS"});

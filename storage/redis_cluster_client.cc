@@ -1,0 +1,469 @@
+// RedisClusterClient: connection pools, back-off, the slot map and redirects, over hiredis and RespReader.
+#include "storage/redis_cluster_client.h"
+
+#include <hiredis/hiredis.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace cake {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr int kMaxRedirects = 4;
+constexpr auto kFirstBackoff = std::chrono::milliseconds(50);
+constexpr auto kMinSlotRefreshInterval = std::chrono::milliseconds(100);
+
+struct ContextDeleter {
+  void operator()(redisContext* c) const { redisFree(c); }
+};
+using Connection = std::unique_ptr<redisContext, ContextDeleter>;
+
+// CRC16-XMODEM (polynomial 0x1021), the hash Redis Cluster maps keys to slots with.
+uint16_t Crc16(std::string_view data) {
+  uint16_t crc = 0;
+  for (char c : data) {
+    crc ^= static_cast<uint16_t>(static_cast<uint8_t>(c)) << 8;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : crc << 1;
+  }
+  return crc;
+}
+
+timeval ToTimeval(std::chrono::milliseconds ms) {
+  timeval tv;
+  tv.tv_sec = ms.count() / 1000;
+  tv.tv_usec = (ms.count() % 1000) * 1000;
+  return tv;
+}
+
+bool IsError(const redisReply* r, std::string_view prefix) {
+  return r != nullptr && r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).substr(0, prefix.size()) == prefix;
+}
+
+// "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381": the address at the end.
+bool ParseRedirectTarget(const redisReply* r, std::string* host, int* port) {
+  std::vector<absl::string_view> words = absl::StrSplit(absl::string_view(r->str, r->len), ' ');
+  if (words.size() != 3) return false;
+  const size_t colon = words[2].rfind(':');
+  if (colon == absl::string_view::npos) return false;
+  *host = std::string(words[2].substr(0, colon));
+  return absl::SimpleAtoi(words[2].substr(colon + 1), port);
+}
+
+}  // namespace
+
+int RedisKeySlot(std::string_view key) {
+  const size_t open = key.find('{');
+  if (open != std::string_view::npos) {
+    const size_t close = key.find('}', open + 1);
+    if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
+  }
+  return Crc16(key) % kRedisClusterSlots;
+}
+
+struct RedisClusterClient::Node {
+  std::string host;
+  int port = 0;
+  std::string address;
+  std::mutex mu;
+  std::vector<Connection> idle;
+  SteadyClock::time_point down_until{};
+  std::chrono::milliseconds backoff{0};
+  std::string last_error;
+};
+
+class RedisClusterClient::Impl {
+ public:
+  explicit Impl(const Options& options) : options_(options) {}
+
+  absl::Status AddSeed(const std::string& endpoint) {
+    const size_t colon = endpoint.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(endpoint.substr(colon + 1), &port) || port <= 0 ||
+        port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("endpoint '", endpoint, "' is not host:port"));
+    }
+    NodeFor(endpoint.substr(0, colon), port);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<RedisReply>> Execute(const std::vector<RedisCommand>& commands, bool allow_partial) {
+    std::vector<int> slots(commands.size());
+    for (size_t i = 0; i < commands.size(); ++i) slots[i] = RedisKeySlot(commands[i].key);
+    std::vector<RedisReply> replies(commands.size());
+    std::vector<size_t> pending(commands.size());
+    for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
+    for (int round = 0; round < kMaxRedirects && !pending.empty(); ++round) {
+      std::map<Node*, std::vector<size_t>> by_node;
+      for (size_t i : pending) by_node[OwnerOf(slots[i])].push_back(i);
+      std::vector<size_t> again;
+      std::map<Node*, std::vector<size_t>> asked;
+      bool refresh = false;
+      for (auto& [node, indices] : by_node) {
+        auto got = RunPipeline(*node, commands, indices, /*asking=*/false);
+        if (!got.ok() && allow_partial) continue;
+        if (!got.ok()) return got.status();
+        for (size_t k = 0; k < indices.size(); ++k) {
+          Route(slots[indices[k]], indices[k], std::move((*got)[k]), replies, again, asked, refresh);
+        }
+      }
+      // An ASK is for one command only: the slot is moving, and this key has gone ahead to the target.
+      for (auto& [node, indices] : asked) {
+        auto got = RunPipeline(*node, commands, indices, /*asking=*/true);
+        if (!got.ok() && allow_partial) continue;
+        if (!got.ok()) return got.status();
+        std::map<Node*, std::vector<size_t>> asked_again;
+        for (size_t k = 0; k < indices.size(); ++k) {
+          Route(slots[indices[k]], indices[k], std::move((*got)[k]), replies, again, asked_again, refresh);
+        }
+        for (auto& [n, more] : asked_again) again.insert(again.end(), more.begin(), more.end());
+      }
+      if (refresh) RefreshSlotMap(/*force=*/false);
+      pending = std::move(again);
+    }
+    if (!pending.empty()) {
+      errors_++;
+      return absl::UnavailableError(absl::StrCat("Redis kept redirecting after ", kMaxRedirects, " rounds"));
+    }
+    return replies;
+  }
+
+  // From any node that answers CLUSTER SLOTS (at most every 100 ms unless forced). A node without cluster support
+  // makes this a standalone client.
+  void RefreshSlotMap(bool force) {
+    {
+      std::lock_guard lock(mu_);
+      const auto now = SteadyClock::now();
+      if (!force && now - last_refresh_ < kMinSlotRefreshInterval) return;
+      last_refresh_ = now;
+    }
+    for (Node* node : NodesSnapshot()) {
+      RedisCommand slots;
+      slots.verb = "CLUSTER";
+      slots.key = "SLOTS";
+      auto got = RunPipeline(*node, std::vector<RedisCommand>{slots}, {0}, false);
+      if (!got.ok()) continue;
+      const redisReply* r = (*got)[0].get();
+      if (r->type == REDIS_REPLY_ERROR) {
+        // "ERR This instance has cluster support disabled": a standalone Redis.
+        std::lock_guard lock(mu_);
+        slot_owner_.clear();
+        return;
+      }
+      if (r->type != REDIS_REPLY_ARRAY) continue;
+      std::vector<int> owners(kRedisClusterSlots, -1);
+      for (size_t i = 0; i < r->elements; ++i) {
+        const redisReply* range = r->element[i];
+        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) continue;
+        const redisReply* master = range->element[2];
+        if (master->type != REDIS_REPLY_ARRAY || master->elements < 2) continue;
+        std::string host(master->element[0]->str ? master->element[0]->str : "", master->element[0]->len);
+        if (host.empty() || host == "?") host = node->host;  // Redis 7 leaves it empty for "the node you asked"
+        const int index = NodeIndex(host, static_cast<int>(master->element[1]->integer));
+        const long long first = range->element[0]->integer, last = range->element[1]->integer;
+        for (long long s = std::max(0LL, first); s <= std::min<long long>(last, kRedisClusterSlots - 1); ++s) {
+          owners[s] = index;
+        }
+      }
+      std::lock_guard lock(mu_);
+      slot_owner_ = std::move(owners);
+      return;
+    }
+  }
+
+  bool is_cluster() const {
+    std::lock_guard lock(mu_);
+    return !slot_owner_.empty();
+  }
+
+  std::vector<Node*> Masters() const {
+    std::lock_guard lock(mu_);
+    std::vector<Node*> out;
+    if (slot_owner_.empty()) {
+      out.push_back(nodes_.front().get());
+      return out;
+    }
+    std::vector<bool> seen(nodes_.size(), false);
+    for (int owner : slot_owner_) {
+      if (owner >= 0 && !seen[owner]) {
+        seen[owner] = true;
+        out.push_back(nodes_[owner].get());
+      }
+    }
+    return out;
+  }
+
+  // Runs commands[indices] on one node in one pipeline (each after an ASKING when asking).
+  absl::StatusOr<std::vector<RedisReply>> RunPipeline(Node& node, const std::vector<RedisCommand>& commands,
+                                                      const std::vector<size_t>& indices, bool asking) {
+    auto conn = Checkout(node);
+    if (!conn.ok()) return conn.status();
+    redisContext* c = conn->get();
+    std::vector<const char*> argv;
+    std::vector<size_t> argvlen;
+    for (size_t i : indices) {
+      const RedisCommand& cmd = commands[i];
+      if (asking) redisAppendCommand(c, "ASKING");
+      argv.clear();
+      argvlen.clear();
+      auto add = [&](const char* p, size_t n) {
+        argv.push_back(p);
+        argvlen.push_back(n);
+      };
+      add(cmd.verb.data(), cmd.verb.size());
+      add(cmd.key.data(), cmd.key.size());
+      if (cmd.has_value) add(reinterpret_cast<const char*>(cmd.value.data()), cmd.value.size());
+      for (const std::string& t : cmd.tail) add(t.data(), t.size());
+      if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), argvlen.data()) != REDIS_OK) {
+        return FailIo(node, c);
+      }
+    }
+    std::vector<RedisReply> replies;
+    replies.reserve(indices.size());
+    const bool direct = std::any_of(indices.begin(), indices.end(), [&](size_t i) { return !commands[i].sink.empty(); });
+    if (direct) {
+      // Send everything, then read the replies ourselves (hiredis' reader must hold nothing unread).
+      int done = 0;
+      while (!done) {
+        if (redisBufferWrite(c, &done) != REDIS_OK) return FailIo(node, c);
+      }
+      if (c->reader->pos != c->reader->len) return Fail(node, "unread bytes before a pipeline");
+      auto reader = std::make_unique<RespReader>(c->fd);
+      for (size_t i : indices) {
+        if (asking) {
+          auto ok = reader->Next({});
+          if (!ok.ok()) return Fail(node, ok.status());
+        }
+        auto reply = reader->Next(commands[i].sink);
+        if (!reply.ok()) return Fail(node, reply.status());
+        replies.push_back(std::move(*reply));
+      }
+      if (!reader->drained()) return Fail(node, "bytes after the last reply");
+      Return(node, std::move(*conn));
+      return replies;
+    }
+    for (size_t k = 0; k < indices.size(); ++k) {
+      void* raw = nullptr;
+      if (asking) {
+        if (redisGetReply(c, &raw) != REDIS_OK) return FailIo(node, c);
+        freeReplyObject(raw);  // ASKING's +OK
+      }
+      if (redisGetReply(c, &raw) != REDIS_OK) return FailIo(node, c);
+      replies.emplace_back(static_cast<redisReply*>(raw));
+    }
+    Return(node, std::move(*conn));
+    return replies;
+  }
+
+  Counters counters() const {
+    Counters s;
+    s.errors = errors_.load();
+    s.connects = connects_.load();
+    s.fast_failures = fast_failures_.load();
+    s.moved = moved_.load();
+    s.ask = ask_.load();
+    return s;
+  }
+
+ private:
+  void Route(int slot, size_t i, RedisReply reply, std::vector<RedisReply>& replies, std::vector<size_t>& again,
+             std::map<Node*, std::vector<size_t>>& asked, bool& refresh) {
+    std::string host;
+    int port = 0;
+    if (IsError(reply.get(), "MOVED ") && ParseRedirectTarget(reply.get(), &host, &port)) {
+      moved_++;
+      refresh = true;
+      SetOwner(slot, NodeIndex(host, port));  // right away; the full refresh follows
+      again.push_back(i);
+    } else if (IsError(reply.get(), "ASK ") && ParseRedirectTarget(reply.get(), &host, &port)) {
+      ask_++;
+      asked[NodeFor(host, port)].push_back(i);
+    } else if (IsError(reply.get(), "TRYAGAIN")) {
+      again.push_back(i);  // a multi-key operation mid-migration; ours are single-key, but be safe
+    } else {
+      replies[i] = std::move(reply);
+    }
+  }
+
+  absl::Status Fail(Node& node, std::string_view why) {
+    MarkDown(node, std::string(why));
+    return absl::UnavailableError(absl::StrCat("Redis at ", node.address, ": ", std::string(why)));
+  }
+  absl::Status Fail(Node& node, const absl::Status& status) {
+    if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+      return Fail(node, absl::StrCat("no answer within ", options_.command_timeout.count(), " ms"));
+    }
+    return Fail(node, std::string_view(status.message().data(), status.message().size()));
+  }
+  // A failure hiredis reported on c.
+  absl::Status FailIo(Node& node, redisContext* c) {
+    // hiredis reports a socket timeout as EAGAIN's text; say what it means.
+    const bool timed_out = c->err == REDIS_ERR_IO && std::strcmp(c->errstr, std::strerror(EAGAIN)) == 0;
+    const std::string why = timed_out ? absl::StrCat("no answer within ", options_.command_timeout.count(), " ms")
+                            : c->errstr[0] ? std::string(c->errstr)
+                                           : "connection error";
+    MarkDown(node, why);
+    return absl::UnavailableError(absl::StrCat("Redis at ", node.address, ": ", why));
+  }
+
+  absl::StatusOr<Connection> Checkout(Node& node) {
+    {
+      std::lock_guard lock(node.mu);
+      if (SteadyClock::now() < node.down_until) {
+        fast_failures_++;
+        return absl::UnavailableError(absl::StrCat("Redis at ", node.address, " is unreachable (", node.last_error,
+                                                   "); retrying after a back-off"));
+      }
+      if (!node.idle.empty()) {
+        Connection c = std::move(node.idle.back());
+        node.idle.pop_back();
+        return c;
+      }
+    }
+    Connection c(redisConnectWithTimeout(node.host.c_str(), node.port, ToTimeval(options_.connect_timeout)));
+    if (c == nullptr) {
+      MarkDown(node, "out of memory");
+      return absl::UnavailableError("hiredis could not allocate a connection");
+    }
+    if (c->err) return FailIo(node, c.get());
+    redisSetTimeout(c.get(), ToTimeval(options_.command_timeout));
+    redisEnableKeepAlive(c.get());
+    // Keep the reader's buffer between replies: values can be megabytes, and hiredis would otherwise free and
+    // regrow it for every one.
+    c->reader->maxbuf = 0;
+    if (!options_.password.empty()) {
+      RedisReply r(static_cast<redisReply*>(
+          options_.user.empty()
+              ? redisCommand(c.get(), "AUTH %b", options_.password.data(), options_.password.size())
+              : redisCommand(c.get(), "AUTH %b %b", options_.user.data(), options_.user.size(),
+                             options_.password.data(), options_.password.size())));
+      if (r == nullptr) return FailIo(node, c.get());
+      if (r->type == REDIS_REPLY_ERROR) {
+        const std::string why = absl::StrCat("AUTH refused: ", std::string(r->str, r->len));
+        MarkDown(node, why);
+        return absl::UnavailableError(absl::StrCat("Redis at ", node.address, ": ", why));
+      }
+    }
+    connects_++;
+    return c;
+  }
+
+  void Return(Node& node, Connection c) {
+    std::lock_guard lock(node.mu);
+    node.backoff = std::chrono::milliseconds(0);
+    if (node.idle.size() < options_.connections) node.idle.push_back(std::move(c));
+  }
+
+  void MarkDown(Node& node, const std::string& why) {
+    errors_++;
+    bool first;
+    std::chrono::milliseconds backoff;
+    {
+      std::lock_guard lock(node.mu);
+      first = node.backoff.count() == 0;
+      node.backoff = first ? std::chrono::duration_cast<std::chrono::milliseconds>(kFirstBackoff)
+                           : std::min(node.backoff * 2, options_.max_backoff);
+      backoff = node.backoff;
+      node.down_until = SteadyClock::now() + node.backoff;
+      node.last_error = why;
+      node.idle.clear();  // a server that dropped one connection has likely dropped them all
+    }
+    if (first) {
+      spdlog::warn("{}: Redis at {} failed ({}); calls to it fail at once, retrying in {} ms", options_.log_name,
+                   node.address, why, backoff.count());
+    }
+  }
+
+  Node* OwnerOf(int slot) {
+    std::lock_guard lock(mu_);
+    if (!slot_owner_.empty() && slot_owner_[slot] >= 0) return nodes_[slot_owner_[slot]].get();
+    return nodes_.front().get();
+  }
+
+  void SetOwner(int slot, int index) {
+    std::lock_guard lock(mu_);
+    if (slot_owner_.empty()) slot_owner_.assign(kRedisClusterSlots, -1);
+    slot_owner_[slot] = index;
+  }
+
+  int NodeIndex(const std::string& host, int port) {
+    std::lock_guard lock(mu_);
+    return NodeIndexLocked(host, port);
+  }
+  Node* NodeFor(const std::string& host, int port) {
+    std::lock_guard lock(mu_);
+    return nodes_[NodeIndexLocked(host, port)].get();
+  }
+  int NodeIndexLocked(const std::string& host, int port) {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i]->host == host && nodes_[i]->port == port) return static_cast<int>(i);
+    }
+    auto node = std::make_unique<Node>();
+    node->host = host;
+    node->port = port;
+    node->address = absl::StrCat(host, ":", port);
+    nodes_.push_back(std::move(node));
+    return static_cast<int>(nodes_.size() - 1);
+  }
+  std::vector<Node*> NodesSnapshot() {
+    std::lock_guard lock(mu_);
+    std::vector<Node*> out;
+    for (auto& n : nodes_) out.push_back(n.get());
+    return out;
+  }
+
+  const Options options_;
+  std::atomic<uint64_t> errors_{0}, connects_{0}, fast_failures_{0}, moved_{0}, ask_{0};
+
+  mutable std::mutex mu_;
+  // Nodes are never removed, so a Node* stays valid for the client's life.
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<int> slot_owner_;  // index into nodes_ per slot; empty: not a cluster (everything goes to the seed)
+  SteadyClock::time_point last_refresh_{};
+};
+
+absl::StatusOr<std::unique_ptr<RedisClusterClient>> RedisClusterClient::Open(const Options& options) {
+  if (options.endpoints.empty()) return absl::InvalidArgumentError("no Redis endpoint configured");
+  if (options.connections == 0) return absl::InvalidArgumentError("connections must be above 0");
+  if (options.connect_timeout.count() <= 0 || options.command_timeout.count() <= 0) {
+    return absl::InvalidArgumentError("timeouts must be above 0");
+  }
+  auto impl = std::make_unique<Impl>(options);
+  for (const std::string& endpoint : options.endpoints) {
+    if (absl::Status s = impl->AddSeed(endpoint); !s.ok()) return s;
+  }
+  impl->RefreshSlotMap(/*force=*/true);
+  return std::unique_ptr<RedisClusterClient>(new RedisClusterClient(std::move(impl)));
+}
+
+RedisClusterClient::RedisClusterClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RedisClusterClient::~RedisClusterClient() = default;
+
+absl::StatusOr<std::vector<RedisReply>> RedisClusterClient::Execute(const std::vector<RedisCommand>& commands,
+                                                                    bool allow_partial) {
+  return impl_->Execute(commands, allow_partial);
+}
+
+std::vector<RedisClusterClient::Node*> RedisClusterClient::Masters() const { return impl_->Masters(); }
+
+absl::StatusOr<RedisReply> RedisClusterClient::RunOn(Node& node, const RedisCommand& command) {
+  auto replies = impl_->RunPipeline(node, {command}, {0}, /*asking=*/false);
+  if (!replies.ok()) return replies.status();
+  return std::move((*replies)[0]);
+}
+
+RedisClusterClient::Counters RedisClusterClient::counters() const { return impl_->counters(); }
+
+bool RedisClusterClient::is_cluster() const { return impl_->is_cluster(); }
+
+}  // namespace cake

@@ -1,0 +1,135 @@
+// RespReader: Redis replies read from the socket by hand, bulk values straight into the caller's buffer.
+#include "storage/resp_reader.h"
+
+#include <hiredis/hiredis.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace cake {
+namespace {
+
+// OK for an interrupted call (retry); the error otherwise.
+absl::Status Broken(ssize_t r) {
+  if (r == 0) return absl::UnavailableError("Server closed the connection");
+  if (errno == EINTR) return absl::OkStatus();
+  if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::DeadlineExceededError("timed out");
+  return absl::UnavailableError(std::strerror(errno));
+}
+
+}  // namespace
+
+void RedisReplyDeleter::operator()(redisReply* reply) const { freeReplyObject(reply); }
+
+// Allocated as hiredis allocates its own, so freeReplyObject frees it.
+RedisReply NewRedisReply(int type, std::string_view text, long long integer) {
+  auto* r = static_cast<redisReply*>(calloc(1, sizeof(redisReply)));
+  r->type = type;
+  r->integer = integer;
+  if (type == REDIS_REPLY_STRING || type == REDIS_REPLY_ERROR || type == REDIS_REPLY_STATUS) {
+    r->str = static_cast<char*>(malloc(text.size() + 1));
+    std::memcpy(r->str, text.data(), text.size());
+    r->str[text.size()] = '\0';
+    r->len = text.size();
+  }
+  return RedisReply(r);
+}
+
+absl::StatusOr<RedisReply> RespReader::Next(std::span<std::byte> sink) {
+  auto line = Line();
+  if (!line.ok()) return line.status();
+  if (line->empty()) return absl::DataLossError("empty reply line");
+  const char kind = (*line)[0];
+  const std::string_view rest = std::string_view(*line).substr(1);
+  switch (kind) {
+    case '+':
+      return NewRedisReply(REDIS_REPLY_STATUS, rest);
+    case '-':
+      return NewRedisReply(REDIS_REPLY_ERROR, rest);
+    case ':': {
+      long long value = 0;
+      if (!absl::SimpleAtoi(absl::string_view(rest.data(), rest.size()), &value)) break;
+      return NewRedisReply(REDIS_REPLY_INTEGER, {}, value);
+    }
+    case '$': {
+      long long length = 0;
+      if (!absl::SimpleAtoi(absl::string_view(rest.data(), rest.size()), &length)) break;
+      if (length < 0) return NewRedisReply(REDIS_REPLY_NIL);
+      RedisReply reply;
+      if (static_cast<uint64_t>(length) == sink.size() && !sink.empty()) {
+        if (absl::Status s = Exact(sink.data(), sink.size()); !s.ok()) return s;
+        reply = NewRedisReply(REDIS_REPLY_NIL);
+        reply->type = REDIS_REPLY_STRING;  // landed in the sink: len set, str null
+        reply->len = length;
+      } else {
+        std::string value(length, '\0');
+        if (absl::Status s = Exact(reinterpret_cast<std::byte*>(value.data()), value.size()); !s.ok()) return s;
+        reply = NewRedisReply(REDIS_REPLY_STRING, value);
+      }
+      char crlf[2];
+      if (absl::Status s = Exact(reinterpret_cast<std::byte*>(crlf), 2); !s.ok()) return s;
+      return reply;
+    }
+    default:
+      break;
+  }
+  return absl::DataLossError(absl::StrCat("unexpected reply from Redis: ", *line));
+}
+
+absl::StatusOr<std::string> RespReader::Line() {
+  std::string line;
+  while (true) {
+    if (pos_ == end_) {
+      if (absl::Status s = Fill(); !s.ok()) return s;
+    }
+    const char* start = buf_ + pos_;
+    const char* nl = static_cast<const char*>(std::memchr(start, '\n', end_ - pos_));
+    if (nl == nullptr) {
+      line.append(start, end_ - pos_);
+      pos_ = end_;
+      continue;
+    }
+    line.append(start, nl - start);
+    pos_ += nl - start + 1;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    return line;
+  }
+}
+
+// What is buffered first, then straight from the socket into dst.
+absl::Status RespReader::Exact(std::byte* dst, size_t n) {
+  const size_t buffered = std::min(n, end_ - pos_);
+  std::memcpy(dst, buf_ + pos_, buffered);
+  pos_ += buffered;
+  size_t got = buffered;
+  while (got < n) {
+    const ssize_t r = recv(fd_, dst + got, n - got, 0);
+    if (r > 0) {
+      got += r;
+    } else if (absl::Status s = Broken(r); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RespReader::Fill() {
+  while (true) {
+    const ssize_t r = recv(fd_, buf_, sizeof(buf_), 0);
+    if (r > 0) {
+      pos_ = 0;
+      end_ = r;
+      return absl::OkStatus();
+    }
+    if (absl::Status s = Broken(r); !s.ok()) return s;
+  }
+}
+
+}  // namespace cake

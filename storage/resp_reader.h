@@ -1,0 +1,51 @@
+// RespReader: reads Redis replies (RESP2) straight from a socket, so a bulk value can land in a caller's buffer
+// with the kernel's copy only; hiredis' own reader copies it twice more (into its buffer, then into a reply). It
+// understands what the replies to single-key commands can be (status, error, integer, bulk string, nil) and no
+// arrays. Replies come as hiredis redisReply objects, so they are handled and freed like hiredis' own.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+struct redisReply;
+
+namespace cake {
+
+struct RedisReplyDeleter {
+  void operator()(redisReply* reply) const;  // freeReplyObject
+};
+using RedisReply = std::unique_ptr<redisReply, RedisReplyDeleter>;
+
+// A reply made here rather than by hiredis' reader. text is the value of a string, error or status reply.
+RedisReply NewRedisReply(int type, std::string_view text = {}, long long integer = 0);
+
+class RespReader {
+ public:
+  // Reads fd, a connected socket; its receive timeout (SO_RCVTIMEO) bounds every wait. Does not own it.
+  explicit RespReader(int fd) : fd_(fd) {}
+
+  // The next reply. A bulk reply of exactly sink.size() bytes (sink not empty) is received into sink, and its
+  // reply is a string with len set and str null; any other reply is returned in full.
+  // UNAVAILABLE: the peer closed the connection or the socket failed; DEADLINE_EXCEEDED: the receive timeout
+  // passed; DATA_LOSS: a line that is not a reply of a kind understood here.
+  absl::StatusOr<RedisReply> Next(std::span<std::byte> sink);
+
+  // False when bytes past the last reply were read: a connection in that state is out of step with its replies.
+  bool drained() const { return pos_ == end_; }
+
+ private:
+  absl::StatusOr<std::string> Line();
+  absl::Status Exact(std::byte* dst, size_t n);
+  absl::Status Fill();
+
+  const int fd_;
+  char buf_[16 << 10];
+  size_t pos_ = 0, end_ = 0;
+};
+
+}  // namespace cake

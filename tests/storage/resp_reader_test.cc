@@ -1,0 +1,223 @@
+// RespReader on a real socket (a socketpair): every kind of reply it understands, values into the caller's
+// buffer or not, values larger than its buffer arriving in pieces, and malformed, truncated and stalled replies.
+#include "storage/resp_reader.h"
+
+#include <hiredis/hiredis.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cake {
+namespace {
+
+// reader() is the end a RespReader reads, with a receive timeout so a stalled reply fails instead of hanging;
+// tests write the server's side of the conversation into the other end.
+class SocketPair {
+ public:
+  SocketPair() {
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds_) == 0);
+    timeval timeout{0, 200 * 1000};
+    REQUIRE(setsockopt(fds_[0], SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)) == 0);
+  }
+  ~SocketPair() {
+    close(fds_[0]);
+    CloseWriter();
+  }
+  int reader() const { return fds_[0]; }
+
+  void Send(std::string_view bytes) const {
+    while (!bytes.empty()) {
+      const ssize_t n = send(fds_[1], bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      REQUIRE(n > 0);
+      bytes.remove_prefix(n);
+    }
+  }
+  void CloseWriter() {
+    if (fds_[1] >= 0) close(fds_[1]);
+    fds_[1] = -1;
+  }
+
+ private:
+  int fds_[2] = {-1, -1};
+};
+
+std::string Text(const RedisReply& r) { return std::string(r->str, r->len); }
+
+std::string Bulk(const std::string& value) { return "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n"; }
+
+std::string Pattern(size_t bytes, uint32_t seed) {
+  std::string s(bytes, '\0');
+  uint32_t x = seed * 2654435761u + 1;
+  for (char& c : s) {
+    x = x * 1103515245u + 12345u;
+    c = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+std::span<std::byte> AsSink(std::vector<std::byte>& v) { return std::span(v); }
+
+}  // namespace
+
+TEST_CASE("RespReader: status, error, integer and nil replies", "[resp]") {
+  SocketPair pair;
+  pair.Send("+OK\r\n-MOVED 3999 127.0.0.1:6381\r\n:42\r\n:-7\r\n$-1\r\n");
+  RespReader reader(pair.reader());
+
+  auto ok = reader.Next({});
+  REQUIRE(ok.ok());
+  CHECK((*ok)->type == REDIS_REPLY_STATUS);
+  CHECK(Text(*ok) == "OK");
+  auto error = reader.Next({});
+  REQUIRE(error.ok());
+  CHECK((*error)->type == REDIS_REPLY_ERROR);
+  CHECK(Text(*error) == "MOVED 3999 127.0.0.1:6381");
+  auto answer = reader.Next({});
+  REQUIRE(answer.ok());
+  CHECK((*answer)->type == REDIS_REPLY_INTEGER);
+  CHECK((*answer)->integer == 42);
+  auto negative = reader.Next({});
+  REQUIRE(negative.ok());
+  CHECK((*negative)->integer == -7);
+  std::vector<std::byte> sink(8);
+  auto nil = reader.Next(AsSink(sink));  // a missing key leaves the sink alone
+  REQUIRE(nil.ok());
+  CHECK((*nil)->type == REDIS_REPLY_NIL);
+  CHECK(reader.drained());
+}
+
+TEST_CASE("RespReader: a bulk reply of the sink's size lands in the sink; any other is a string reply", "[resp]") {
+  SocketPair pair;
+  RespReader reader(pair.reader());
+  const std::string binary("a\r\nb\0c\n", 7);  // CR, LF and NUL inside a value are data
+  pair.Send(Bulk(binary) + Bulk("abc") + Bulk("") + Bulk("xyz"));
+
+  std::vector<std::byte> sink(binary.size());
+  auto landed = reader.Next(AsSink(sink));
+  REQUIRE(landed.ok());
+  CHECK((*landed)->type == REDIS_REPLY_STRING);
+  CHECK((*landed)->str == nullptr);
+  CHECK((*landed)->len == binary.size());
+  CHECK(std::memcmp(sink.data(), binary.data(), binary.size()) == 0);
+
+  auto other_size = reader.Next(AsSink(sink));
+  REQUIRE(other_size.ok());
+  CHECK((*other_size)->type == REDIS_REPLY_STRING);
+  REQUIRE((*other_size)->str != nullptr);
+  CHECK(Text(*other_size) == "abc");
+
+  std::vector<std::byte> empty_sink;
+  auto empty = reader.Next(AsSink(empty_sink));  // an empty sink takes nothing, not even an empty value
+  REQUIRE(empty.ok());
+  CHECK((*empty)->type == REDIS_REPLY_STRING);
+  REQUIRE((*empty)->str != nullptr);
+  CHECK((*empty)->len == 0);
+
+  auto no_sink = reader.Next({});
+  REQUIRE(no_sink.ok());
+  CHECK(Text(*no_sink) == "xyz");
+  CHECK(reader.drained());
+}
+
+TEST_CASE("RespReader: values larger than its buffer, arriving in small pieces, come whole", "[resp]") {
+  SocketPair pair;
+  RespReader reader(pair.reader());
+  const std::string big = Pattern(1 << 20, 1), medium = Pattern(100 << 10, 2);
+  const std::string stream = "+OK\r\n" + Bulk(big) + Bulk(medium) + ":1\r\n";
+  std::thread writer([&] {
+    for (size_t at = 0; at < stream.size(); at += 7777) {
+      pair.Send(std::string_view(stream).substr(at, 7777));
+      if (at % (7777 * 16) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+
+  auto ok = reader.Next({});
+  std::vector<std::byte> sink(big.size());
+  auto into_sink = reader.Next(AsSink(sink));
+  auto copied = reader.Next({});
+  auto one = reader.Next({});
+  writer.join();
+  REQUIRE(ok.ok());
+  REQUIRE(into_sink.ok());
+  CHECK((*into_sink)->str == nullptr);
+  CHECK(std::memcmp(sink.data(), big.data(), big.size()) == 0);
+  REQUIRE(copied.ok());
+  CHECK(Text(*copied) == medium);
+  REQUIRE(one.ok());
+  CHECK((*one)->integer == 1);
+  CHECK(reader.drained());
+}
+
+TEST_CASE("RespReader: bytes past the reply it was asked for leave it not drained", "[resp]") {
+  SocketPair pair;
+  RespReader reader(pair.reader());
+  pair.Send("+OK\r\n+EXTRA\r\n");
+  REQUIRE(reader.Next({}).ok());
+  CHECK_FALSE(reader.drained());
+  REQUIRE(reader.Next({}).ok());
+  CHECK(reader.drained());
+}
+
+TEST_CASE("RespReader: a malformed reply is DATA_LOSS, with the line in the message", "[resp]") {
+  const auto [bytes, message] = GENERATE(table<std::string, std::string>({
+      {"\r\n", "empty reply line"},
+      {"*2\r\n$1\r\na\r\n$1\r\nb\r\n", "unexpected reply from Redis: *2"},  // arrays are not for this reader
+      {":forty-two\r\n", "unexpected reply from Redis: :forty-two"},
+      {"$five\r\nhello\r\n", "unexpected reply from Redis: $five"},
+      {"hello\r\n", "unexpected reply from Redis: hello"},
+  }));
+  CAPTURE(bytes);
+  SocketPair pair;
+  RespReader reader(pair.reader());
+  pair.Send(bytes);
+  auto reply = reader.Next({});
+  REQUIRE_FALSE(reply.ok());
+  CHECK(reply.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(std::string(reply.status().message()) == message);
+}
+
+TEST_CASE("RespReader: a reply cut short is UNAVAILABLE when the server closes, DEADLINE_EXCEEDED when it stalls",
+          "[resp]") {
+  const std::string value = Pattern(40000, 3);
+  const std::string full = Bulk(value);
+  // Cut inside the first line, inside the value (before and past the reader's 16 KiB buffer), and before the
+  // value's CRLF.
+  const auto [cut, sink_bytes] = GENERATE_COPY(table<size_t, size_t>({
+      {0, 0},
+      {3, 0},
+      {10, 0},
+      {10, value.size()},
+      {30000, 0},
+      {30000, value.size()},
+      {full.size() - 2, 0},
+      {full.size() - 1, value.size()},
+  }));
+  CAPTURE(cut, sink_bytes);
+  std::vector<std::byte> sink(sink_bytes);
+  SocketPair pair;
+  RespReader reader(pair.reader());
+  pair.Send(std::string_view(full).substr(0, cut));
+
+  SECTION("the server closes the connection") {
+    pair.CloseWriter();
+    auto reply = reader.Next(AsSink(sink));
+    REQUIRE_FALSE(reply.ok());
+    CHECK(reply.status().code() == absl::StatusCode::kUnavailable);
+    CHECK(std::string(reply.status().message()) == "Server closed the connection");
+  }
+  SECTION("the server stops sending") {
+    const auto start = std::chrono::steady_clock::now();
+    auto reply = reader.Next(AsSink(sink));
+    REQUIRE_FALSE(reply.ok());
+    CHECK(reply.status().code() == absl::StatusCode::kDeadlineExceeded);
+    CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(150));
+  }
+}
+
+}  // namespace cake
