@@ -356,15 +356,13 @@ absl::Status DiskTier::Recover(uint32_t threads) {
   });
   std::lock_guard lock(mu_);
   for (const Found& f : found) {
-    lru_.push_front(f.key);
-    entries_.emplace(f.key, Entry{f.bytes, lru_.begin(), 0, next_generation_++});
-    used_bytes_ += f.bytes;
+    if (index_.Insert(f.key, Entry{f.bytes})) used_bytes_ += f.bytes;
   }
   const uint64_t before = evictions_;
   MakeRoom(0);  // a smaller capacity than last time: drop the oldest until the rest fits
   recovery_.evicted_over_capacity = evictions_ - before;
   evictions_ = before;
-  recovery_.chunks_recovered = entries_.size();
+  recovery_.chunks_recovered = index_.size();
   recovery_.bytes_recovered = used_bytes_;
   recovery_.duration = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
   return absl::OkStatus();
@@ -372,7 +370,7 @@ absl::Status DiskTier::Recover(uint32_t threads) {
 
 bool DiskTier::Contains(const ChunkKey& key) const {
   std::lock_guard lock(mu_);
-  return entries_.contains(key);
+  return index_.Contains(key);
 }
 
 absl::StatusOr<DiskTier::Reader> DiskTier::AcquireReader() {
@@ -404,39 +402,34 @@ void DiskTier::ReleaseReader(Reader reader) {
 }
 
 absl::Status DiskTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
-  uint64_t generation;
+  LruIndex<Entry>::ReadPin pin;
   {
     std::lock_guard lock(mu_);
-    auto it = entries_.find(key);
-    if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not on disk"));
-    Entry& e = it->second;
-    if (e.bytes != dst.size()) {
+    const Entry* e = index_.Find(key);
+    if (e == nullptr) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not on disk"));
+    if (e->bytes != dst.size()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("chunk ", key.Hex(), " holds ", e.bytes, " bytes; the destination has ", dst.size()));
+          absl::StrCat("chunk ", key.Hex(), " holds ", e->bytes, " bytes; the destination has ", dst.size()));
     }
-    lru_.splice(lru_.begin(), lru_, e.lru_position);
-    ++e.readers;
-    generation = e.generation;
+    pin = *index_.PinForRead(key);
   }
-  // The read runs outside the lock so readers proceed in parallel; the reader count keeps eviction away
-  // from the file, and an explicit Remove meanwhile is harmless (an open file outlives its unlink).
+  // The read runs outside the lock so readers proceed in parallel; the pin keeps eviction away from the file,
+  // and an explicit Remove meanwhile is harmless (an open file outlives its unlink).
   absl::Status status = ReadFile(key, dst);
 
   std::lock_guard lock(mu_);
-  auto it = entries_.find(key);
-  if (it == entries_.end() || it->second.generation != generation) return status;  // removed (and maybe rewritten)
-  --it->second.readers;
+  if (!pin.current()) return status;  // removed (and maybe rewritten) meanwhile: not ours to judge
+  pin.ReleaseLocked();
   switch (status.code()) {
     case absl::StatusCode::kDataLoss:
       spdlog::warn("disk tier: chunk {} is corrupt ({}); removing it", key.Hex(), std::string(status.message()));
-      EraseLocked(it);
+      EraseLocked(key);
       ++corrupt_removed_;
       break;
     case absl::StatusCode::kNotFound:            // the file vanished under us (an operator cleaning up): forget it
     case absl::StatusCode::kFailedPrecondition:  // replaced by a newer daemon's file: forget it, leave the file
-      used_bytes_ -= it->second.bytes;
-      lru_.erase(it->second.lru_position);
-      entries_.erase(it);
+      used_bytes_ -= index_.Find(key)->bytes;
+      index_.Erase(key);
       break;
     default:
       break;
@@ -504,28 +497,26 @@ absl::Status DiskTier::ReadFile(const ChunkKey& key, std::span<std::byte> dst) {
 }
 
 bool DiskTier::MakeRoom(uint64_t bytes) {
-  auto victim = lru_.end();
-  while (used_bytes_ + reserved_bytes_ + bytes > capacity_bytes_) {
-    if (victim == lru_.begin()) return false;
-    --victim;
-    auto it = entries_.find(*victim);
-    if (it->second.readers > 0) continue;
-    victim = std::next(victim);  // EraseLocked drops the candidate's list node: keep its successor
-    EraseLocked(it);
-    ++evictions_;
-  }
-  return true;
+  return index_.EvictUntil([&] { return used_bytes_ + reserved_bytes_ + bytes <= capacity_bytes_; },
+                           [&](const ChunkKey& key, const Entry& entry) {
+                             UnlinkChunkFile(key);
+                             used_bytes_ -= entry.bytes;
+                             ++evictions_;
+                           });
 }
 
-void DiskTier::EraseLocked(absl::flat_hash_map<ChunkKey, Entry>::iterator it) {
-  const fs::path path = ChunkPath(root_, it->first);
+void DiskTier::UnlinkChunkFile(const ChunkKey& key) const {
+  const fs::path path = ChunkPath(root_, key);
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     // The index forgets it regardless: a file we cannot delete is left for an operator, and Open retries.
     spdlog::warn("disk tier: cannot remove {}: {}", path.string(), std::strerror(errno));
   }
-  used_bytes_ -= it->second.bytes;
-  lru_.erase(it->second.lru_position);
-  entries_.erase(it);
+}
+
+void DiskTier::EraseLocked(const ChunkKey& key) {
+  UnlinkChunkFile(key);
+  used_bytes_ -= index_.Find(key)->bytes;
+  index_.Erase(key);
 }
 
 absl::Status DiskTier::WriteTempFile(const fs::path& temp, const ChunkKey& key, std::span<const std::byte> src) {
@@ -592,10 +583,7 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
   }
   {
     std::lock_guard lock(mu_);
-    if (auto it = entries_.find(key); it != entries_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second.lru_position);
-      return absl::OkStatus();
-    }
+    if (index_.Touch(key) != nullptr) return absl::OkStatus();
     // Room is taken before the (slow) file write, so concurrent writers cannot together overfill the disk.
     if (!MakeRoom(src.size())) {
       return absl::ResourceExhaustedError(absl::StrCat("disk tier is full (", used_bytes_, " stored and ",
@@ -614,10 +602,9 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
     std::lock_guard lock(mu_);
     reserved_bytes_ -= src.size();
     if (!written.ok()) return written;
-    if (auto it = entries_.find(key); it != entries_.end()) {
+    if (index_.Touch(key) != nullptr) {
       // Another writer of the same key won the race; both wrote the same content.
       ::unlink(temp.c_str());
-      lru_.splice(lru_.begin(), lru_, it->second.lru_position);
       return absl::OkStatus();
     }
     const fs::path final_path = ChunkPath(root_, key);
@@ -626,16 +613,14 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
       ::unlink(temp.c_str());
       return ErrnoStatus(err, "renaming into", final_path);
     }
-    generation = next_generation_++;
-    lru_.push_front(key);
-    entries_.emplace(key, Entry{src.size(), lru_.begin(), 0, generation});
+    generation = *index_.Insert(key, Entry{src.size()});  // absent: checked above, under the same lock
     used_bytes_ += src.size();
   }
 
   if (absl::Status synced = SyncFolder(folder); !synced.ok()) {
     // Not durable, so not acknowledged: forget it rather than promise a chunk a crash could take away.
     std::lock_guard lock(mu_);
-    if (auto it = entries_.find(key); it != entries_.end() && it->second.generation == generation) EraseLocked(it);
+    if (index_.Current(key, generation)) EraseLocked(key);
     return synced;
   }
   return absl::OkStatus();
@@ -643,20 +628,19 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
 
 absl::Status DiskTier::Remove(const ChunkKey& key) {
   std::lock_guard lock(mu_);
-  auto it = entries_.find(key);
-  if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not on disk"));
-  EraseLocked(it);
+  if (!index_.Contains(key)) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not on disk"));
+  EraseLocked(key);
   return absl::OkStatus();
 }
 
 TierUsage DiskTier::Usage() const {
   std::lock_guard lock(mu_);
-  return TierUsage{used_bytes_, capacity_bytes_, entries_.size()};
+  return TierUsage{used_bytes_, capacity_bytes_, index_.size()};
 }
 
 void DiskTier::ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const {
   std::lock_guard lock(mu_);
-  for (const auto& [key, entry] : entries_) fn(key, entry.bytes);
+  index_.ForEach([&](const ChunkKey& key, const Entry& entry) { fn(key, entry.bytes); });
 }
 
 TierStats DiskTier::Stats() const {

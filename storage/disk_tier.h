@@ -6,15 +6,14 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "storage/aligned_buffer.h"
 #include "storage/io_engine.h"
+#include "storage/lru_index.h"
 #include "storage/tier.h"
 
 namespace cake {
@@ -79,9 +78,6 @@ class DiskTier final : public Tier {
  private:
   struct Entry {
     uint64_t bytes = 0;
-    std::list<ChunkKey>::iterator lru_position;
-    int readers = 0;          // a chunk being read is never evicted underneath its reader
-    uint64_t generation = 0;  // tells a reader whether the entry it started on is still the one indexed
   };
 
   // What one read needs besides its file: an engine and an aligned bounce buffer, reused across reads
@@ -101,8 +97,9 @@ class DiskTier final : public Tier {
   // Evicts unread entries from the cold end until `bytes` more fit beside what is stored and reserved;
   // unlinks their files. Requires mu_.
   bool MakeRoom(uint64_t bytes);
-  // Drops an entry and its file. Requires mu_.
-  void EraseLocked(absl::flat_hash_map<ChunkKey, Entry>::iterator it);
+  // Drops an entry and its file. Requires mu_ and an indexed key.
+  void EraseLocked(const ChunkKey& key);
+  void UnlinkChunkFile(const ChunkKey& key) const;
   int OpenFlags(int access) const;
 
   const std::filesystem::path root_;
@@ -121,11 +118,9 @@ class DiskTier final : public Tier {
   // Guards the index and every rename or unlink of a chunk file, so the index and the folder never disagree
   // about which file a key has.
   mutable std::mutex mu_;
-  absl::flat_hash_map<ChunkKey, Entry> entries_;
-  std::list<ChunkKey> lru_;  // front: most recently used
+  LruIndex<Entry> index_{mu_};  // a chunk being read is pinned: never evicted underneath its reader
   uint64_t used_bytes_ = 0;
   uint64_t reserved_bytes_ = 0;  // room promised to writes still writing their temporary files
-  uint64_t next_generation_ = 1;
   uint64_t evictions_ = 0;
   uint64_t corrupt_removed_ = 0;
 };

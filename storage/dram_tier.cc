@@ -45,58 +45,53 @@ DramTier::~DramTier() = default;
 
 bool DramTier::Contains(const ChunkKey& key) const {
   std::lock_guard lock(mu_);
-  return entries_.contains(key);
+  return index_.Contains(key);
 }
 
 absl::Status DramTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   std::shared_ptr<Extent> extent;
+  LruIndex<Entry>::ReadPin pin;
   {
     std::lock_guard lock(mu_);
-    auto it = entries_.find(key);
-    if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in DRAM"));
-    Entry& e = it->second;
-    if (e.extent->size() != dst.size()) {
+    Entry* e = index_.Find(key);
+    if (e == nullptr) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in DRAM"));
+    if (e->extent->size() != dst.size()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("chunk ", key.Hex(), " holds ", e.extent->size(), " bytes; the destination has ", dst.size()));
+          absl::StrCat("chunk ", key.Hex(), " holds ", e->extent->size(), " bytes; the destination has ", dst.size()));
     }
-    lru_.splice(lru_.begin(), lru_, e.lru_position);
-    ++e.readers;
-    extent = e.extent;
+    extent = e->extent;
+    pin = *index_.PinForRead(key);
   }
-  // The copy runs outside the lock so concurrent readers proceed in parallel; the reader count keeps the
-  // entry out of eviction, and the shared extent keeps the bytes in place even if it is removed meanwhile.
+  // The copy runs outside the lock so concurrent readers proceed in parallel; the pin keeps the entry out of
+  // eviction, and the shared extent keeps the bytes in place even if it is removed meanwhile.
   if (!dst.empty()) std::memcpy(dst.data(), extent->data(), dst.size());
-  std::lock_guard lock(mu_);
-  auto it = entries_.find(key);
-  if (it != entries_.end() && it->second.extent == extent) --it->second.readers;
   return absl::OkStatus();
 }
 
 std::shared_ptr<const std::span<const std::byte>> DramTier::Lend(const ChunkKey& key) {
   std::lock_guard lock(mu_);
-  auto it = entries_.find(key);
-  if (it == entries_.end()) return nullptr;
-  const std::shared_ptr<Extent>& extent = it->second.extent;
+  Entry* e = index_.Find(key);
+  if (e == nullptr) return nullptr;
+  const std::shared_ptr<Extent>& extent = e->extent;
   return std::shared_ptr<const std::span<const std::byte>>(extent, &extent->bytes);
 }
 
 std::shared_ptr<DramTier::Extent> DramTier::AllocateLocked(uint64_t bytes) {
-  auto victim = lru_.end();
-  for (;;) {
-    if (used_bytes_ + bytes <= capacity_bytes_) {
-      if (std::optional<uint64_t> offset = memory_->allocator.Allocate(bytes)) {
-        return std::make_shared<Extent>(memory_, *offset, bytes);
-      }
-    }
-    if (victim == lru_.begin()) return nullptr;
-    --victim;
-    auto it = entries_.find(*victim);
-    if (it->second.readers > 0) continue;
-    used_bytes_ -= it->second.extent->size();
-    ++evictions_;
-    entries_.erase(it);  // the extent returns to the arena now, or when its last borrower lets go
-    victim = lru_.erase(victim);
-  }
+  std::shared_ptr<Extent> extent;
+  index_.EvictUntil(
+      [&] {
+        if (used_bytes_ + bytes > capacity_bytes_) return false;
+        std::optional<uint64_t> offset = memory_->allocator.Allocate(bytes);
+        if (!offset) return false;
+        extent = std::make_shared<Extent>(memory_, *offset, bytes);
+        return true;
+      },
+      // The extent returns to the arena as the entry goes, or when its last borrower lets go.
+      [&](const ChunkKey&, const Entry& e) {
+        used_bytes_ -= e.extent->size();
+        ++evictions_;
+      });
+  return extent;
 }
 
 absl::Status DramTier::Write(const ChunkKey& key, std::span<const std::byte> src) {
@@ -108,10 +103,7 @@ absl::Status DramTier::Write(const ChunkKey& key, std::span<const std::byte> src
   std::shared_ptr<Extent> extent;
   {
     std::lock_guard lock(mu_);
-    if (auto it = entries_.find(key); it != entries_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second.lru_position);
-      return absl::OkStatus();
-    }
+    if (index_.Touch(key) != nullptr) return absl::OkStatus();
     extent = AllocateLocked(src.size());
     if (extent == nullptr) {
       return absl::ResourceExhaustedError(
@@ -124,33 +116,29 @@ absl::Status DramTier::Write(const ChunkKey& key, std::span<const std::byte> src
   if (!src.empty()) std::memcpy(extent->data(), src.data(), src.size());
 
   std::lock_guard lock(mu_);
-  if (auto it = entries_.find(key); it != entries_.end()) {
+  if (!index_.Insert(key, Entry{std::move(extent)})) {
     used_bytes_ -= src.size();  // a concurrent write of the same key got there first
-    return absl::OkStatus();
   }
-  lru_.push_front(key);
-  entries_.emplace(key, Entry{std::move(extent), lru_.begin(), 0});
   return absl::OkStatus();
 }
 
 absl::Status DramTier::Remove(const ChunkKey& key) {
   std::lock_guard lock(mu_);
-  auto it = entries_.find(key);
-  if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in DRAM"));
-  used_bytes_ -= it->second.extent->size();
-  lru_.erase(it->second.lru_position);
-  entries_.erase(it);
+  Entry* e = index_.Find(key);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in DRAM"));
+  used_bytes_ -= e->extent->size();
+  index_.Erase(key);
   return absl::OkStatus();
 }
 
 TierUsage DramTier::Usage() const {
   std::lock_guard lock(mu_);
-  return TierUsage{used_bytes_, capacity_bytes_, entries_.size()};
+  return TierUsage{used_bytes_, capacity_bytes_, index_.size()};
 }
 
 void DramTier::ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const {
   std::lock_guard lock(mu_);
-  for (const auto& [key, entry] : entries_) fn(key, entry.extent->size());
+  index_.ForEach([&](const ChunkKey& key, const Entry& entry) { fn(key, entry.extent->size()); });
 }
 
 TierStats DramTier::Stats() const {

@@ -2,11 +2,10 @@
 // evicted first.
 #pragma once
 
-#include <list>
 #include <memory>
 #include <mutex>
 
-#include "absl/container/flat_hash_map.h"
+#include "storage/lru_index.h"
 #include "storage/tier.h"
 
 namespace cake {
@@ -44,8 +43,6 @@ class DramTier final : public Tier {
   struct Extent;  // one chunk's bytes in the arena
   struct Entry {
     std::shared_ptr<Extent> extent;
-    std::list<ChunkKey>::iterator lru_position;
-    int readers = 0;  // a chunk being copied out is never evicted underneath its reader
   };
 
   // An extent of `bytes`, evicting unread entries from the cold end until the budget and the arena allow it;
@@ -56,9 +53,8 @@ class DramTier final : public Tier {
   absl::Status status_;
   std::shared_ptr<Memory> memory_;
   mutable std::mutex mu_;
-  absl::flat_hash_map<ChunkKey, Entry> entries_;
-  std::list<ChunkKey> lru_;  // front: most recently used
-  uint64_t used_bytes_ = 0;  // stored chunks plus writes in progress
+  LruIndex<Entry> index_{mu_};  // a chunk being copied out is pinned: never evicted underneath its reader
+  uint64_t used_bytes_ = 0;     // stored chunks plus writes in progress
   uint64_t evictions_ = 0;
 };
 
