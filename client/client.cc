@@ -13,19 +13,20 @@
 #include "cake/v1/admin.grpc.pb.h"
 #include "cake/v1/kv.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "storage/status_macros.h"
 
 namespace cake {
 
 absl::Status MappedRegion::CopyToHost(uint64_t offset, std::span<std::byte> dst) const {
   if (device_) return device_->CopyToHost(offset, dst);
-  if (auto s = CheckRange(size_, offset, dst.size()); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(CheckRange(size_, offset, dst.size()));
   std::memcpy(dst.data(), shm_->data() + offset, dst.size());
   return absl::OkStatus();
 }
 
 absl::Status MappedRegion::CopyFromHost(uint64_t offset, std::span<const std::byte> src) const {
   if (device_) return device_->CopyFromHost(offset, src);
-  if (auto s = CheckRange(size_, offset, src.size()); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(CheckRange(size_, offset, src.size()));
   std::memcpy(shm_->data() + offset, src.data(), src.size());
   return absl::OkStatus();
 }
@@ -244,7 +245,7 @@ class GrpcClient final : public Client {
     request.set_device(where.device);
     v1::RegisterRegionResponse response;
     grpc::ClientContext context;
-    if (auto s = FromGrpc(kv_->RegisterRegion(&context, request, &response)); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(FromGrpc(kv_->RegisterRegion(&context, request, &response)));
     // A region this process cannot map is given back rather than left held (and counted against the
     // client's quota) until the daemon stops.
     auto give_back = [&](absl::Status why) {
@@ -281,7 +282,7 @@ class GrpcClient final : public Client {
     ToProto(prompt, request.mutable_prompt());
     v1::LookupResponse response;
     grpc::ClientContext context;
-    if (auto s = FromGrpc(kv_->Lookup(&context, request, &response)); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(FromGrpc(kv_->Lookup(&context, request, &response)));
     LookupResult result{response.total_chunks(), response.cached_chunks(), {}, response.chunk_bytes()};
     for (int t : response.chunk_tiers()) result.tiers.push_back(static_cast<TierKind>(t));
     return result;
@@ -330,7 +331,7 @@ class GrpcClient final : public Client {
   absl::StatusOr<std::map<std::string, uint64_t>> Stats() override {
     grpc::ClientContext context;
     v1::StatsResponse response;
-    if (auto s = FromGrpc(admin_->Stats(&context, v1::StatsRequest(), &response)); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(FromGrpc(admin_->Stats(&context, v1::StatsRequest(), &response)));
     return std::map<std::string, uint64_t>(response.counters().begin(), response.counters().end());
   }
 
@@ -339,7 +340,7 @@ class GrpcClient final : public Client {
     v1::EvictRequest request;
     request.set_tier(tier);
     v1::EvictResponse response;
-    if (auto s = FromGrpc(admin_->Evict(&context, request, &response)); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(FromGrpc(admin_->Evict(&context, request, &response)));
     return response.chunks();
   }
 
@@ -349,14 +350,14 @@ class GrpcClient final : public Client {
     request.set_tier(tier);
     request.set_gbps(gbps);
     v1::SetReadCapResponse response;
-    if (auto s = FromGrpc(admin_->SetReadCap(&context, request, &response)); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(FromGrpc(admin_->SetReadCap(&context, request, &response)));
     return response.previous_gbps();
   }
 
   absl::StatusOr<std::string> StatusText() override {
     grpc::ClientContext context;
     v1::StatusResponse r;
-    if (auto s = FromGrpc(admin_->Status(&context, v1::StatusRequest(), &r)); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(FromGrpc(admin_->Status(&context, v1::StatusRequest(), &r)));
     std::string out = absl::StrFormat(
         "version: %s\npid: %u\nuptime_s: %.1f\nlisten: %s\nregion_backend: %s\nactive_loads: %u\nregions: %u "
         "(%u bytes)\n",
@@ -380,7 +381,7 @@ class GrpcClient final : public Client {
     request->set_chunk_count(count);
     v1::StoreResponse response;
     grpc::ClientContext context;
-    if (auto s = FromGrpc(kv_->Store(&context, *request, &response)); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(FromGrpc(kv_->Store(&context, *request, &response)));
     return StoreResult{response.stored_chunks(), response.already_cached()};
   }
 

@@ -107,14 +107,14 @@ void DecideCudaRegions(const DaemonConfig& config, DaemonState& state) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
-  if (auto s = ValidateConfig(config); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(ValidateConfig(config));
   std::unique_ptr<Daemon> d(new Daemon());
   d->socket_path_ = config.socket_path();
   const std::filesystem::path dir = std::filesystem::path(d->socket_path_).parent_path();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
-  if (auto s = ClearStaleSocket(d->socket_path_); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(ClearStaleSocket(d->socket_path_));
 
   d->state_ = std::make_unique<DaemonState>(config);
   DecideCudaRegions(config, *d->state_);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuda/cuda_backend.h"
+#include "storage/status_macros.h"
 
 namespace cake {
 
@@ -23,9 +24,9 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::s
                                                        " regions (limits.max_regions_per_client); release one"));
     }
   }
-  auto region = on_device ? CreateCudaRegion(bytes, placement.device) : CreateHostRegion(bytes);
-  if (!region.ok()) return region.status();
-  Registered out{"r-" + RandomHex128(), std::shared_ptr<Region>(std::move(*region))};
+  CAKE_ASSIGN_OR_RETURN(std::unique_ptr<Region> region,
+                        on_device ? CreateCudaRegion(bytes, placement.device) : CreateHostRegion(bytes));
+  Registered out{"r-" + RandomHex128(), std::shared_ptr<Region>(std::move(region))};
   std::lock_guard lock(mu_);
   regions_.emplace(out.region_id, Entry{client_id, out.region, {}});
   return out;
@@ -47,9 +48,8 @@ absl::StatusOr<RegionRegistry::Entry*> RegionRegistry::FindOwned(const std::stri
 absl::Status RegionRegistry::Release(const std::string& client_id, const std::string& region_id) {
   std::shared_ptr<Region> last_ref;  // destroyed outside the lock: unmapping can take a while
   std::lock_guard lock(mu_);
-  auto entry = FindOwned(client_id, region_id);
-  if (!entry.ok()) return entry.status();
-  last_ref = std::move((*entry)->region);
+  CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(client_id, region_id));
+  last_ref = std::move(entry->region);
   regions_.erase(region_id);
   return absl::OkStatus();
 }
@@ -58,10 +58,9 @@ absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const 
                                                                           const std::string& region_id, uint64_t offset,
                                                                           uint64_t bytes) {
   std::lock_guard lock(mu_);
-  auto entry = FindOwned(client_id, region_id);
-  if (!entry.ok()) return entry.status();
-  Entry& e = **entry;
-  if (auto s = CheckRange(e.region->size(), offset, bytes); !s.ok()) return s;
+  CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(client_id, region_id));
+  Entry& e = *entry;
+  CAKE_RETURN_IF_ERROR(CheckRange(e.region->size(), offset, bytes));
   if (bytes > 0) {
     for (const auto& [lease, w] : e.windows) {
       if (offset < w.end && w.begin < offset + bytes) {
@@ -83,15 +82,13 @@ absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const 
 absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Get(const std::string& client_id,
                                                             const std::string& region_id) {
   std::lock_guard lock(mu_);
-  auto entry = FindOwned(client_id, region_id);
-  if (!entry.ok()) return entry.status();
-  return (*entry)->region;
+  CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(client_id, region_id));
+  return entry->region;
 }
 
 absl::StatusOr<uint64_t> RegionRegistry::Size(const std::string& client_id, const std::string& region_id) {
-  auto region = Get(client_id, region_id);
-  if (!region.ok()) return region.status();
-  return (*region)->size();
+  CAKE_ASSIGN_OR_RETURN(const std::shared_ptr<Region> region, Get(client_id, region_id));
+  return region->size();
 }
 
 void RegionRegistry::EndLease(const std::string& region_id, uint64_t lease_id) {

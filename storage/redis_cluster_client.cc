@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "storage/status_macros.h"
 
 namespace cake {
 namespace {
@@ -440,7 +441,7 @@ absl::StatusOr<std::unique_ptr<RedisClusterClient>> RedisClusterClient::Open(con
   }
   auto impl = std::make_unique<Impl>(options);
   for (const std::string& endpoint : options.endpoints) {
-    if (absl::Status s = impl->AddSeed(endpoint); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(impl->AddSeed(endpoint));
   }
   impl->RefreshSlotMap(/*force=*/true);
   return std::unique_ptr<RedisClusterClient>(new RedisClusterClient(std::move(impl)));

@@ -16,6 +16,7 @@
 #include "storage/chunk_file.h"
 #include "storage/redis_cluster_client.h"
 #include "storage/remote_codec.h"
+#include "storage/status_macros.h"
 
 namespace cake {
 
@@ -197,9 +198,8 @@ absl::Status RemoteTier::Write(const ChunkKey& key, std::span<const std::byte> s
   head.tail = expiry;
   commands.push_back(std::move(head));
 
-  auto replies = impl.redis_->Execute(commands);
-  if (!replies.ok()) return replies.status();
-  for (const RedisReply& r : *replies) {
+  CAKE_ASSIGN_OR_RETURN(const std::vector<RedisReply> replies, impl.redis_->Execute(commands));
+  for (const RedisReply& r : replies) {
     if (r->type == REDIS_REPLY_STATUS) continue;
     const std::string why = r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : "an unexpected reply";
     impl.reply_errors_++;
@@ -214,9 +214,8 @@ absl::Status RemoteTier::Write(const ChunkKey& key, std::span<const std::byte> s
 absl::Status RemoteTier::Remove(const ChunkKey& key) {
   Impl& impl = *impl_;
   const RemoteChunkNames names(impl.options_.key_prefix, key);
-  auto replies = impl.redis_->Execute({Impl::Cmd("GET", names.header())});
-  if (!replies.ok()) return replies.status();
-  const redisReply* head = (*replies)[0].get();
+  CAKE_ASSIGN_OR_RETURN(const std::vector<RedisReply> replies, impl.redis_->Execute({Impl::Cmd("GET", names.header())}));
+  const redisReply* head = replies[0].get();
   if (head->type == REDIS_REPLY_NIL) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in Redis"));
   uint32_t parts = 0;
   if (head->type == REDIS_REPLY_STRING) {

@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "storage/status_macros.h"
 
 namespace cake {
 namespace {
@@ -43,11 +44,10 @@ RedisReply NewRedisReply(int type, std::string_view text, long long integer) {
 }
 
 absl::StatusOr<RedisReply> RespReader::Next(std::span<std::byte> sink) {
-  auto line = Line();
-  if (!line.ok()) return line.status();
-  if (line->empty()) return absl::DataLossError("empty reply line");
-  const char kind = (*line)[0];
-  const std::string_view rest = std::string_view(*line).substr(1);
+  CAKE_ASSIGN_OR_RETURN(const std::string line, Line());
+  if (line.empty()) return absl::DataLossError("empty reply line");
+  const char kind = line[0];
+  const std::string_view rest = std::string_view(line).substr(1);
   switch (kind) {
     case '+':
       return NewRedisReply(REDIS_REPLY_STATUS, rest);
@@ -64,30 +64,30 @@ absl::StatusOr<RedisReply> RespReader::Next(std::span<std::byte> sink) {
       if (length < 0) return NewRedisReply(REDIS_REPLY_NIL);
       RedisReply reply;
       if (static_cast<uint64_t>(length) == sink.size() && !sink.empty()) {
-        if (absl::Status s = Exact(sink.data(), sink.size()); !s.ok()) return s;
+        CAKE_RETURN_IF_ERROR(Exact(sink.data(), sink.size()));
         reply = NewRedisReply(REDIS_REPLY_NIL);
         reply->type = REDIS_REPLY_STRING;  // landed in the sink: len set, str null
         reply->len = length;
       } else {
         std::string value(length, '\0');
-        if (absl::Status s = Exact(reinterpret_cast<std::byte*>(value.data()), value.size()); !s.ok()) return s;
+        CAKE_RETURN_IF_ERROR(Exact(reinterpret_cast<std::byte*>(value.data()), value.size()));
         reply = NewRedisReply(REDIS_REPLY_STRING, value);
       }
       char crlf[2];
-      if (absl::Status s = Exact(reinterpret_cast<std::byte*>(crlf), 2); !s.ok()) return s;
+      CAKE_RETURN_IF_ERROR(Exact(reinterpret_cast<std::byte*>(crlf), 2));
       return reply;
     }
     default:
       break;
   }
-  return absl::DataLossError(absl::StrCat("unexpected reply from Redis: ", *line));
+  return absl::DataLossError(absl::StrCat("unexpected reply from Redis: ", line));
 }
 
 absl::StatusOr<std::string> RespReader::Line() {
   std::string line;
   while (true) {
     if (pos_ == end_) {
-      if (absl::Status s = Fill(); !s.ok()) return s;
+      CAKE_RETURN_IF_ERROR(Fill());
     }
     const char* start = buf_ + pos_;
     const char* nl = static_cast<const char*>(std::memchr(start, '\n', end_ - pos_));
@@ -128,7 +128,7 @@ absl::Status RespReader::Fill() {
       end_ = r;
       return absl::OkStatus();
     }
-    if (absl::Status s = Broken(r); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(Broken(r));
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "storage/io_engine.h"
+#include "storage/status_macros.h"
 
 namespace cake {
 namespace {
@@ -120,14 +121,13 @@ class UringEngine final : public IoEngine {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<IoEngine>> MakeUringEngine(uint32_t depth) {
-  absl::StatusOr<UringRing> ring = UringRing::Create(depth);
-  if (!ring.ok()) return ring.status();
+  CAKE_ASSIGN_OR_RETURN(UringRing ring, UringRing::Create(depth));
   // A ring is not enough: IORING_OP_READ arrived in Linux 5.6, and without it every read would fail later.
-  io_uring_probe* probe = io_uring_get_probe_ring(ring->get());
+  io_uring_probe* probe = io_uring_get_probe_ring(ring.get());
   const bool can_read = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_READ);
   if (probe != nullptr) io_uring_free_probe(probe);
   if (!can_read) return absl::UnavailableError("this kernel's io_uring has no IORING_OP_READ (needs Linux 5.6)");
-  return std::make_unique<UringEngine>(std::move(ring).value(), depth);
+  return std::make_unique<UringEngine>(std::move(ring), depth);
 }
 
 }  // namespace cake
