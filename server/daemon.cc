@@ -22,7 +22,7 @@
 namespace cake {
 
 uint64_t LoadTracker::TryAdd(uint32_t max_loads, std::function<void()> cancel) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (cancels_.size() >= max_loads) return 0;
   const uint64_t ticket = next_++;
   cancels_.emplace(ticket, std::move(cancel));
@@ -30,14 +30,14 @@ uint64_t LoadTracker::TryAdd(uint32_t max_loads, std::function<void()> cancel) {
 }
 
 void LoadTracker::Remove(uint64_t ticket) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   cancels_.erase(ticket);
 }
 
 void LoadTracker::CancelAll() {
   std::vector<std::function<void()>> cancels;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto& [ticket, cancel] : cancels_) cancels.push_back(cancel);
   }
   // Outside the lock: a cancelled load leaves the tracker on its way out.
@@ -45,7 +45,7 @@ void LoadTracker::CancelAll() {
 }
 
 uint32_t LoadTracker::active() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<uint32_t>(cancels_.size());
 }
 

@@ -5,9 +5,10 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "cuda/cuda_backend.h"
 #include "scheduler/io_pool.h"
 #include "scheduler/planner.h"
@@ -28,9 +29,9 @@ class LoadTracker {
   uint32_t active() const;
 
  private:
-  mutable std::mutex mu_;
-  absl::flat_hash_map<uint64_t, std::function<void()>> cancels_;
-  uint64_t next_ = 1;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::function<void()>> cancels_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 // What earlier loads taught the daemon about each namespace's engine: its compute cost per chunk. A new load's
@@ -38,14 +39,14 @@ class LoadTracker {
 class ComputeModels {
  public:
   ComputeModel Get(const ChunkKey& ns) const {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = models_.find(ns);
     return it == models_.end() ? ComputeModel() : it->second;
   }
   // Older knowledge fades (the engine's load changes), the latest load counts most.
   void Learn(const ChunkKey& ns, const ComputeModel& observed) {
     if (!observed.known()) return;
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (models_.size() >= kMaxNamespaces && !models_.contains(ns)) models_.clear();  // rare: start over
     ComputeModel& model = models_[ns];
     model.Scale(0.5);
@@ -54,8 +55,8 @@ class ComputeModels {
 
  private:
   static constexpr size_t kMaxNamespaces = 4096;
-  mutable std::mutex mu_;
-  absl::flat_hash_map<ChunkKey, ComputeModel> models_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<ChunkKey, ComputeModel> models_ ABSL_GUARDED_BY(mu_);
 };
 
 struct DaemonState {

@@ -5,7 +5,9 @@
 #include <deque>
 #include <optional>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "cuda/cuda_backend.h"
 #include "grpcpp/alarm.h"
 #include "scheduler/load_cursor.h"
@@ -49,7 +51,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   bool OnRequest(const v1::LoadRequest& request) {
     bool read_more = true;
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       switch (request.msg_case()) {
         case v1::LoadRequest::kStart:
           if (phase_ != Phase::kAwaitStart) {
@@ -84,7 +86,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   void OnClientClosed() {
     if (context_->IsCancelled()) return Cancel(absl::CancelledError("load cancelled"));
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       FinishLocked(absl::OkStatus());
     }
     Pump();
@@ -92,7 +94,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   void OnWriteDone(bool ok) {
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       writing_ = false;
       if (!ok) FinishLocked(absl::CancelledError("the client stopped reading the Load stream"));
       IssueReadsLocked();
@@ -103,7 +105,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // The client cancelled, or the daemon is stopping: the engine computes whatever was not loaded.
   void Cancel(const absl::Status& why) {
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (!finishing_) Bump(state_.counters.loads_cancelled);
       FinishLocked(why);
     }
@@ -111,7 +113,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   }
 
   void OnDone() {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     reactor_ = nullptr;
     LearnComputeLocked();
     // A finished RPC no longer counts as a live load, even while its last reads drain.
@@ -125,7 +127,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // Checks the request and, once the tiers have said how much of the prompt is cached, plans the load. The
   // in-memory tiers answer here; a lookup that needs a networked tier (Redis) finishes on a network-call thread,
   // so a slow or frozen remote delays this load and never a gRPC thread.
-  absl::Status StartLocked(const v1::LoadStart& start) {
+  absl::Status StartLocked(const v1::LoadStart& start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const DaemonConfig& config = state_.config;
     CAKE_RETURN_IF_ERROR(CheckClientId(start.client_id()));
     CAKE_ASSIGN_OR_RETURN(const Namespace ns, ParseNamespace(start.namespace_(), config));
@@ -192,7 +194,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   void LookedUpOverNetwork(TierManager::PrefixLookup& lookup) {
     state_.tiers.FinishLookupOverNetwork(lookup);
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (phase_ != Phase::kLookingUp || finishing_) return;
       if (auto s = PlanLocked(lookup.Prefix()); !s.ok()) {
         Bump(state_.counters.invalid_requests);
@@ -204,7 +206,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   // Admits the load, reserves its window of the region and plans the split for the `tiers` that hold the cached
   // prefix; sends the Plan and issues the first reads.
-  absl::Status PlanLocked(std::vector<TierKind> tiers) {
+  absl::Status PlanLocked(std::vector<TierKind> tiers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const DaemonConfig& config = state_.config;
     tiers_ = std::move(tiers);
     const uint32_t cached = static_cast<uint32_t>(tiers_.size());
@@ -295,7 +297,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   // A load from slower tiers larger than half the DRAM tier would only churn it: each promotion would evict an
   // earlier one of the same load (and whatever else was hot). Such loads are not promoted.
-  bool ShouldPromote(uint32_t cached, uint32_t lowest_loadable) const {
+  bool ShouldPromote(uint32_t cached, uint32_t lowest_loadable) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const Tier* dram = state_.tiers.tier(TierKind::kDram);
     if (dram == nullptr) return false;
     uint64_t slower_bytes = 0;
@@ -311,7 +313,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     return true;
   }
 
-  absl::Status ProgressLocked(uint32_t computed_through) {
+  absl::Status ProgressLocked(uint32_t computed_through) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (computed_through > keys_.size() + 1) {
       // One past the full chunks is allowed: the engine may count a partial tail chunk.
       return absl::InvalidArgumentError(
@@ -335,14 +337,17 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     return absl::OkStatus();
   }
 
-  void IssueReadsLocked() {
+  void IssueReadsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (phase_ != Phase::kLoading || finishing_) return;
     for (;;) {
       // Inline bytes wait in the outbox until the client reads them: count them against the window so a slow
       // client holds at most `window` chunks of daemon memory.
       if (inline_ && cursor_->in_flight() + outbox_.size() >= window_) return;
       std::optional<uint32_t> chunk =
-          cursor_->NextRead([this](uint32_t c, uint32_t queued) { return ReadBeatsEngineLocked(c, queued); });
+          cursor_->NextRead([this](uint32_t c, uint32_t queued) {
+        mu_.AssertHeld();  // NextRead calls back at once, on this thread, under this lock
+        return ReadBeatsEngineLocked(c, queued);
+      });
       if (!chunk) return;
       if (!first_read_) first_read_ = Clock::now();
       auto self = shared_from_this();
@@ -360,7 +365,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // engine computes the chunk itself (JudgeRead). When a read is turned down with nothing in flight, a timer asks
   // again at the point the engine counts as stalled, so a load whose engine stops reporting still moves
   // (Progress asks again too).
-  bool ReadBeatsEngineLocked(uint32_t chunk, uint32_t queued) {
+  bool ReadBeatsEngineLocked(uint32_t chunk, uint32_t queued) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ReadJudgeInput in;
     in.cake = strategy_ == Strategy::kCake;
     in.chunk = chunk;
@@ -378,7 +383,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // Calls IssueReadsLocked again in `seconds` (once: a re-check already armed stays as it is). Each re-check gets
   // an alarm of its own, kept until the load ends: one may be armed from inside another's callback, where setting
   // that same alarm again would replace the callback that is running.
-  void ArmRecheckLocked(double seconds) {
+  void ArmRecheckLocked(double seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (recheck_armed_ || phase_ != Phase::kLoading) return;
     recheck_armed_ = true;
     rechecks_.push_back(std::make_unique<grpc::Alarm>());
@@ -388,7 +393,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       auto self = weak.lock();
       if (!self) return;
       {
-        std::lock_guard lock(self->mu_);
+        absl::MutexLock lock(&self->mu_);
         self->recheck_armed_ = false;
         if (fired) self->IssueReadsLocked();
       }
@@ -415,7 +420,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // read. The read retires (and the window stays held) until the promotion has copied the bytes.
   void ChunkRead(uint32_t chunk, ChunkLanding::Landed landed, bool promote_later) {
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (phase_ == Phase::kLoading && !finishing_) {
         ChunkReadLocked(chunk, landed.status, std::move(landed.inline_bytes));
       }
@@ -433,13 +438,13 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   void ReadRetired() {
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       --reads_outstanding_;
     }
     Pump();
   }
 
-  void ChunkReadLocked(uint32_t chunk, const absl::Status& status, std::string inline_bytes) {
+  void ChunkReadLocked(uint32_t chunk, const absl::Status& status, std::string inline_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     last_read_ = Clock::now();
     if (!status.ok()) {
       Bump(state_.counters.load_chunk_read_failures);
@@ -470,13 +475,13 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   }
 
   // What the arbiter's shortest-remaining-first policy ranks this load by: chunks it still has to read.
-  void UpdateRemainingLocked() {
+  void UpdateRemainingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const uint32_t floor = std::max(cursor_->computed_through(), lowest_to_load_);
     const uint32_t low = cursor_->loaded_low();
     io_group_->SetRemaining(low > floor ? low - floor : 0);
   }
 
-  void CheckMeetingLocked() {
+  void CheckMeetingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (phase_ != Phase::kLoading) return;
     std::optional<uint32_t> meeting = cursor_->Meeting();
     if (!meeting) return;
@@ -499,7 +504,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
                   cursor_->wasted_reads(), std::chrono::duration<double, std::milli>(Clock::now() - started_).count());
   }
 
-  void FailLocked(const absl::Status& status) {
+  void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     spdlog::info("load stream from {} rejected: {}", context_->peer(), status.ToString());
     FinishLocked(status);
   }
@@ -507,13 +512,13 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // Ends the stream with `status` once the write in progress (if any) is done; later events change nothing.
   // Once per load, when it ends: before the stream's final status goes out, so the engine's next load is planned
   // with what this one taught.
-  void LearnComputeLocked() {
+  void LearnComputeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (phase_ == Phase::kAwaitStart || learned_) return;
     learned_ = true;
     state_.compute_models.Learn(ns_id_, observed_compute_);
   }
 
-  void FinishLocked(const absl::Status& status) {
+  void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finishing_) return;
     LearnComputeLocked();
     finishing_ = true;
@@ -530,7 +535,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     std::optional<grpc::Status> to_finish;
     RegionRegistry::WindowLease ended_lease;  // freed after the lock is dropped
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (finished_ || reactor_ == nullptr || writing_) return;
       if (finishing_) {
         // The window is free for the engine's next load the moment it hears the stream end, so every read
@@ -558,62 +563,70 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     }
   }
 
-  LoadReactor* reactor_;
+  LoadReactor* reactor_ ABSL_GUARDED_BY(mu_);
   grpc::CallbackServerContext* const context_;
   DaemonState& state_;
 
-  std::mutex mu_;
+  absl::Mutex mu_;
   std::atomic<bool> cancelled_{false};
-  Phase phase_ = Phase::kAwaitStart;
-  std::string load_id_ = "load";
-  uint64_t ticket_ = 0;
+
+  // Fixed under the lock once the plan is made, before the first read is submitted (the submission orders it
+  // before the reads), and only read after that, by I/O threads without the lock.
   std::vector<ChunkKey> keys_;
   std::vector<TierKind> tiers_;
   uint64_t chunk_bytes_ = 0;
-  uint32_t lowest_loadable_ = 0;  // the region window's first chunk: offsets count from it
-  uint32_t lowest_to_load_ = 0;   // the same, or higher where the engine holds the chunks below
-  uint32_t window_ = 1;
   bool inline_ = false;
-  bool promote_ = false;      // copy what is read from slower tiers into DRAM
-  bool single_tier_ = false;  // one tier holds every chunk this load reads: it measures that tier's speed
-  Strategy strategy_ = Strategy::kCake;
-  ChunkKey ns_id_;
-  ComputeModel observed_compute_;  // this load's Progress spans
-  ComputeModel plan_compute_;      // what the plan assumed the engine costs (hint or history)
-  uint32_t planned_meeting_ = 0;   // where the plan told the engine to stop and wait (0: no prediction)
+  bool promote_ = false;                 // copy what is read from slower tiers into DRAM
+  std::optional<ChunkLanding> landing_;
+
+  Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kAwaitStart;
+  std::string load_id_ ABSL_GUARDED_BY(mu_) = "load";
+  uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t lowest_loadable_ ABSL_GUARDED_BY(mu_) = 0;  // the region window's first chunk: offsets count from it
+  uint32_t lowest_to_load_ ABSL_GUARDED_BY(mu_) = 0;   // the same, or higher where the engine holds the chunks below
+  uint32_t window_ ABSL_GUARDED_BY(mu_) = 1;
+  // One tier holds every chunk this load reads: it measures that tier's speed.
+  bool single_tier_ ABSL_GUARDED_BY(mu_) = false;
+  Strategy strategy_ ABSL_GUARDED_BY(mu_) = Strategy::kCake;
+  ChunkKey ns_id_ ABSL_GUARDED_BY(mu_);
+  ComputeModel observed_compute_ ABSL_GUARDED_BY(mu_);  // this load's Progress spans
+  ComputeModel plan_compute_ ABSL_GUARDED_BY(mu_);      // what the plan assumed the engine costs (hint or history)
+  // Where the plan told the engine to stop and wait (0: no prediction).
+  uint32_t planned_meeting_ ABSL_GUARDED_BY(mu_) = 0;
   // Ask the judge again when it turned a read down with nothing in flight (the last one may be pending).
-  std::vector<std::unique_ptr<grpc::Alarm>> rechecks_;
-  bool recheck_armed_ = false;
-  bool learned_ = false;           // observed_compute_ handed to state_.compute_models
-  uint32_t reported_through_ = 0;
-  Clock::time_point last_progress_at_;
-  RegionRegistry::WindowLease lease_;
+  std::vector<std::unique_ptr<grpc::Alarm>> rechecks_ ABSL_GUARDED_BY(mu_);
+  bool recheck_armed_ ABSL_GUARDED_BY(mu_) = false;
+  bool learned_ ABSL_GUARDED_BY(mu_) = false;  // observed_compute_ handed to state_.compute_models
+  uint32_t reported_through_ ABSL_GUARDED_BY(mu_) = 0;
+  Clock::time_point last_progress_at_ ABSL_GUARDED_BY(mu_);
+  RegionRegistry::WindowLease lease_ ABSL_GUARDED_BY(mu_);
   // What Start asked of its region, kept for the window's reservation once the lookup is done.
   struct RegionAsk {
     std::string client_id;
     std::string region_id;
     uint64_t offset = 0;
     uint64_t window_bytes = 0;
-  } region_ask_;
-  std::optional<ChunkLanding> landing_;  // set before the first read; read by I/O threads without the lock
-  bool io_only_requested_ = false;
-  double hint_first_chunk_s_ = 0;
-  double hint_growth_s_ = 0;
-  std::optional<LoadCursor> cursor_;
-  std::shared_ptr<IoGroup> io_group_;  // this load's place in the I/O arbiter
-  absl::flat_hash_map<uint32_t, std::string> pending_inline_;
-  Clock::time_point started_;
-  std::optional<Clock::time_point> first_read_;
-  Clock::time_point last_read_;
-  uint64_t chunks_read_ = 0;
+  };
+  RegionAsk region_ask_ ABSL_GUARDED_BY(mu_);
+  bool io_only_requested_ ABSL_GUARDED_BY(mu_) = false;
+  double hint_first_chunk_s_ ABSL_GUARDED_BY(mu_) = 0;
+  double hint_growth_s_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<LoadCursor> cursor_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<IoGroup> io_group_ ABSL_GUARDED_BY(mu_);  // this load's place in the I/O arbiter
+  absl::flat_hash_map<uint32_t, std::string> pending_inline_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point started_ ABSL_GUARDED_BY(mu_);
+  std::optional<Clock::time_point> first_read_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point last_read_ ABSL_GUARDED_BY(mu_);
+  uint64_t chunks_read_ ABSL_GUARDED_BY(mu_) = 0;
 
-  std::deque<v1::LoadResponse> outbox_;
-  v1::LoadResponse current_;
-  bool writing_ = false;
-  uint32_t reads_outstanding_ = 0;  // submitted to the I/O pool, or being promoted from the window, not yet back
-  bool finishing_ = false;
-  bool finished_ = false;
-  absl::Status finish_status_;
+  std::deque<v1::LoadResponse> outbox_ ABSL_GUARDED_BY(mu_);
+  v1::LoadResponse current_ ABSL_GUARDED_BY(mu_);  // the write in progress: gRPC reads it while writing_ is set
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  // Submitted to the I/O pool, or being promoted from the window, not yet back.
+  uint32_t reads_outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status finish_status_ ABSL_GUARDED_BY(mu_);
 };
 
 LoadReactor::LoadReactor(grpc::CallbackServerContext* context, DaemonState& state)

@@ -16,7 +16,7 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::s
                                                    on_device ? " (cuda.max_region_bytes)" : " (limits.max_region_bytes)"));
   }
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     uint32_t held = 0;
     for (const auto& [id, e] : regions_) held += e.client_id == client_id;
     if (held >= limits_.max_regions_per_client) {
@@ -27,7 +27,7 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::s
   CAKE_ASSIGN_OR_RETURN(std::unique_ptr<Region> region,
                         on_device ? CreateCudaRegion(bytes, placement.device) : CreateHostRegion(bytes));
   Registered out{"r-" + RandomHex128(), std::shared_ptr<Region>(std::move(region))};
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   regions_.emplace(out.region_id, Entry{client_id, out.region, {}});
   return out;
 }
@@ -47,7 +47,7 @@ absl::StatusOr<RegionRegistry::Entry*> RegionRegistry::FindOwned(const std::stri
 
 absl::Status RegionRegistry::Release(const std::string& client_id, const std::string& region_id) {
   std::shared_ptr<Region> last_ref;  // destroyed outside the lock: unmapping can take a while
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(client_id, region_id));
   last_ref = std::move(entry->region);
   regions_.erase(region_id);
@@ -57,7 +57,7 @@ absl::Status RegionRegistry::Release(const std::string& client_id, const std::st
 absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const std::string& client_id,
                                                                           const std::string& region_id, uint64_t offset,
                                                                           uint64_t bytes) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(client_id, region_id));
   Entry& e = *entry;
   CAKE_RETURN_IF_ERROR(CheckRange(e.region->size(), offset, bytes));
@@ -81,7 +81,7 @@ absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const 
 
 absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Get(const std::string& client_id,
                                                             const std::string& region_id) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(client_id, region_id));
   return entry->region;
 }
@@ -92,7 +92,7 @@ absl::StatusOr<uint64_t> RegionRegistry::Size(const std::string& client_id, cons
 }
 
 void RegionRegistry::EndLease(const std::string& region_id, uint64_t lease_id) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (auto it = regions_.find(region_id); it != regions_.end()) it->second.windows.erase(lease_id);
 }
 
@@ -114,18 +114,18 @@ RegionRegistry::WindowLease::~WindowLease() {
 void RegionRegistry::Clear() {
   absl::flat_hash_map<std::string, Entry> doomed;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     doomed.swap(regions_);
   }
 }
 
 size_t RegionRegistry::count() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return regions_.size();
 }
 
 uint64_t RegionRegistry::total_bytes() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   uint64_t total = 0;
   for (const auto& [id, e] : regions_) total += e.region->size();
   return total;

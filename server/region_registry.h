@@ -3,11 +3,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "cuda/region.h"
 
 namespace cake {
@@ -79,13 +80,14 @@ class RegionRegistry {
     std::shared_ptr<Region> region;
     absl::flat_hash_map<uint64_t, Window> windows;  // by lease id
   };
-  absl::StatusOr<Entry*> FindOwned(const std::string& client_id, const std::string& region_id);
+  absl::StatusOr<Entry*> FindOwned(const std::string& client_id, const std::string& region_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLease(const std::string& region_id, uint64_t lease_id);
 
   const Limits limits_;
-  mutable std::mutex mu_;
-  absl::flat_hash_map<std::string, Entry> regions_;
-  uint64_t next_lease_ = 1;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> regions_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace cake

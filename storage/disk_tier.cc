@@ -354,7 +354,7 @@ absl::Status DiskTier::Recover(uint32_t threads) {
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
     return std::tie(a.mtime.tv_sec, a.mtime.tv_nsec) < std::tie(b.mtime.tv_sec, b.mtime.tv_nsec);
   });
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const Found& f : found) {
     if (index_.Insert(f.key, Entry{f.bytes})) used_bytes_ += f.bytes;
   }
@@ -369,13 +369,13 @@ absl::Status DiskTier::Recover(uint32_t threads) {
 }
 
 bool DiskTier::Contains(const ChunkKey& key) const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return index_.Contains(key);
 }
 
 absl::StatusOr<DiskTier::Reader> DiskTier::AcquireReader() {
   {
-    std::lock_guard lock(readers_mu_);
+    absl::MutexLock lock(&readers_mu_);
     if (!idle_readers_.empty()) {
       Reader reader = std::move(idle_readers_.back());
       idle_readers_.pop_back();
@@ -397,14 +397,14 @@ void DiskTier::ReleaseReader(Reader reader) {
     return;
   }
   if (reader.bounce.size() > kMaxRetainedBounceBytes) reader.bounce = AlignedBuffer();
-  std::lock_guard lock(readers_mu_);
+  absl::MutexLock lock(&readers_mu_);
   if (idle_readers_.size() < kMaxIdleReaders) idle_readers_.push_back(std::move(reader));
 }
 
 absl::Status DiskTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   LruIndex<Entry>::ReadPin pin;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     const Entry* e = index_.Find(key);
     if (e == nullptr) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not on disk"));
     if (e->bytes != dst.size()) {
@@ -417,7 +417,7 @@ absl::Status DiskTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   // and an explicit Remove meanwhile is harmless (an open file outlives its unlink).
   absl::Status status = ReadFile(key, dst);
 
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!pin.current()) return status;  // removed (and maybe rewritten) meanwhile: not ours to judge
   pin.ReleaseLocked();
   switch (status.code()) {
@@ -497,12 +497,18 @@ absl::Status DiskTier::ReadFile(const ChunkKey& key, std::span<std::byte> dst) {
 }
 
 bool DiskTier::MakeRoom(uint64_t bytes) {
-  return index_.EvictUntil([&] { return used_bytes_ + reserved_bytes_ + bytes <= capacity_bytes_; },
-                           [&](const ChunkKey& key, const Entry& entry) {
-                             UnlinkChunkFile(key);
-                             used_bytes_ -= entry.bytes;
-                             ++evictions_;
-                           });
+  // Both callbacks run inside EvictUntil, on this thread, under the lock this function requires.
+  return index_.EvictUntil(
+      [&] {
+        mu_.AssertHeld();
+        return used_bytes_ + reserved_bytes_ + bytes <= capacity_bytes_;
+      },
+      [&](const ChunkKey& key, const Entry& entry) {
+        mu_.AssertHeld();
+        UnlinkChunkFile(key);
+        used_bytes_ -= entry.bytes;
+        ++evictions_;
+      });
 }
 
 void DiskTier::UnlinkChunkFile(const ChunkKey& key) const {
@@ -582,7 +588,7 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
         absl::StrCat("a chunk of ", src.size(), " bytes exceeds the disk tier's ", capacity_bytes_, "-byte capacity"));
   }
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (index_.Touch(key) != nullptr) return absl::OkStatus();
     // Room is taken before the (slow) file write, so concurrent writers cannot together overfill the disk.
     if (!MakeRoom(src.size())) {
@@ -599,7 +605,7 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
 
   uint64_t generation;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     reserved_bytes_ -= src.size();
     if (!written.ok()) return written;
     if (index_.Touch(key) != nullptr) {
@@ -619,7 +625,7 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
 
   if (absl::Status synced = SyncFolder(folder); !synced.ok()) {
     // Not durable, so not acknowledged: forget it rather than promise a chunk a crash could take away.
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (index_.Current(key, generation)) EraseLocked(key);
     return synced;
   }
@@ -627,19 +633,19 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
 }
 
 absl::Status DiskTier::Remove(const ChunkKey& key) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!index_.Contains(key)) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not on disk"));
   EraseLocked(key);
   return absl::OkStatus();
 }
 
 TierUsage DiskTier::Usage() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return TierUsage{used_bytes_, capacity_bytes_, index_.size()};
 }
 
 void DiskTier::ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   index_.ForEach([&](const ChunkKey& key, const Entry& entry) { fn(key, entry.bytes); });
 }
 
@@ -651,12 +657,12 @@ TierStats DiskTier::Stats() const {
 }
 
 uint64_t DiskTier::evictions() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return evictions_;
 }
 
 uint64_t DiskTier::corrupt_removed() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return corrupt_removed_;
 }
 

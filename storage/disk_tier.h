@@ -7,10 +7,11 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "storage/aligned_buffer.h"
 #include "storage/io_engine.h"
 #include "storage/lru_index.h"
@@ -96,9 +97,9 @@ class DiskTier final : public Tier {
   void ReleaseReader(Reader reader);
   // Evicts unread entries from the cold end until `bytes` more fit beside what is stored and reserved;
   // unlinks their files. Requires mu_.
-  bool MakeRoom(uint64_t bytes);
+  bool MakeRoom(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops an entry and its file. Requires mu_ and an indexed key.
-  void EraseLocked(const ChunkKey& key);
+  void EraseLocked(const ChunkKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnlinkChunkFile(const ChunkKey& key) const;
   int OpenFlags(int access) const;
 
@@ -112,17 +113,18 @@ class DiskTier final : public Tier {
 
   // Engines are not thread-safe: each is owned by one reader at a time, checked out of this pool and handed
   // back, so a thread reuses a ring without a thread_local that would outlive the tier.
-  std::mutex readers_mu_;
-  std::vector<Reader> idle_readers_;
+  absl::Mutex readers_mu_;
+  std::vector<Reader> idle_readers_ ABSL_GUARDED_BY(readers_mu_);
 
   // Guards the index and every rename or unlink of a chunk file, so the index and the folder never disagree
   // about which file a key has.
-  mutable std::mutex mu_;
-  LruIndex<Entry> index_{mu_};  // a chunk being read is pinned: never evicted underneath its reader
-  uint64_t used_bytes_ = 0;
-  uint64_t reserved_bytes_ = 0;  // room promised to writes still writing their temporary files
-  uint64_t evictions_ = 0;
-  uint64_t corrupt_removed_ = 0;
+  mutable absl::Mutex mu_;
+  // A chunk being read is pinned: never evicted underneath its reader.
+  LruIndex<Entry> index_ ABSL_GUARDED_BY(mu_){mu_};
+  uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // room promised to writes still writing their temporary files
+  uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t corrupt_removed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cake

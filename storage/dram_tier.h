@@ -3,8 +3,9 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "storage/lru_index.h"
 #include "storage/tier.h"
 
@@ -47,15 +48,16 @@ class DramTier final : public Tier {
 
   // An extent of `bytes`, evicting unread entries from the cold end until the budget and the arena allow it;
   // nullptr when even that is not enough. Requires mu_.
-  std::shared_ptr<Extent> AllocateLocked(uint64_t bytes);
+  std::shared_ptr<Extent> AllocateLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint64_t capacity_bytes_;
   absl::Status status_;
   std::shared_ptr<Memory> memory_;
-  mutable std::mutex mu_;
-  LruIndex<Entry> index_{mu_};  // a chunk being copied out is pinned: never evicted underneath its reader
-  uint64_t used_bytes_ = 0;     // stored chunks plus writes in progress
-  uint64_t evictions_ = 0;
+  mutable absl::Mutex mu_;
+  // A chunk being copied out is pinned: never evicted underneath its reader.
+  LruIndex<Entry> index_ ABSL_GUARDED_BY(mu_){mu_};
+  uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // stored chunks plus writes in progress
+  uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cake

@@ -1,17 +1,18 @@
 // The index of a tier that keeps chunks under a byte budget (DRAM, disk): key -> the tier's entry, the least
 // recently used evicted first, and read pins that keep an entry out of eviction while its bytes are copied
 // outside the lock. The index does not lock itself: the tier's mutex guards it together with whatever the tier
-// keeps beside it (the disk tier's file names), and a pin takes that mutex when it lets go.
+// keeps beside it (the disk tier's file names), and a pin takes that mutex when it lets go. An owner declares its
+// index ABSL_GUARDED_BY its mutex, so clang checks every use of it (scripts/check-thread-safety).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <list>
-#include <mutex>
 #include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "storage/namespace.h"
 
 namespace cake {
@@ -19,7 +20,7 @@ namespace cake {
 template <typename Value>
 class LruIndex {
  public:
-  explicit LruIndex(std::mutex& owner_mu) : mu_(owner_mu) {}
+  explicit LruIndex(absl::Mutex& owner_mu) : mu_(owner_mu) {}
   LruIndex(const LruIndex&) = delete;
   LruIndex& operator=(const LruIndex&) = delete;
 
@@ -46,7 +47,7 @@ class LruIndex {
     // Requires the owner's mutex NOT held.
     void Release() {
       if (index_ == nullptr) return;
-      std::lock_guard lock(index_->mu_);
+      absl::MutexLock lock(&index_->mu_);
       ReleaseLocked();
     }
     // The same, with the owner's mutex held.
@@ -152,7 +153,7 @@ class LruIndex {
     return it == nodes_.end() || it->second.generation != generation ? nullptr : &it->second;
   }
 
-  std::mutex& mu_;
+  absl::Mutex& mu_;
   absl::flat_hash_map<ChunkKey, Node> nodes_;
   std::list<ChunkKey> lru_;  // front: most recently used
   uint64_t next_generation_ = 1;

@@ -6,11 +6,12 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "storage/bounded_worker.h"
 #include "storage/clock.h"
 #include "storage/tier.h"
@@ -122,8 +123,8 @@ class TierManager {
   const Options options_;
   std::vector<std::unique_ptr<Entry>> tiers_;
 
-  mutable std::mutex mu_;
-  WriteBackStats stats_;
+  mutable absl::Mutex mu_;
+  WriteBackStats stats_ ABSL_GUARDED_BY(mu_);
   // Declared last: their threads stop, and their queued jobs let go of chunks, before the tiers go away.
   BoundedWorker write_back_;
   BoundedWorker promotion_;
