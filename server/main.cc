@@ -101,22 +101,21 @@ int main(int argc, char** argv) {
   if (dram_gbps) config.dram_read_gbps = *dram_gbps;
   if (dram_burst_us) config.dram_read_burst_us = *dram_burst_us;
   if (!disk_root.empty()) config.disk_root = disk_root;
-  if (!arbiter.empty()) {
-    auto parsed = cake::ParseArbiterOption(arbiter, "--arbiter");
-    if (!parsed.ok()) {
-      std::fprintf(stderr, "caked: %s\n", std::string(parsed.status().message()).c_str());
-      return 2;
-    }
-    config.arbiter = *parsed;
-  }
   if (disk_mib) config.disk_capacity_bytes = *disk_mib << 20;
-  if (!io_backend.empty()) {
-    auto parsed = cake::ParseIoBackendOption(io_backend, "--disk-io-backend");
+  // Flags that name an enum's value, parsed by the config file's own words.
+  auto word_flag = [](const std::string& word, const char* flag, auto parse, auto& out) {
+    if (word.empty()) return true;
+    auto parsed = parse(word, flag);
     if (!parsed.ok()) {
       std::fprintf(stderr, "caked: %s\n", std::string(parsed.status().message()).c_str());
-      return 2;
+      return false;
     }
-    config.disk_io_backend = *parsed;
+    out = *parsed;
+    return true;
+  };
+  if (!word_flag(arbiter, "--arbiter", cake::ParseArbiterOption, config.arbiter) ||
+      !word_flag(io_backend, "--disk-io-backend", cake::ParseIoBackendOption, config.disk_io_backend)) {
+    return 2;
   }
   if (disk_gbps) config.disk_read_gbps = *disk_gbps;
   if (!remote_endpoints.empty()) config.remote_endpoints = remote_endpoints;

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "testing/redis_process.h"
+#include "tests/storage/tier_test_util.h"
 
 namespace cake {
 namespace {
@@ -57,16 +58,6 @@ RedisClusterClient::Options OptionsFor(std::vector<std::string> endpoints) {
 
 std::string Text(const RedisReply& r) { return r->str == nullptr ? "" : std::string(r->str, r->len); }
 
-std::string Value(size_t bytes, uint32_t seed) {
-  std::string s(bytes, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (char& c : s) {
-    x = x * 1103515245u + 12345u;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
-
 bool SinkHolds(const std::vector<std::byte>& sink, const std::string& value) {
   return sink.size() == value.size() && std::memcmp(sink.data(), value.data(), value.size()) == 0;
 }
@@ -105,7 +96,7 @@ TEST_CASE("RedisClusterClient: SET, GET and DEL on a single node, over one poole
   CHECK_FALSE(client->is_cluster());
   REQUIRE(client->Masters().size() == 1);
 
-  const std::string v1 = std::string("one\0\r\n", 6), v2 = Value(100000, 2);
+  const std::string v1 = std::string("one\0\r\n", 6), v2 = testing::TestText(2, 100000);
   auto replies = client->Execute({Set("k1", v1), Set("k2", v2, {"EX", "100"}), Cmd("GET", "k1"), Cmd("GET", "k2"),
                                   Cmd("GET", "missing"), Cmd("DEL", "k1"), Cmd("GET", "k1"), Cmd("INCR", "k2")});
   REQUIRE(replies.ok());
@@ -145,7 +136,7 @@ TEST_CASE("RedisClusterClient: a GET's value can land in the caller's buffer", "
   auto redis = RedisServer::Start();
   REQUIRE(redis.ok());
   auto client = OpenClient(OptionsFor({redis->address()}));
-  const std::string big = Value(300000, 1), small = "small";
+  const std::string big = testing::TestText(1, 300000), small = "small";
   REQUIRE(client->Execute({Set("big", big), Set("small", small)}).ok());
 
   std::vector<std::byte> exact(big.size()), wrong(big.size() - 1), spare(10);
@@ -243,7 +234,7 @@ TEST_CASE("RedisClusterClient: a frozen server times out, and is used again once
   options.command_timeout = milliseconds(200);
   options.max_backoff = milliseconds(200);
   auto client = OpenClient(options);
-  const std::string value = Value(20000, 5);
+  const std::string value = testing::TestText(5, 20000);
   REQUIRE(client->Execute({Set("k", value)}).ok());
   std::vector<std::byte> sink(value.size());
 
@@ -283,7 +274,7 @@ TEST_CASE("RedisClusterClient: SET, GET and DEL on a Redis Cluster seeded with o
   std::vector<std::string> keys, values;
   for (int i = 0; i < kKeys; ++i) {
     keys.push_back(absl::StrCat("key-", i));
-    values.push_back(Value(1000 + i, i));
+    values.push_back(testing::TestText(i, 1000 + i));
   }
   std::vector<RedisCommand> sets, gets, dels;
   for (int i = 0; i < kKeys; ++i) {
@@ -327,7 +318,7 @@ TEST_CASE("RedisClusterClient: follows ASK while a slot migrates and MOVED once 
   REQUIRE(cluster.ok());
   auto client = OpenClient(OptionsFor({cluster->addresses()[0]}));
   const std::string gone = "{mig}gone", stays = "{mig}stays", fresh = "{mig}fresh";
-  const std::string gone_value = Value(50000, 1), stays_value = Value(30000, 2), fresh_value = "new";
+  const std::string gone_value = testing::TestText(1, 50000), stays_value = testing::TestText(2, 30000), fresh_value = "new";
   REQUIRE(client->Execute({Set(gone, gone_value), Set(stays, stays_value)}).ok());
   const int slot = RedisKeySlot(gone);
   const int from = cluster->NodeForSlot(slot).value();

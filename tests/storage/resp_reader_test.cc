@@ -1,6 +1,7 @@
 // RespReader on a real socket (a socketpair): every kind of reply it understands, values into the caller's
 // buffer or not, values larger than its buffer arriving in pieces, and malformed, truncated and stalled replies.
 #include "storage/resp_reader.h"
+#include "tests/storage/tier_test_util.h"
 
 #include <hiredis/hiredis.h>
 #include <sys/socket.h>
@@ -50,16 +51,6 @@ class SocketPair {
 std::string Text(const RedisReply& r) { return std::string(r->str, r->len); }
 
 std::string Bulk(const std::string& value) { return "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n"; }
-
-std::string Pattern(size_t bytes, uint32_t seed) {
-  std::string s(bytes, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (char& c : s) {
-    x = x * 1103515245u + 12345u;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
 
 std::span<std::byte> AsSink(std::vector<std::byte>& v) { return std::span(v); }
 
@@ -128,7 +119,7 @@ TEST_CASE("RespReader: a bulk reply of the sink's size lands in the sink; any ot
 TEST_CASE("RespReader: values larger than its buffer, arriving in small pieces, come whole", "[resp]") {
   SocketPair pair;
   RespReader reader(pair.reader());
-  const std::string big = Pattern(1 << 20, 1), medium = Pattern(100 << 10, 2);
+  const std::string big = testing::TestText(1, 1 << 20), medium = testing::TestText(2, 100 << 10);
   const std::string stream = "+OK\r\n" + Bulk(big) + Bulk(medium) + ":1\r\n";
   std::thread writer([&] {
     for (size_t at = 0; at < stream.size(); at += 7777) {
@@ -184,7 +175,7 @@ TEST_CASE("RespReader: a malformed reply is DATA_LOSS, with the line in the mess
 
 TEST_CASE("RespReader: a reply cut short is UNAVAILABLE when the server closes, DEADLINE_EXCEEDED when it stalls",
           "[resp]") {
-  const std::string value = Pattern(40000, 3);
+  const std::string value = testing::TestText(3, 40000);
   const std::string full = Bulk(value);
   // Cut inside the first line, inside the value (before and past the reader's 16 KiB buffer), and before the
   // value's CRLF.

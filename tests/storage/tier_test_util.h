@@ -31,6 +31,12 @@ inline std::vector<std::byte> TestValue(uint32_t i, size_t bytes) {
   return v;
 }
 
+// The same bytes as a string, for Redis values and replies.
+inline std::string TestText(uint32_t i, size_t bytes) {
+  const std::vector<std::byte> v = TestValue(i, bytes);
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size());
+}
+
 // A fresh folder under /tmp (ext4 here, so O_DIRECT works), removed with everything in it at scope exit.
 class TempDir {
  public:
