@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/models.h"
-#include "bench/simulated_storage.h"
+#include "examples/simulated_engine/models.h"
+#include "examples/simulated_engine/simulated_storage.h"
 
 namespace cake::bench {
 namespace {
@@ -34,7 +34,7 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
   if (!options.common.socket_path.empty()) {
     return absl::InvalidArgumentError("adaptive starts its own daemon: leave out --socket");
   }
-  const ModelSpec* model = FindModel(options.model);
+  const sim::ModelSpec* model = sim::FindModel(options.model);
   if (model == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown --model ", options.model));
   if (options.cached_tokens == 0 || options.cached_tokens % kChunkTokens != 0) {
     return absl::InvalidArgumentError("--cached-tokens must be a positive multiple of 128");
@@ -42,19 +42,19 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
   if (options.time_scale <= 0 || options.gpu_tflops <= 0 || options.bandwidth_gbps <= 0) {
     return absl::InvalidArgumentError("--time-scale, --gpu-tflops and --bandwidth must be positive");
   }
-  const PrefillCostModel cost{model->params, static_cast<double>(model->layers), static_cast<double>(model->hidden),
-                              options.gpu_tflops * 1e12};
+  const sim::PrefillCostModel cost{model->params, static_cast<double>(model->layers),
+                                   static_cast<double>(model->hidden), options.gpu_tflops * 1e12};
   std::mt19937 rng(5);
   std::uniform_int_distribution<uint32_t> short_len(32, 448);
   std::vector<uint32_t> shorts(options.short_requests);
   for (uint32_t& s : shorts) s = short_len(rng);
 
   const uint32_t chunks = options.cached_tokens / kChunkTokens;
-  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * kProxyBytesPerToken);
+  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * sim::kProxyBytesPerToken);
   const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
-  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("adaptive-", model->name), kChunkTokens);
-  auto target =
-      OpenDaemon("", SimulatedDiskArgs(options.bandwidth_gbps, KvBytesPerToken(*model), options.time_scale, bytes));
+  const NamespaceSpec ns = sim::ProxyNamespace(absl::StrCat("adaptive-", model->name), kChunkTokens);
+  auto target = OpenDaemon(
+      "", sim::SimulatedDiskArgs(options.bandwidth_gbps, sim::KvBytesPerToken(*model), options.time_scale, bytes));
   if (!target.ok()) return target.status();
   Client& client = *target->client;
   auto region = client.RegisterRegion(bytes);

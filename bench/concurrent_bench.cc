@@ -13,8 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/models.h"
-#include "bench/simulated_storage.h"
+#include "examples/simulated_engine/models.h"
+#include "examples/simulated_engine/simulated_storage.h"
 
 namespace cake::bench {
 namespace {
@@ -32,7 +32,7 @@ absl::Status RunConcurrentBench(const ConcurrentOptions& options) {
   if (!options.common.socket_path.empty()) {
     return absl::InvalidArgumentError("concurrent starts one daemon per policy: leave out --socket");
   }
-  const ModelSpec* model = FindModel(options.model);
+  const sim::ModelSpec* model = sim::FindModel(options.model);
   if (model == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown --model ", options.model));
   if (options.requests == 0 || options.min_tokens < kChunkTokens || options.max_tokens < options.min_tokens) {
     return absl::InvalidArgumentError("need --requests > 0 and 128 <= --min-tokens <= --max-tokens");
@@ -48,17 +48,17 @@ absl::Status RunConcurrentBench(const ConcurrentOptions& options) {
   for (uint32_t& c : chunks) c = chunks_of(rng);
   std::vector<uint64_t> offsets(options.requests);
   uint64_t region_bytes = 0;
-  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * kProxyBytesPerToken);
+  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * sim::kProxyBytesPerToken);
   for (uint32_t i = 0; i < options.requests; ++i) {
     offsets[i] = region_bytes;
     region_bytes += chunks[i] * chunk_bytes;
   }
-  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("concurrent-", model->name), kChunkTokens);
+  const NamespaceSpec ns = sim::ProxyNamespace(absl::StrCat("concurrent-", model->name), kChunkTokens);
 
   std::vector<PolicyResult> results;
   for (const std::string& policy : options.policies) {
     std::vector<std::string> args =
-        SimulatedDiskArgs(options.bandwidth_gbps, KvBytesPerToken(*model), options.time_scale, region_bytes);
+        sim::SimulatedDiskArgs(options.bandwidth_gbps, sim::KvBytesPerToken(*model), options.time_scale, region_bytes);
     args.insert(args.end(), {"--arbiter", policy, "--window", absl::StrCat(options.window)});
     auto target = OpenDaemon("", args);
     if (!target.ok()) return target.status();

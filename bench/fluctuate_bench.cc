@@ -17,8 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/models.h"
-#include "bench/simulated_storage.h"
+#include "examples/simulated_engine/models.h"
+#include "examples/simulated_engine/simulated_storage.h"
 
 namespace cake::bench {
 namespace {
@@ -39,7 +39,7 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
   if (!options.common.socket_path.empty()) {
     return absl::InvalidArgumentError("fluctuate starts its own daemon: leave out --socket");
   }
-  const ModelSpec* model = FindModel(options.model);
+  const sim::ModelSpec* model = sim::FindModel(options.model);
   if (model == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown --model ", options.model));
   if (options.tokens == 0 || options.tokens % kChunkTokens != 0) {
     return absl::InvalidArgumentError("--tokens must be a positive multiple of 128");
@@ -48,23 +48,23 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
     return absl::InvalidArgumentError("--max-gbps must exceed 0.1; --time-scale and --interval-ms be positive");
   }
   const uint32_t chunks = options.tokens / kChunkTokens;
-  const double kv = KvBytesPerToken(*model);
-  const double scale_gbps = SimulatedCapGbps(1, kv, options.time_scale);  // modelled Gbit/s -> daemon cap
+  const double kv = sim::KvBytesPerToken(*model);
+  const double scale_gbps = sim::SimulatedCapGbps(1, kv, options.time_scale);  // modelled Gbit/s -> daemon cap
   // Balanced on average: the whole prompt at half the budget computes as long as it loads at half the bandwidth.
-  PrefillCostModel cost{model->params, static_cast<double>(model->layers), static_cast<double>(model->hidden), 0};
+  sim::PrefillCostModel cost{model->params, static_cast<double>(model->layers), static_cast<double>(model->hidden), 0};
   const double mean_load_s = options.tokens * kv * 8 / (options.max_gbps / 2 * 1e9);
   cost.flops = options.gpu_tflops > 0 ? options.gpu_tflops * 1e12
                                       : cost.Flop(options.tokens) / mean_load_s * (512.0 / (options.max_budget / 2.0));
 
-  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("fluctuate-", model->name), kChunkTokens);
-  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * kProxyBytesPerToken);
+  const NamespaceSpec ns = sim::ProxyNamespace(absl::StrCat("fluctuate-", model->name), kChunkTokens);
+  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * sim::kProxyBytesPerToken);
   const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
   std::mt19937 rng(options.seed);
   std::uniform_real_distribution<double> gbps_of(0.1, options.max_gbps);
   std::uniform_int_distribution<uint32_t> budget_of(0, options.max_budget);
   const double first_gbps = gbps_of(rng);
 
-  auto target = OpenDaemon("", SimulatedDiskArgs(first_gbps, kv, options.time_scale, bytes));
+  auto target = OpenDaemon("", sim::SimulatedDiskArgs(first_gbps, kv, options.time_scale, bytes));
   if (!target.ok()) return target.status();
   Client& client = *target->client;
   auto region = client.RegisterRegion(bytes);

@@ -26,7 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/models.h"
+#include "examples/simulated_engine/models.h"
 #include "spdlog/spdlog.h"
 #include "storage/disk_tier.h"
 #include "storage/dram_tier.h"
@@ -147,9 +147,9 @@ struct Prefix {
 };
 
 absl::StatusOr<Prefix> MakePrefix(uint64_t mib, uint32_t seed) {
-  const ModelSpec& model = *FindModel("llama3.1-8b");
+  const sim::ModelSpec& model = *sim::FindModel("llama3.1-8b");
   Prefix p;
-  p.ns = KvNamespace(model);
+  p.ns = sim::KvNamespace(model);
   auto layout = Namespace::Create(p.ns);
   if (!layout.ok()) return layout.status();
   p.chunk_bytes = layout->chunk_bytes();

@@ -19,10 +19,10 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/models.h"
+#include "examples/simulated_engine/models.h"
+#include "examples/simulated_engine/simulated_engine.h"
+#include "examples/simulated_engine/simulated_storage.h"
 #include "testing/redis_process.h"
-#include "bench/simulated_engine.h"
-#include "bench/simulated_storage.h"
 
 namespace cake::bench {
 namespace {
@@ -42,7 +42,7 @@ struct Row {
 
 // The best split when the loads of each tier's chunks run in parallel: min over m of max(compute [0, m),
 // max over tiers of (that tier's chunks in [m, H)) x its seconds per chunk), in modelled seconds.
-double MixedOracleSeconds(const GridEngine& engine, double time_scale, const std::vector<int>& chunk_tier,
+double MixedOracleSeconds(const sim::GridEngine& engine, double time_scale, const std::vector<int>& chunk_tier,
                           const std::vector<double>& tier_chunk_s, uint32_t chunk_tokens) {
   const uint32_t chunks = static_cast<uint32_t>(chunk_tier.size());
   std::vector<uint32_t> remaining(tier_chunk_s.size(), 0);
@@ -62,7 +62,7 @@ double MixedOracleSeconds(const GridEngine& engine, double time_scale, const std
 
 absl::Status RunMixedBench(const MixedOptions& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("--dir is required (the disk tier's folder)");
-  const ModelSpec* model = FindModel(options.model);
+  const sim::ModelSpec* model = sim::FindModel(options.model);
   if (model == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown model ", options.model));
   if (options.tokens == 0 || options.tokens % options.chunk_tokens != 0) {
     return absl::InvalidArgumentError("--tokens must be a positive multiple of --chunk-tokens");
@@ -76,19 +76,22 @@ absl::Status RunMixedBench(const MixedOptions& options) {
   auto redis = RedisServer::Start();
   if (!redis.ok()) return redis.status();
 
-  const double kv_bytes_per_token = KvBytesPerToken(*model);
+  const double kv_bytes_per_token = sim::KvBytesPerToken(*model);
   const uint32_t chunks = options.tokens / options.chunk_tokens;
   const uint32_t dram_chunks = static_cast<uint32_t>(options.dram_share * chunks);
   const uint32_t disk_end = static_cast<uint32_t>((options.dram_share + options.disk_share) * chunks);
-  const uint64_t proxy_bytes = static_cast<uint64_t>(options.tokens * kProxyBytesPerToken);
+  const uint64_t proxy_bytes = static_cast<uint64_t>(options.tokens * sim::kProxyBytesPerToken);
   const uint64_t chunk_bytes = proxy_bytes / chunks;
-  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("mixed-", model->name), options.chunk_tokens);
+  const NamespaceSpec ns = sim::ProxyNamespace(absl::StrCat("mixed-", model->name), options.chunk_tokens);
   const std::vector<uint32_t> prompt = SyntheticPrompt(options.tokens, 13);
-  const PrefillCostModel cost{model->params, static_cast<double>(model->layers), static_cast<double>(model->hidden),
-                              options.gpu_tflops * 1e12};
-  GridEngine engine(cost, options.util, options.step_tokens, options.chunk_tokens, options.tokens, options.time_scale);
+  const sim::PrefillCostModel cost{model->params, static_cast<double>(model->layers),
+                                   static_cast<double>(model->hidden), options.gpu_tflops * 1e12};
+  sim::GridEngine engine(cost, options.util, options.step_tokens, options.chunk_tokens, options.tokens,
+                         options.time_scale);
   auto chunk_s = [&](double gbps) { return options.chunk_tokens * kv_bytes_per_token * 8 / (gbps * 1e9); };
-  auto cap = [&](double gbps) { return absl::StrCat(SimulatedCapGbps(gbps, kv_bytes_per_token, options.time_scale)); };
+  auto cap = [&](double gbps) {
+    return absl::StrCat(sim::SimulatedCapGbps(gbps, kv_bytes_per_token, options.time_scale));
+  };
 
   std::vector<Row> rows;
   for (double remote_gbps : options.remote_gbps) {
@@ -140,7 +143,7 @@ absl::Status RunMixedBench(const MixedOptions& options) {
       if (auto warm = TimedIoOnlyLoad(client, load, chunks, chunk_bytes); !warm.ok()) return warm.status();
       auto io = TimedIoOnlyLoad(client, load, chunks, chunk_bytes);
       if (!io.ok()) return io.status();
-      auto cake = TimedCake(client, load, engine, options.tokens, options.chunk_tokens);
+      auto cake = sim::TimedCake(client, load, engine, options.tokens, options.chunk_tokens);
       if (!cake.ok()) return cake.status();
       row.io_s[p] = *io * options.time_scale;
       row.cake_s[p] = cake->seconds * options.time_scale;
@@ -154,7 +157,7 @@ absl::Status RunMixedBench(const MixedOptions& options) {
     };
     const double tier_s[3] = {chunk_s(options.dram_gbps), chunk_s(options.disk_gbps), chunk_s(remote_gbps)};
     for (int p = kDramAlone; p <= kRemoteAlone; ++p) {
-      row.oracle_s[p] = OracleSeconds(engine, options.time_scale, chunks, options.chunk_tokens, tier_s[p]);
+      row.oracle_s[p] = sim::OracleSeconds(engine, options.time_scale, chunks, options.chunk_tokens, tier_s[p]);
     }
     std::vector<int> chunk_tier(chunks);
     for (uint32_t c = 0; c < chunks; ++c) chunk_tier[c] = c < dram_chunks ? 0 : c < disk_end ? 1 : 2;
@@ -187,7 +190,7 @@ absl::Status RunMixedBench(const MixedOptions& options) {
     }
     if (absl::Status s = expect(dram_chunks, disk_end - dram_chunks, chunks - disk_end); !s.ok()) return s;
     if (absl::Status s = measure(kMixed); !s.ok()) return s;
-    auto computed = TimedComputeOnly(engine, options.tokens);
+    auto computed = sim::TimedComputeOnly(engine, options.tokens);
     if (!computed.ok()) return computed.status();
     row.compute_s = *computed * options.time_scale;
     client.Evict("remote").IgnoreError();

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/simulated_storage.h"
+#include "examples/simulated_engine/simulated_storage.h"
 
 namespace cake::bench {
 namespace {
@@ -44,7 +44,7 @@ absl::Status RunOverheadBench(const OverheadOptions& options) {
   const pid_t pid = target->spawned->pid();
 
   // 1 KiB of KV per token, 16-token chunks: 16 KiB a chunk, copied in about a microsecond.
-  const NamespaceSpec ns = ProxyNamespace("overhead", 16);
+  const NamespaceSpec ns = sim::ProxyNamespace("overhead", 16);
   const uint32_t chunks = options.chunks;
   const uint64_t chunk_bytes = 16 * 1024;
   const std::vector<uint32_t> prompt = SyntheticPrompt(uint64_t{chunks} * 16, 21);

@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/models.h"
 #include "cuda/cuda_backend.h"
+#include "examples/simulated_engine/models.h"
 
 namespace cake::bench {
 namespace {
@@ -69,8 +69,8 @@ absl::StatusOr<double> TimedLoad(Client& client, const NamespaceSpec& ns, const 
 }  // namespace
 
 absl::Status RunRegionBench(const RegionBenchOptions& options) {
-  const ModelSpec& model = *FindModel("llama3.1-8b");
-  const NamespaceSpec ns = KvNamespace(model);
+  const sim::ModelSpec& model = *sim::FindModel("llama3.1-8b");
+  const NamespaceSpec ns = sim::KvNamespace(model);
   auto layout = Namespace::Create(ns);
   if (!layout.ok()) return layout.status();
   const uint64_t chunk_bytes = layout->chunk_bytes();

@@ -12,8 +12,8 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
+#include "examples/simulated_engine/simulated_storage.h"
 #include "testing/redis_process.h"
-#include "bench/simulated_storage.h"
 
 namespace cake::bench {
 namespace {
@@ -76,8 +76,8 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
 
   const uint64_t chunk_bytes = options.chunk_mib << 20;
   const uint64_t part_bytes = options.part_kib << 10;
-  const uint32_t chunk_tokens = static_cast<uint32_t>(chunk_bytes / kProxyBytesPerToken);
-  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("remote-", getpid()), chunk_tokens);
+  const uint32_t chunk_tokens = static_cast<uint32_t>(chunk_bytes / sim::kProxyBytesPerToken);
+  const NamespaceSpec ns = sim::ProxyNamespace(absl::StrCat("remote-", getpid()), chunk_tokens);
   const uint32_t chunks = static_cast<uint32_t>(options.mib / options.chunk_mib);
   const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
   const uint32_t parts_per_chunk = static_cast<uint32_t>((chunk_bytes + part_bytes - 1) / part_bytes);

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/simulated_storage.h"
+#include "examples/simulated_engine/simulated_storage.h"
 
 namespace cake::bench {
 absl::Status RunTiersBench(const TiersOptions& options) {
@@ -19,8 +19,8 @@ absl::Status RunTiersBench(const TiersOptions& options) {
   if (!root.ok()) return root.status();
   absl::Cleanup remove_root = [&] { RemoveQuietly(*root); };
   constexpr uint32_t kChunkTokens = 256;
-  const NamespaceSpec ns = ProxyNamespace("tiers", kChunkTokens);  // 256 KiB chunks
-  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * kProxyBytesPerToken);
+  const NamespaceSpec ns = sim::ProxyNamespace("tiers", kChunkTokens);  // 256 KiB chunks
+  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * sim::kProxyBytesPerToken);
   const uint32_t chunks = static_cast<uint32_t>((options.mib << 20) / chunk_bytes);
   const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
   auto target =

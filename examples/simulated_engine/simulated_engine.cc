@@ -1,11 +1,12 @@
-#include "bench/simulated_engine.h"
+// The simulated engine's Cake and compute-only runs and its oracle split (see simulated_engine.h).
+#include "examples/simulated_engine/simulated_engine.h"
 
 #include <limits>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
-namespace cake::bench {
+namespace cake::sim {
 
 absl::StatusOr<CakeRun> TimedCake(Client& client, const LoadOptions& base, GridEngine& engine, uint32_t tokens,
                                   uint32_t chunk_tokens) {
@@ -39,10 +40,10 @@ absl::StatusOr<CakeRun> TimedCake(Client& client, const LoadOptions& base, GridE
       [&](uint32_t c) { return session.ReportProgress(c); }, wait_at, wait_until,
       [&](uint32_t c, Clock::time_point deadline) { return session.WaitResidentUntil(c, deadline); });
   if (!stopped.ok()) return stopped.status();
-  const double engine_s = SecondsSince(start);
+  const double engine_s = harness::SecondsSince(start);
   auto done = session.WaitDone();
   if (!done.ok()) return done.status();
-  run.seconds = std::max(engine_s, SecondsSince(start));
+  run.seconds = std::max(engine_s, harness::SecondsSince(start));
   run.meeting_chunk = done->meeting_chunk;
   if (*stopped < done->meeting_chunk * chunk_tokens) {
     return absl::InternalError(absl::StrCat("the engine stopped at token ", *stopped, " below the meeting chunk ",
@@ -71,7 +72,7 @@ absl::StatusOr<double> TimedComputeOnly(GridEngine& engine, uint32_t tokens) {
       start, tokens, [](uint32_t) { return false; }, [](uint32_t) { return absl::OkStatus(); }, tokens + 1, start,
       [](uint32_t, Clock::time_point) { return false; });
   if (!computed.ok()) return computed.status();
-  return SecondsSince(start);
+  return harness::SecondsSince(start);
 }
 
-}  // namespace cake::bench
+}  // namespace cake::sim

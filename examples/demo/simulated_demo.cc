@@ -1,6 +1,7 @@
-// cake-bench demo --engine simulated: a simulated engine that "computes" prefill chunks by sleeping what PAPER.md's cost model says
-// they cost, against a real caked that loads them, and compares time to first token of compute-only, I/O-only
-// and Cake for one cached prompt. Every loaded chunk is checked byte for byte.
+// cake-demo --engine simulated: a simulated engine that "computes" prefill chunks by sleeping what PAPER.md's cost
+// model (examples/simulated_engine/models.h) says they cost, against a real caked that loads them, and compares
+// time to first token of compute-only, I/O-only and Cake for one cached prompt. Every loaded chunk is checked byte
+// for byte against the pattern it was stored with.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -9,12 +10,27 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "bench/bench_common.h"
-#include "bench/benchmarks.h"
-#include "bench/models.h"
+#include "examples/demo/demo.h"
+#include "examples/harness/harness.h"
+#include "examples/simulated_engine/models.h"
 
-namespace cake::bench {
+namespace cake::demo {
 namespace {
+
+using harness::CheckChunkPattern;
+using harness::Clock;
+using harness::FillChunkPattern;
+using harness::JsonReport;
+using harness::PreciseSleepUntil;
+using harness::SecondsSince;
+using harness::SyntheticPrompt;
+using harness::TokensPrompt;
+using harness::WaitForCounter;
+using sim::FindModel;
+using sim::kModels;
+using sim::KvNamespace;
+using sim::ModelSpec;
+using sim::PrefillCostModel;
 
 struct LoadRunResult {
   double ttft_s = 0;
@@ -146,11 +162,7 @@ double ModelOptimumSeconds(const std::vector<double>& chunk_compute_s, double ch
 
 }  // namespace
 
-absl::Status RunDemo(const DemoOptions& options) {
-  if (options.engine == "real") return RunRealEngineDemo(options);
-  if (options.engine != "simulated") {
-    return absl::InvalidArgumentError(absl::StrCat("--engine ", options.engine, ": expected real or simulated"));
-  }
+absl::Status RunSimulatedDemo(const DemoOptions& options) {
   const double read_gbps = options.read_gbps.value_or(16);
   const ModelSpec* model = FindModel(options.model);
   if (model == nullptr) {
@@ -185,9 +197,10 @@ absl::Status RunDemo(const DemoOptions& options) {
     chunk_compute_s[c] = cost.PrefixSeconds(begin + chunk_tokens) - cost.PrefixSeconds(begin);
   }
 
-  auto target =
-      OpenDaemon(options.common.socket_path, {"--dram-read-gbps", absl::StrCat(read_gbps),
-                                              "--dram-capacity-mib", absl::StrCat((prompt_bytes >> 20) + 256)});
+  auto target = harness::OpenDaemon(
+      options.socket_path,
+      {"--dram-read-gbps", absl::StrCat(read_gbps), "--dram-capacity-mib", absl::StrCat((prompt_bytes >> 20) + 256)},
+      kClientId);
   if (!target.ok()) return target.status();
   Client& client = *target->client;
   auto region = client.RegisterRegion(prompt_bytes);
@@ -226,7 +239,7 @@ absl::Status RunDemo(const DemoOptions& options) {
   const double over_compute = compute_only_s / cake->ttft_s;
   const double over_io = io_only->ttft_s / cake->ttft_s;
   std::printf(
-      "cake-bench demo: %s, %u tokens = %u chunks of %u, KV %llu MiB, loaded from %s, reads capped at %g "
+      "cake-demo: %s, %u tokens = %u chunks of %u, KV %llu MiB, loaded from %s, reads capped at %g "
       "Gbit/s\n",
       model->name, options.tokens, chunks, chunk_tokens, static_cast<unsigned long long>(prompt_bytes >> 20),
       from_disk ? "the disk tier (DRAM emptied before each load)" : "the DRAM tier", read_gbps);
@@ -265,7 +278,7 @@ absl::Status RunDemo(const DemoOptions& options) {
   report.Set("speedup_over_compute_only", over_compute);
   report.Set("speedup_over_io_only", over_io);
   report.Set("io_only_gbit_per_s", io_only_gbit_per_s);
-  return report.WriteTo(options.common.json_path);
+  return report.WriteTo(options.json_path);
 }
 
-}  // namespace cake::bench
+}  // namespace cake::demo
