@@ -15,6 +15,7 @@
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/models.h"
 #include "examples/simulated_engine/simulated_storage.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {
@@ -53,29 +54,26 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
   const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * sim::kProxyBytesPerToken);
   const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
   const NamespaceSpec ns = sim::ProxyNamespace(absl::StrCat("adaptive-", model->name), kChunkTokens);
-  auto target = OpenDaemon(
-      "", sim::SimulatedDiskArgs(options.bandwidth_gbps, sim::KvBytesPerToken(*model), options.time_scale, bytes));
-  if (!target.ok()) return target.status();
-  Client& client = *target->client;
-  auto region = client.RegisterRegion(bytes);
-  if (!region.ok()) return region.status();
-  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+  CAKE_ASSIGN_OR_RETURN(auto target,
+                        OpenDaemon("", sim::SimulatedDiskArgs(options.bandwidth_gbps, sim::KvBytesPerToken(*model),
+                                                              options.time_scale, bytes)));
+  Client& client = *target.client;
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(bytes));
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
   const std::vector<uint32_t> prompt = SyntheticPrompt(options.cached_tokens, 41);
-  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c);
-  auto stored = client.Store(ns, TokensPrompt(prompt), 0, chunks, *region, 0);
-  if (!stored.ok()) return stored.status();
+  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region.data() + c * chunk_bytes, chunk_bytes}, c);
+  CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt), 0, chunks, region, 0).status());
 
   // One run of the engine in the given order; the cached request loads through the daemon all along.
   auto run = [&](bool adaptive) -> absl::StatusOr<OrderResult> {
-    std::memset(region->data(), 0, bytes);
+    std::memset(region.data(), 0, bytes);
     LoadOptions load;
     load.ns = ns;
     load.prompt = TokensPrompt(prompt);
-    load.region = &*region;
+    load.region = &region;
     const Clock::time_point start = Clock::now();
-    auto started = client.StartLoad(load);
-    if (!started.ok()) return started.status();
-    LoadSession& session = **started;
+    CAKE_ASSIGN_OR_RETURN(auto started, client.StartLoad(load));
+    LoadSession& session = *started;
     absl::Cleanup release = [&] { session.Release().IgnoreError(); };
     std::vector<uint32_t> short_done(shorts.size(), 0);
     std::vector<double> short_ttft(shorts.size(), 0);
@@ -133,7 +131,7 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
         }
       }
       if (!cached_finished) {
-        if (absl::Status s = session.ReportProgress(cached_done / kChunkTokens); !s.ok()) return s;
+        CAKE_RETURN_IF_ERROR(session.ReportProgress(cached_done / kChunkTokens));
         if (cached_done == options.cached_tokens) {
           cached_finished = true;
           cached_ttft = SecondsSince(start);
@@ -144,15 +142,12 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
         session.WaitResidentUntil(cached_done / kChunkTokens, Clock::now() + std::chrono::microseconds(200));
       }
     }
-    auto done = session.WaitDone();
-    if (!done.ok()) return done.status();
-    for (uint32_t c = done->meeting_chunk; c < chunks; ++c) {
-      if (absl::Status s = CheckChunkPattern({region->data() + session.RegionOffset(c), chunk_bytes}, c); !s.ok()) {
-        return s;
-      }
+    CAKE_ASSIGN_OR_RETURN(auto done, session.WaitDone());
+    for (uint32_t c = done.meeting_chunk; c < chunks; ++c) {
+      CAKE_RETURN_IF_ERROR(CheckChunkPattern({region.data() + session.RegionOffset(c), chunk_bytes}, c));
     }
     std::move(release).Cancel();
-    if (absl::Status s = session.Release(); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(session.Release());
     OrderResult r;
     r.cached_ttft_s = cached_ttft * options.time_scale;
     double sum = 0, last = cached_ttft;
@@ -162,16 +157,14 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
     }
     r.mean_short_ttft_s = shorts.empty() ? 0 : sum / shorts.size() * options.time_scale;
     r.last_ttft_s = last * options.time_scale;
-    r.meet_token = done->meeting_chunk * kChunkTokens;
+    r.meet_token = done.meeting_chunk * kChunkTokens;
     return r;
   };
 
   // Untimed first: the daemon measures the disk's speed.
-  if (auto warm = run(false); !warm.ok()) return warm.status();
-  auto fcfs = run(false);
-  if (!fcfs.ok()) return fcfs.status();
-  auto adaptive = run(true);
-  if (!adaptive.ok()) return adaptive.status();
+  CAKE_RETURN_IF_ERROR(run(false).status());
+  CAKE_ASSIGN_OR_RETURN(auto fcfs, run(false));
+  CAKE_ASSIGN_OR_RETURN(auto adaptive, run(true));
 
   uint32_t short_tokens = 0;
   for (uint32_t s : shorts) short_tokens += s;
@@ -182,18 +175,18 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
       options.step_tokens, options.gpu_tflops, options.time_scale);
   std::printf("  %-30s %14s %16s %16s %12s\n", "order", "everything (s)", "cached TTFT (s)", "short mean (s)",
               "meet token");
-  std::printf("  %-30s %14.3f %16.3f %16.3f %12u\n", "first come, first served", fcfs->last_ttft_s, fcfs->cached_ttft_s,
-              fcfs->mean_short_ttft_s, fcfs->meet_token);
-  std::printf("  %-30s %14.3f %16.3f %16.3f %12u\n", "adaptive (uncached first)", adaptive->last_ttft_s,
-              adaptive->cached_ttft_s, adaptive->mean_short_ttft_s, adaptive->meet_token);
-  std::printf("  adaptive finishes everything %.0f%% sooner\n", 100 * (1 - adaptive->last_ttft_s / fcfs->last_ttft_s));
+  std::printf("  %-30s %14.3f %16.3f %16.3f %12u\n", "first come, first served", fcfs.last_ttft_s, fcfs.cached_ttft_s,
+              fcfs.mean_short_ttft_s, fcfs.meet_token);
+  std::printf("  %-30s %14.3f %16.3f %16.3f %12u\n", "adaptive (uncached first)", adaptive.last_ttft_s,
+              adaptive.cached_ttft_s, adaptive.mean_short_ttft_s, adaptive.meet_token);
+  std::printf("  adaptive finishes everything %.0f%% sooner\n", 100 * (1 - adaptive.last_ttft_s / fcfs.last_ttft_s));
   JsonReport report;
-  report.Set("fcfs_everything_s", fcfs->last_ttft_s);
-  report.Set("fcfs_cached_ttft_s", fcfs->cached_ttft_s);
-  report.Set("fcfs_short_mean_ttft_s", fcfs->mean_short_ttft_s);
-  report.Set("adaptive_everything_s", adaptive->last_ttft_s);
-  report.Set("adaptive_cached_ttft_s", adaptive->cached_ttft_s);
-  report.Set("adaptive_short_mean_ttft_s", adaptive->mean_short_ttft_s);
+  report.Set("fcfs_everything_s", fcfs.last_ttft_s);
+  report.Set("fcfs_cached_ttft_s", fcfs.cached_ttft_s);
+  report.Set("fcfs_short_mean_ttft_s", fcfs.mean_short_ttft_s);
+  report.Set("adaptive_everything_s", adaptive.last_ttft_s);
+  report.Set("adaptive_cached_ttft_s", adaptive.cached_ttft_s);
+  report.Set("adaptive_short_mean_ttft_s", adaptive.mean_short_ttft_s);
   return report.WriteTo(options.common.json_path);
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "storage/status_macros.h"
 #include "testing/child_process.h"
 
 namespace cake::bench {
@@ -67,19 +68,18 @@ absl::StatusOr<double> TimedIoOnlyLoad(Client& client, const LoadOptions& option
   LoadOptions load = options;
   load.io_only = true;
   const Clock::time_point start = Clock::now();
-  auto session = client.StartLoad(load);
-  if (!session.ok()) return session.status();
-  auto done = (*session)->WaitDone();
+  CAKE_ASSIGN_OR_RETURN(auto session, client.StartLoad(load));
+  auto done = session->WaitDone();
   const double seconds = SecondsSince(start);
   if (!done.ok()) return done.status();
   if (done->loaded_chunks != chunks) {
     return absl::InternalError(absl::StrCat("an I/O-only load of ", chunks, " chunks loaded ", done->loaded_chunks));
   }
   for (uint32_t c = 0; c < chunks; ++c) {
-    const std::byte* bytes = options.region->data() + (*session)->RegionOffset(c);
-    if (absl::Status s = CheckChunkPattern({bytes, chunk_bytes}, c); !s.ok()) return s;
+    const std::byte* bytes = options.region->data() + session->RegionOffset(c);
+    CAKE_RETURN_IF_ERROR(CheckChunkPattern({bytes, chunk_bytes}, c));
   }
-  if (absl::Status s = (*session)->Release(); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(session->Release());
   return seconds;
 }
 

@@ -15,6 +15,7 @@
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/models.h"
 #include "examples/simulated_engine/simulated_storage.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {
@@ -60,22 +61,19 @@ absl::Status RunConcurrentBench(const ConcurrentOptions& options) {
     std::vector<std::string> args =
         sim::SimulatedDiskArgs(options.bandwidth_gbps, sim::KvBytesPerToken(*model), options.time_scale, region_bytes);
     args.insert(args.end(), {"--arbiter", policy, "--window", absl::StrCat(options.window)});
-    auto target = OpenDaemon("", args);
-    if (!target.ok()) return target.status();
-    Client& client = *target->client;
-    auto region = client.RegisterRegion(region_bytes);
-    if (!region.ok()) return region.status();
-    absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+    CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", args));
+    Client& client = *target.client;
+    CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(region_bytes));
+    absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
     std::vector<std::vector<uint32_t>> prompts(options.requests);
     for (uint32_t i = 0; i < options.requests; ++i) {
       prompts[i] = SyntheticPrompt(chunks[i] * kChunkTokens, 100 + i);
       for (uint32_t c = 0; c < chunks[i]; ++c) {
-        FillChunkPattern({region->data() + offsets[i] + c * chunk_bytes, chunk_bytes}, c);
+        FillChunkPattern({region.data() + offsets[i] + c * chunk_bytes, chunk_bytes}, c);
       }
-      auto stored = client.Store(ns, TokensPrompt(prompts[i]), 0, chunks[i], *region, offsets[i]);
-      if (!stored.ok()) return stored.status();
+      CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompts[i]), 0, chunks[i], region, offsets[i]).status());
     }
-    std::memset(region->data(), 0, region_bytes);
+    std::memset(region.data(), 0, region_bytes);
 
     // Every request starts at once; each one's time to first token is its load's Done.
     std::vector<double> ttft(options.requests, 0);
@@ -89,7 +87,7 @@ absl::Status RunConcurrentBench(const ConcurrentOptions& options) {
         LoadOptions load;
         load.ns = ns;
         load.prompt = TokensPrompt(prompts[i]);
-        load.region = &*region;
+        load.region = &region;
         load.region_offset = offsets[i];
         load.region_bytes = chunks[i] * chunk_bytes;
         load.io_only = true;
@@ -115,10 +113,7 @@ absl::Status RunConcurrentBench(const ConcurrentOptions& options) {
     if (!error.ok()) return error;
     for (uint32_t i = 0; i < options.requests; ++i) {
       for (uint32_t c = 0; c < chunks[i]; ++c) {
-        if (absl::Status s = CheckChunkPattern({region->data() + offsets[i] + c * chunk_bytes, chunk_bytes}, c);
-            !s.ok()) {
-          return s;
-        }
+        CAKE_RETURN_IF_ERROR(CheckChunkPattern({region.data() + offsets[i] + c * chunk_bytes, chunk_bytes}, c));
       }
     }
     PolicyResult r;

@@ -19,6 +19,7 @@
 #include "examples/cpu_engine/engine_harness.h"
 #include "examples/cpu_engine/prefill_engine.h"
 #include "examples/cpu_engine/transformer.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {
@@ -57,8 +58,7 @@ struct EngineRow {
 }  // namespace
 
 absl::Status RunEngineBench(const EngineBenchOptions& options) {
-  auto config = ToConfig(options.model);
-  if (!config.ok()) return config.status();
+  CAKE_ASSIGN_OR_RETURN(auto config, ToConfig(options.model));
   for (double r : options.load_ratios) {
     if (!(r > 0)) return absl::InvalidArgumentError(absl::StrCat("--load-ratios: ", r, " is not positive"));
   }
@@ -66,9 +66,9 @@ absl::Status RunEngineBench(const EngineBenchOptions& options) {
     if (!(g > 0)) return absl::InvalidArgumentError(absl::StrCat("--throttles: ", g, " is not positive"));
   }
   engine::SetBlasThreads(static_cast<int>(options.model.blas_threads));
-  engine::Transformer model(*config);
+  engine::Transformer model(config);
   const uint32_t chunk_tokens = options.model.chunk_tokens;
-  std::printf("cake-bench engine: %s; %u BLAS thread(s)\n", Describe(*config, chunk_tokens).c_str(),
+  std::printf("cake-bench engine: %s; %u BLAS thread(s)\n", Describe(config, chunk_tokens).c_str(),
               options.model.blas_threads);
 
   std::vector<EngineRow> rows;
@@ -77,69 +77,61 @@ absl::Status RunEngineBench(const EngineBenchOptions& options) {
     if (tokens < chunk_tokens) {
       return absl::InvalidArgumentError(absl::StrCat("--tokens ", tokens, " is shorter than one chunk"));
     }
-    const std::vector<uint32_t> prompt = *PromptTokens("", tokens, config->vocab);
+    const std::vector<uint32_t> prompt = *PromptTokens("", tokens, config.vocab);
     const uint64_t pages_bytes = model.PageBytes(chunk_tokens) * ((tokens + chunk_tokens - 1) / chunk_tokens);
-    auto daemon = engine::OpenEngineDaemon(options.common.socket_path, pages_bytes, kClientId);
-    if (!daemon.ok()) return daemon.status();
-    Client& client = *daemon->target.client;
-    auto region = client.RegisterRegion(pages_bytes);
-    if (!region.ok()) return region.status();
-    absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
-    PrefillEngine engine(model, chunk_tokens, prompt, &client, *region);
-    auto truth = ComputeTruth(engine);
-    if (!truth.ok()) return truth.status();
-    const LinearFit fit = FitFullChunks(engine, truth->run);
+    CAKE_ASSIGN_OR_RETURN(auto daemon, engine::OpenEngineDaemon(options.common.socket_path, pages_bytes, kClientId));
+    Client& client = *daemon.target.client;
+    CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(pages_bytes));
+    absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
+    PrefillEngine engine(model, chunk_tokens, prompt, &client, region);
+    CAKE_ASSIGN_OR_RETURN(auto truth, ComputeTruth(engine));
+    const LinearFit fit = FitFullChunks(engine, truth.run);
     engine.SetComputeHint(fit.first_s, fit.growth_s);
     fits.push_back(absl::StrFormat(
         "  %u tokens: compute %.3f s; per chunk %.2f ms + %.3f ms x index (R^2 %.3f, worst chunk %.0f%% off the "
         "fit)",
-        tokens, truth->run.ttft_s, fit.first_s * 1e3, fit.growth_s * 1e3, fit.r_squared,
-        100 * fit.max_relative_error));
+        tokens, truth.run.ttft_s, fit.first_s * 1e3, fit.growth_s * 1e3, fit.r_squared, 100 * fit.max_relative_error));
     std::printf("%s\n", fits.back().c_str());
-    if (absl::Status s = StoreAndSettle(*daemon, engine); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(StoreAndSettle(daemon, engine));
 
     const uint64_t stored_bytes = uint64_t{engine.full_chunks()} * engine.page_bytes();
     std::vector<double> throttles = options.throttles_gbps;
     if (throttles.empty()) {
-      for (double r : options.load_ratios) throttles.push_back(stored_bytes * 8.0 / (r * truth->run.ttft_s) / 1e9);
+      for (double r : options.load_ratios) throttles.push_back(stored_bytes * 8.0 / (r * truth.run.ttft_s) / 1e9);
     }
     for (double gbps : throttles) {
-      if (auto capped = client.SetReadCap(daemon->capped_tier(), gbps); !capped.ok()) return capped.status();
+      CAKE_RETURN_IF_ERROR(client.SetReadCap(daemon.capped_tier(), gbps).status());
       EngineRow row;
       row.tokens = tokens;
       row.throttle_gbps = gbps;
       // Untimed: teaches the daemon the throttled tier's speed, as earlier requests would have.
-      if (auto warm = RunCold(*daemon, engine, PrefillMode::kIoOnly); !warm.ok()) return warm.status();
-      auto computed = RunCold(*daemon, engine, PrefillMode::kComputeOnly);
-      if (!computed.ok()) return computed.status();
-      row.compute_s = computed->ttft_s;
-      row.bitexact &= BitExact(engine, *computed, *truth);
+      CAKE_RETURN_IF_ERROR(RunCold(daemon, engine, PrefillMode::kIoOnly).status());
+      CAKE_ASSIGN_OR_RETURN(auto computed, RunCold(daemon, engine, PrefillMode::kComputeOnly));
+      row.compute_s = computed.ttft_s;
+      row.bitexact &= BitExact(engine, computed, truth);
       // The hint is the engine's latest measured speed, as a serving engine would know it.
-      const LinearFit latest = FitFullChunks(engine, *computed);
+      const LinearFit latest = FitFullChunks(engine, computed);
       engine.SetComputeHint(latest.first_s, latest.growth_s);
-      auto io = RunCold(*daemon, engine, PrefillMode::kIoOnly);
-      if (!io.ok()) return io.status();
-      row.io_s = io->ttft_s;
-      row.bitexact &= BitExact(engine, *io, *truth);
-      auto cake = RunCold(*daemon, engine, PrefillMode::kCake);
-      if (!cake.ok()) return cake.status();
-      row.cake_s = cake->ttft_s;
-      row.meet_measured = cake->meeting_chunk * chunk_tokens;
-      if (cake->predicted_meeting_chunk) row.meet_predicted = *cake->predicted_meeting_chunk * chunk_tokens;
-      row.engine_stopped = cake->computed_chunks;
-      row.strategy = cake->strategy;
-      row.bitexact &= BitExact(engine, *cake, *truth);
+      CAKE_ASSIGN_OR_RETURN(auto io, RunCold(daemon, engine, PrefillMode::kIoOnly));
+      row.io_s = io.ttft_s;
+      row.bitexact &= BitExact(engine, io, truth);
+      CAKE_ASSIGN_OR_RETURN(auto cake, RunCold(daemon, engine, PrefillMode::kCake));
+      row.cake_s = cake.ttft_s;
+      row.meet_measured = cake.meeting_chunk * chunk_tokens;
+      if (cake.predicted_meeting_chunk) row.meet_predicted = *cake.predicted_meeting_chunk * chunk_tokens;
+      row.engine_stopped = cake.computed_chunks;
+      row.strategy = cake.strategy;
+      row.bitexact &= BitExact(engine, cake, truth);
       row.best_forced_s = std::numeric_limits<double>::infinity();
       const uint32_t cached = engine.full_chunks();
       std::string sweep;
       for (uint32_t m = 0;; m = std::min(cached, m + options.sweep_step)) {
-        auto forced = RunCold(*daemon, engine, PrefillMode::kFixedSplit, m);
-        if (!forced.ok()) return forced.status();
-        row.bitexact &= BitExact(engine, *forced, *truth);
+        CAKE_ASSIGN_OR_RETURN(auto forced, RunCold(daemon, engine, PrefillMode::kFixedSplit, m));
+        row.bitexact &= BitExact(engine, forced, truth);
         absl::StrAppend(&sweep, sweep.empty() ? "" : ", ", m * chunk_tokens, ": ",
-                        absl::StrFormat("%.3f", forced->ttft_s));
-        if (forced->ttft_s < row.best_forced_s) {
-          row.best_forced_s = forced->ttft_s;
+                        absl::StrFormat("%.3f", forced.ttft_s));
+        if (forced.ttft_s < row.best_forced_s) {
+          row.best_forced_s = forced.ttft_s;
           row.best_forced_token = m * chunk_tokens;
         }
         if (m == cached) break;
@@ -154,7 +146,7 @@ absl::Status RunEngineBench(const EngineBenchOptions& options) {
       std::fflush(stdout);
       rows.push_back(row);
     }
-    if (absl::Status s = client.ReleaseRegion(*region); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(client.ReleaseRegion(region));
     std::move(release_region).Cancel();
   }
 
@@ -190,12 +182,12 @@ absl::Status RunEngineBench(const EngineBenchOptions& options) {
   std::printf("\n  worst Cake / best forced split = %.3f (goal <= 1.10); every run bit-exact: %s\n", worst,
               all_exact ? "yes" : "NO");
   JsonReport report;
-  report.Set("model", Describe(*config, chunk_tokens));
+  report.Set("model", Describe(config, chunk_tokens));
   report.Set("blas_threads", options.model.blas_threads);
   report.Set("worst_cake_over_best_forced", worst);
   report.SetRaw("all_bitexact", all_exact ? "true" : "false");
   report.SetRaw("rows", "[" + absl::StrJoin(json_rows, ",\n") + "]");
-  if (absl::Status s = report.WriteTo(options.common.json_path); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(report.WriteTo(options.common.json_path));
   if (!all_exact) return absl::DataLossError("a run's KV cache or first token differed from full compute's");
   return absl::OkStatus();
 }
@@ -209,19 +201,18 @@ absl::Status RunEngineCurveBench(const EngineCurveOptions& options) {
   };
   std::vector<Curve> curves;
   for (const auto& [name, m] : {std::pair{"small", options.small}, std::pair{"large", options.large}}) {
-    auto config = ToConfig(m);
-    if (!config.ok()) return config.status();
-    engine::Transformer model(*config);
+    CAKE_ASSIGN_OR_RETURN(auto config, ToConfig(m));
+    engine::Transformer model(config);
     const uint32_t chunk_tokens = options.small.chunk_tokens;
     const uint32_t chunks = options.tokens / chunk_tokens;
     if (chunks == 0) return absl::InvalidArgumentError("--tokens is shorter than one chunk");
-    std::vector<uint32_t> prompt = *PromptTokens("", chunks * chunk_tokens, config->vocab);
+    std::vector<uint32_t> prompt = *PromptTokens("", chunks * chunk_tokens, config.vocab);
     std::vector<std::byte> buffer(model.PageBytes(chunk_tokens) * chunks);
     engine::KvPages pages{buffer.data(), {}};
     for (uint32_t c = 0; c < chunks; ++c) pages.offsets.push_back(c * model.PageBytes(chunk_tokens));
     // One untimed pass first: the pages' first touch and the BLAS's buffers.
     for (uint32_t c = 0; c < chunks; ++c) model.PrefillChunk(prompt, c, chunk_tokens, pages);
-    Curve curve{absl::StrCat(name, ": ", Describe(*config, chunk_tokens)), {}, {}};
+    Curve curve{absl::StrCat(name, ": ", Describe(config, chunk_tokens)), {}, {}};
     for (uint32_t c = 0; c < chunks; ++c) {
       const Clock::time_point start = Clock::now();
       model.PrefillChunk(prompt, c, chunk_tokens, pages);

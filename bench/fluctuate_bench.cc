@@ -19,6 +19,7 @@
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/models.h"
 #include "examples/simulated_engine/simulated_storage.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {
@@ -64,22 +65,19 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
   std::uniform_int_distribution<uint32_t> budget_of(0, options.max_budget);
   const double first_gbps = gbps_of(rng);
 
-  auto target = OpenDaemon("", sim::SimulatedDiskArgs(first_gbps, kv, options.time_scale, bytes));
-  if (!target.ok()) return target.status();
-  Client& client = *target->client;
-  auto region = client.RegisterRegion(bytes);
-  if (!region.ok()) return region.status();
-  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+  CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", sim::SimulatedDiskArgs(first_gbps, kv, options.time_scale, bytes)));
+  Client& client = *target.client;
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(bytes));
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
   const std::vector<uint32_t> prompt = SyntheticPrompt(options.tokens, 31);
-  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c);
-  auto stored = client.Store(ns, TokensPrompt(prompt), 0, chunks, *region, 0);
-  if (!stored.ok()) return stored.status();
-  std::memset(region->data(), 0, bytes);
+  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region.data() + c * chunk_bytes, chunk_bytes}, c);
+  CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt), 0, chunks, region, 0).status());
+  std::memset(region.data(), 0, bytes);
 
   LoadOptions load;
   load.ns = ns;
   load.prompt = TokensPrompt(prompt);
-  load.region = &*region;
+  load.region = &region;
   std::mutex mu;
   std::vector<Sample> samples;
   std::atomic<double> current_gbps{first_gbps};
@@ -88,9 +86,8 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
   std::atomic<bool> finished{false};
 
   const Clock::time_point start = Clock::now();
-  auto started = client.StartLoad(load);
-  if (!started.ok()) return started.status();
-  LoadSession& session = **started;
+  CAKE_ASSIGN_OR_RETURN(auto started, client.StartLoad(load));
+  LoadSession& session = *started;
   absl::Cleanup release = [&] { session.Release().IgnoreError(); };
   auto sample = [&] {
     std::lock_guard lock(mu);
@@ -133,7 +130,7 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
     if (next > boundary && boundary < options.tokens && session.IsResident(boundary / kChunkTokens)) next = boundary;
     done = next;
     engine_tokens = done;
-    if (absl::Status s = session.ReportProgress(done / kChunkTokens); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(session.ReportProgress(done / kChunkTokens));
   }
   auto load_done = session.WaitDone();
   const double ttft_s = SecondsSince(start) * options.time_scale;
@@ -141,12 +138,10 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
   sample();
   std::move(stop_weather).Invoke();
   for (uint32_t c = load_done->meeting_chunk; c < chunks; ++c) {
-    if (absl::Status s = CheckChunkPattern({region->data() + session.RegionOffset(c), chunk_bytes}, c); !s.ok()) {
-      return s;
-    }
+    CAKE_RETURN_IF_ERROR(CheckChunkPattern({region.data() + session.RegionOffset(c), chunk_bytes}, c));
   }
   std::move(release).Cancel();
-  if (absl::Status s = session.Release(); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(session.Release());
 
   const std::string csv = options.out_prefix + ".csv";
   {

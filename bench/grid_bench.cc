@@ -23,6 +23,7 @@
 #include "examples/simulated_engine/models.h"
 #include "examples/simulated_engine/simulated_engine.h"
 #include "examples/simulated_engine/simulated_storage.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {
@@ -108,22 +109,20 @@ absl::Status RunGridBench(const GridOptions& options) {
         const std::vector<uint32_t> prompt = SyntheticPrompt(tokens, 11);
         std::vector<Cell> group;
         for (double bw : options.bandwidths) {
-          auto target = OpenDaemon("", sim::SimulatedDiskArgs(bw, kv_bytes_per_token, options.time_scale, proxy_bytes));
-          if (!target.ok()) return target.status();
-          Client& client = *target->client;
-          auto region = client.RegisterRegion(proxy_bytes);
-          if (!region.ok()) return region.status();
-          absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+          CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", sim::SimulatedDiskArgs(bw, kv_bytes_per_token,
+                                                                                   options.time_scale, proxy_bytes)));
+          Client& client = *target.client;
+          CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(proxy_bytes));
+          absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
           const uint64_t chunk_bytes = proxy_bytes / chunks;
-          for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c);
-          auto stored = client.Store(ns, TokensPrompt(prompt), 0, chunks, *region, 0);
-          if (!stored.ok()) return stored.status();
+          for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region.data() + c * chunk_bytes, chunk_bytes}, c);
+          CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt), 0, chunks, region, 0).status());
           LoadOptions load;
           load.ns = ns;
           load.prompt = TokensPrompt(prompt);
-          load.region = &*region;
+          load.region = &region;
           // Untimed: teaches the daemon the tier's speed, as earlier requests would have.
-          if (auto warm = TimedIoOnlyLoad(client, load, chunks, chunk_bytes); !warm.ok()) return warm.status();
+          CAKE_RETURN_IF_ERROR(TimedIoOnlyLoad(client, load, chunks, chunk_bytes).status());
           const double chunk_load_s = options.chunk_tokens * kv_bytes_per_token * 8 / (bw * 1e9);
           for (double u : options.utils) {
             sim::GridEngine engine(cost, u, options.step_tokens, options.chunk_tokens, tokens, options.time_scale);
@@ -138,20 +137,17 @@ absl::Status RunGridBench(const GridOptions& options) {
             std::vector<double> io_runs, cake_runs;
             std::vector<sim::CakeRun> cakes;
             for (uint32_t r = 0; r < options.repeats; ++r) {
-              auto io = TimedIoOnlyLoad(client, load, chunks, chunk_bytes);
-              if (!io.ok()) return io.status();
-              io_runs.push_back(*io * options.time_scale);
-              auto cake = sim::TimedCake(client, load, engine, tokens, options.chunk_tokens);
-              if (!cake.ok()) return cake.status();
-              cakes.push_back(*cake);
+              CAKE_ASSIGN_OR_RETURN(auto io, TimedIoOnlyLoad(client, load, chunks, chunk_bytes));
+              io_runs.push_back(io * options.time_scale);
+              CAKE_ASSIGN_OR_RETURN(auto cake, sim::TimedCake(client, load, engine, tokens, options.chunk_tokens));
+              cakes.push_back(cake);
             }
             std::sort(cakes.begin(), cakes.end(),
                       [](const sim::CakeRun& a, const sim::CakeRun& b) { return a.seconds < b.seconds; });
             const sim::CakeRun& cake = cakes[cakes.size() / 2];
             cell.io_s = Median(io_runs);
-            auto computed = sim::TimedComputeOnly(engine, tokens);
-            if (!computed.ok()) return computed.status();
-            cell.compute_s = *computed * options.time_scale;
+            CAKE_ASSIGN_OR_RETURN(auto computed, sim::TimedComputeOnly(engine, tokens));
+            cell.compute_s = computed * options.time_scale;
             cell.cake_s = cake.seconds * options.time_scale;
             cell.meet_token = cake.meeting_chunk * options.chunk_tokens;
             cell.strategy = cake.strategy;

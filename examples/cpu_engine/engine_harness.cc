@@ -7,6 +7,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "storage/status_macros.h"
 
 namespace cake::engine {
 
@@ -33,7 +34,7 @@ void AddModelOptions(CLI::App* command, ModelOptions& m, const std::string& pref
 absl::StatusOr<TransformerConfig> ToConfig(const ModelOptions& m) {
   TransformerConfig c = m.shape;
   c.storage = m.bf16 ? Storage::kBf16 : Storage::kFp32;
-  if (absl::Status s = c.Validate(); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(c.Validate());
   if (m.chunk_tokens == 0) return absl::InvalidArgumentError("--chunk-tokens must be positive");
   return c;
 }
@@ -62,34 +63,30 @@ absl::StatusOr<EngineDaemon> OpenEngineDaemon(const std::string& socket_path, ui
   EngineDaemon d;
   std::vector<std::string> args;
   if (socket_path.empty()) {
-    auto scratch = harness::ScratchDir::Create("cake-engine");
-    if (!scratch.ok()) return scratch.status();
-    d.scratch.emplace(std::move(*scratch));
+    CAKE_ASSIGN_OR_RETURN(auto scratch, harness::ScratchDir::Create("cake-engine"));
+    d.scratch.emplace(std::move(scratch));
     // A read cap to change later, once the engine's compute speed says which throttle makes both sides matter.
     args = {"--disk-root",         (d.scratch->path() / "disk").string(),      "--disk-read-gbps", "100",
             "--dram-capacity-mib", absl::StrCat(3 * (pages_bytes >> 20) + 256)};
   }
-  auto target = harness::OpenDaemon(socket_path, args, client_id);
-  if (!target.ok()) return target.status();
-  d.target = std::move(*target);
-  auto stats = d.target.client->Stats();
-  if (!stats.ok()) return stats.status();
-  d.from_disk = stats->contains("tier_disk_chunks");
+  CAKE_ASSIGN_OR_RETURN(auto target, harness::OpenDaemon(socket_path, args, client_id));
+  d.target = std::move(target);
+  CAKE_ASSIGN_OR_RETURN(auto stats, d.target.client->Stats());
+  d.from_disk = stats.contains("tier_disk_chunks");
   return d;
 }
 
 absl::StatusOr<PrefillResult> RunCold(EngineDaemon& daemon, PrefillEngine& engine, PrefillMode mode, uint32_t split) {
   if (daemon.from_disk && mode != PrefillMode::kComputeOnly) {
-    if (auto evicted = daemon.target.client->Evict("dram"); !evicted.ok()) return evicted.status();
+    CAKE_RETURN_IF_ERROR(daemon.target.client->Evict("dram").status());
   }
   return engine.Run(mode, split);
 }
 
 absl::StatusOr<Truth> ComputeTruth(PrefillEngine& engine) {
-  if (auto warm = engine.Run(PrefillMode::kComputeOnly); !warm.ok()) return warm.status();
-  auto run = engine.Run(PrefillMode::kComputeOnly);
-  if (!run.ok()) return run.status();
-  return Truth{std::vector<std::byte>(engine.Kv().begin(), engine.Kv().end()), *run};
+  CAKE_RETURN_IF_ERROR(engine.Run(PrefillMode::kComputeOnly).status());
+  CAKE_ASSIGN_OR_RETURN(auto run, engine.Run(PrefillMode::kComputeOnly));
+  return Truth{std::vector<std::byte>(engine.Kv().begin(), engine.Kv().end()), run};
 }
 
 bool BitExact(const PrefillEngine& engine, const PrefillResult& run, const Truth& truth) {
@@ -106,14 +103,12 @@ absl::Status StoreAndSettle(EngineDaemon& daemon, PrefillEngine& engine) {
   Client& client = *daemon.target.client;
   uint64_t on_disk = 0;
   if (daemon.from_disk) {
-    auto stats = client.Stats();
-    if (!stats.ok()) return stats.status();
-    on_disk = (*stats)["tier_disk_chunks"];
+    CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
+    on_disk = stats["tier_disk_chunks"];
   }
-  auto stored = engine.Store(engine.full_chunks());
-  if (!stored.ok()) return stored.status();
+  CAKE_ASSIGN_OR_RETURN(auto stored, engine.Store(engine.full_chunks()));
   if (daemon.from_disk) {
-    return harness::WaitForCounter(client, "tier_disk_chunks", on_disk + stored->stored_chunks,
+    return harness::WaitForCounter(client, "tier_disk_chunks", on_disk + stored.stored_chunks,
                                    std::chrono::seconds(60));
   }
   return absl::OkStatus();

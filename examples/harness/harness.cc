@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "storage/status_macros.h"
 
 namespace cake::harness {
 namespace {
@@ -48,14 +49,13 @@ absl::StatusOr<DaemonTarget> OpenDaemon(const std::string& socket_path, const st
   target.socket_path = socket_path;
   if (socket_path.empty()) {
     // Benches and the demo start daemons with large tiers (prefaulted DRAM, big disk indexes): give them time.
-    auto spawned = SpawnedDaemon::Start(SpawnedDaemon::SiblingCakedPath(), spawn_args, std::chrono::seconds(180));
-    if (!spawned.ok()) return spawned.status();
-    target.socket_path = spawned->socket_path();
-    target.spawned.emplace(std::move(*spawned));
+    CAKE_ASSIGN_OR_RETURN(
+        auto spawned, SpawnedDaemon::Start(SpawnedDaemon::SiblingCakedPath(), spawn_args, std::chrono::seconds(180)));
+    target.socket_path = spawned.socket_path();
+    target.spawned.emplace(std::move(spawned));
   }
-  auto client = Client::Connect({target.socket_path, client_id});
-  if (!client.ok()) return client.status();
-  target.client = std::move(*client);
+  CAKE_ASSIGN_OR_RETURN(auto client, Client::Connect({target.socket_path, client_id}));
+  target.client = std::move(client);
   return target;
 }
 
@@ -64,10 +64,9 @@ absl::Status WaitForCounter(Client& client, const std::string& name, uint64_t at
   uint64_t value = 0;
   Clock::time_point last_change = Clock::now();
   for (;;) {
-    auto stats = client.Stats();
-    if (!stats.ok()) return stats.status();
-    auto it = stats->find(name);
-    const uint64_t now = it == stats->end() ? 0 : it->second;
+    CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
+    auto it = stats.find(name);
+    const uint64_t now = it == stats.end() ? 0 : it->second;
     if (now >= at_least) return absl::OkStatus();
     if (now != value) {
       value = now;

@@ -14,6 +14,7 @@
 #include "client/client.h"
 #include "examples/harness/harness.h"
 #include "examples/simulated_engine/models.h"
+#include "storage/status_macros.h"
 
 namespace cake::sim {
 
@@ -68,7 +69,7 @@ class GridEngine {
       const uint32_t chunks = done / chunk_tokens_;
       if (chunks > reported) {
         reported = chunks;
-        if (absl::Status s = progress(chunks); !s.ok()) return s;
+        CAKE_RETURN_IF_ERROR(progress(chunks));
       }
     }
     return done;
