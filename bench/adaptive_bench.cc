@@ -13,8 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/models.h"
-#include "bench/simulated_storage.h"
+#include "examples/simulated_engine/models.h"
+#include "examples/simulated_engine/simulated_storage.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {
@@ -34,7 +35,7 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
   if (!options.common.socket_path.empty()) {
     return absl::InvalidArgumentError("adaptive starts its own daemon: leave out --socket");
   }
-  const ModelSpec* model = FindModel(options.model);
+  const sim::ModelSpec* model = sim::FindModel(options.model);
   if (model == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown --model ", options.model));
   if (options.cached_tokens == 0 || options.cached_tokens % kChunkTokens != 0) {
     return absl::InvalidArgumentError("--cached-tokens must be a positive multiple of 128");
@@ -42,40 +43,37 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
   if (options.time_scale <= 0 || options.gpu_tflops <= 0 || options.bandwidth_gbps <= 0) {
     return absl::InvalidArgumentError("--time-scale, --gpu-tflops and --bandwidth must be positive");
   }
-  const PrefillCostModel cost{model->params, static_cast<double>(model->layers), static_cast<double>(model->hidden),
-                              options.gpu_tflops * 1e12};
+  const sim::PrefillCostModel cost{model->params, static_cast<double>(model->layers),
+                                   static_cast<double>(model->hidden), options.gpu_tflops * 1e12};
   std::mt19937 rng(5);
   std::uniform_int_distribution<uint32_t> short_len(32, 448);
   std::vector<uint32_t> shorts(options.short_requests);
   for (uint32_t& s : shorts) s = short_len(rng);
 
   const uint32_t chunks = options.cached_tokens / kChunkTokens;
-  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * kProxyBytesPerToken);
+  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * sim::kProxyBytesPerToken);
   const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
-  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("adaptive-", model->name), kChunkTokens);
-  auto target =
-      OpenDaemon("", SimulatedDiskArgs(options.bandwidth_gbps, KvBytesPerToken(*model), options.time_scale, bytes));
-  if (!target.ok()) return target.status();
-  Client& client = *target->client;
-  auto region = client.RegisterRegion(bytes);
-  if (!region.ok()) return region.status();
-  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+  const NamespaceSpec ns = sim::ProxyNamespace(absl::StrCat("adaptive-", model->name), kChunkTokens);
+  CAKE_ASSIGN_OR_RETURN(auto target,
+                        OpenDaemon("", sim::SimulatedDiskArgs(options.bandwidth_gbps, sim::KvBytesPerToken(*model),
+                                                              options.time_scale, bytes)));
+  Client& client = *target.client;
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(bytes));
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
   const std::vector<uint32_t> prompt = SyntheticPrompt(options.cached_tokens, 41);
-  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c);
-  auto stored = client.Store(ns, TokensPrompt(prompt), 0, chunks, *region, 0);
-  if (!stored.ok()) return stored.status();
+  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region.data() + c * chunk_bytes, chunk_bytes}, c);
+  CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt), 0, chunks, region, 0).status());
 
   // One run of the engine in the given order; the cached request loads through the daemon all along.
   auto run = [&](bool adaptive) -> absl::StatusOr<OrderResult> {
-    std::memset(region->data(), 0, bytes);
+    std::memset(region.data(), 0, bytes);
     LoadOptions load;
     load.ns = ns;
     load.prompt = TokensPrompt(prompt);
-    load.region = &*region;
+    load.region = &region;
     const Clock::time_point start = Clock::now();
-    auto started = client.StartLoad(load);
-    if (!started.ok()) return started.status();
-    LoadSession& session = **started;
+    CAKE_ASSIGN_OR_RETURN(auto started, client.StartLoad(load));
+    LoadSession& session = *started;
     absl::Cleanup release = [&] { session.Release().IgnoreError(); };
     std::vector<uint32_t> short_done(shorts.size(), 0);
     std::vector<double> short_ttft(shorts.size(), 0);
@@ -133,7 +131,7 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
         }
       }
       if (!cached_finished) {
-        if (absl::Status s = session.ReportProgress(cached_done / kChunkTokens); !s.ok()) return s;
+        CAKE_RETURN_IF_ERROR(session.ReportProgress(cached_done / kChunkTokens));
         if (cached_done == options.cached_tokens) {
           cached_finished = true;
           cached_ttft = SecondsSince(start);
@@ -144,15 +142,12 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
         session.WaitResidentUntil(cached_done / kChunkTokens, Clock::now() + std::chrono::microseconds(200));
       }
     }
-    auto done = session.WaitDone();
-    if (!done.ok()) return done.status();
-    for (uint32_t c = done->meeting_chunk; c < chunks; ++c) {
-      if (absl::Status s = CheckChunkPattern({region->data() + session.RegionOffset(c), chunk_bytes}, c); !s.ok()) {
-        return s;
-      }
+    CAKE_ASSIGN_OR_RETURN(auto done, session.WaitDone());
+    for (uint32_t c = done.meeting_chunk; c < chunks; ++c) {
+      CAKE_RETURN_IF_ERROR(CheckChunkPattern({region.data() + session.RegionOffset(c), chunk_bytes}, c));
     }
     std::move(release).Cancel();
-    if (absl::Status s = session.Release(); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(session.Release());
     OrderResult r;
     r.cached_ttft_s = cached_ttft * options.time_scale;
     double sum = 0, last = cached_ttft;
@@ -162,16 +157,14 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
     }
     r.mean_short_ttft_s = shorts.empty() ? 0 : sum / shorts.size() * options.time_scale;
     r.last_ttft_s = last * options.time_scale;
-    r.meet_token = done->meeting_chunk * kChunkTokens;
+    r.meet_token = done.meeting_chunk * kChunkTokens;
     return r;
   };
 
   // Untimed first: the daemon measures the disk's speed.
-  if (auto warm = run(false); !warm.ok()) return warm.status();
-  auto fcfs = run(false);
-  if (!fcfs.ok()) return fcfs.status();
-  auto adaptive = run(true);
-  if (!adaptive.ok()) return adaptive.status();
+  CAKE_RETURN_IF_ERROR(run(false).status());
+  CAKE_ASSIGN_OR_RETURN(auto fcfs, run(false));
+  CAKE_ASSIGN_OR_RETURN(auto adaptive, run(true));
 
   uint32_t short_tokens = 0;
   for (uint32_t s : shorts) short_tokens += s;
@@ -182,18 +175,18 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
       options.step_tokens, options.gpu_tflops, options.time_scale);
   std::printf("  %-30s %14s %16s %16s %12s\n", "order", "everything (s)", "cached TTFT (s)", "short mean (s)",
               "meet token");
-  std::printf("  %-30s %14.3f %16.3f %16.3f %12u\n", "first come, first served", fcfs->last_ttft_s, fcfs->cached_ttft_s,
-              fcfs->mean_short_ttft_s, fcfs->meet_token);
-  std::printf("  %-30s %14.3f %16.3f %16.3f %12u\n", "adaptive (uncached first)", adaptive->last_ttft_s,
-              adaptive->cached_ttft_s, adaptive->mean_short_ttft_s, adaptive->meet_token);
-  std::printf("  adaptive finishes everything %.0f%% sooner\n", 100 * (1 - adaptive->last_ttft_s / fcfs->last_ttft_s));
+  std::printf("  %-30s %14.3f %16.3f %16.3f %12u\n", "first come, first served", fcfs.last_ttft_s, fcfs.cached_ttft_s,
+              fcfs.mean_short_ttft_s, fcfs.meet_token);
+  std::printf("  %-30s %14.3f %16.3f %16.3f %12u\n", "adaptive (uncached first)", adaptive.last_ttft_s,
+              adaptive.cached_ttft_s, adaptive.mean_short_ttft_s, adaptive.meet_token);
+  std::printf("  adaptive finishes everything %.0f%% sooner\n", 100 * (1 - adaptive.last_ttft_s / fcfs.last_ttft_s));
   JsonReport report;
-  report.Set("fcfs_everything_s", fcfs->last_ttft_s);
-  report.Set("fcfs_cached_ttft_s", fcfs->cached_ttft_s);
-  report.Set("fcfs_short_mean_ttft_s", fcfs->mean_short_ttft_s);
-  report.Set("adaptive_everything_s", adaptive->last_ttft_s);
-  report.Set("adaptive_cached_ttft_s", adaptive->cached_ttft_s);
-  report.Set("adaptive_short_mean_ttft_s", adaptive->mean_short_ttft_s);
+  report.Set("fcfs_everything_s", fcfs.last_ttft_s);
+  report.Set("fcfs_cached_ttft_s", fcfs.cached_ttft_s);
+  report.Set("fcfs_short_mean_ttft_s", fcfs.mean_short_ttft_s);
+  report.Set("adaptive_everything_s", adaptive.last_ttft_s);
+  report.Set("adaptive_cached_ttft_s", adaptive.cached_ttft_s);
+  report.Set("adaptive_short_mean_ttft_s", adaptive.mean_short_ttft_s);
   return report.WriteTo(options.common.json_path);
 }
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "examples/cpu_engine/transformer.h"
+#include "examples/cpu_engine/engine_harness.h"
 
 namespace cake::bench {
 
@@ -44,17 +44,9 @@ struct ClientLoadBenchOptions {
 };
 absl::Status RunClientLoadBench(const ClientLoadBenchOptions& options);
 
-// The simulated engine of scripts/demo: compute-only, I/O-only and Cake time to first token for one prompt.
-// The CPU transformer's shape (examples/cpu_engine) and how it computes.
-struct EngineModelOptions {
-  engine::TransformerConfig shape;  // layers, hidden, heads, KV heads, MLP, vocabulary, seed
-  bool bf16 = false;                // KV cache and weights' values in bf16 (fp32 otherwise)
-  uint32_t chunk_tokens = 128;
-  uint32_t blas_threads = 1;  // the engine's compute threads; the rest of the cores are the daemon's
-};
-// A larger model with grouped-query attention, for the compute curve.
-inline EngineModelOptions LargeEngineModel() {
-  EngineModelOptions m;
+// A larger CPU transformer (examples/cpu_engine) with grouped-query attention, for the compute curve.
+inline engine::ModelOptions LargeEngineModel() {
+  engine::ModelOptions m;
   m.shape.hidden = 1024;
   m.shape.heads = 16;
   m.shape.kv_heads = 4;
@@ -62,29 +54,11 @@ inline EngineModelOptions LargeEngineModel() {
   return m;
 }
 
-struct DemoOptions {
-  CommonOptions common;
-  // "real": the CPU transformer computes and its KV cache is loaded from the disk tier; "simulated": the cost
-  // model's sleeping engine (PAPER.md) against stand-in bytes.
-  std::string engine = "real";
-  std::optional<double> read_gbps;  // the read cap, Gbit/s; real engine default: loading takes as long as computing
-  uint32_t tokens = 8192;           // the simulated engine's prompt
-  std::string model = "llama3.1-8b";
-  std::optional<double> gpu_tflops;  // effective prefill TFLOP/s; default: balances compute and load
-  // Real engine: the prompt is this file's bytes (one token per byte), cut to `real_tokens`; synthetic without it.
-  std::string prompt_file;
-  uint32_t real_tokens = 3072;
-  EngineModelOptions engine_model;
-};
-absl::Status RunDemo(const DemoOptions& options);
-// The demo with the real engine (engine_bench.cc).
-absl::Status RunRealEngineDemo(const DemoOptions& options);
-
 // Real compute against a real caked: compute-only, I/O-only, Cake and every forced split per prompt length and
 // read throttle, with the assembled KV cache checked against full compute's byte for byte.
 struct EngineBenchOptions {
   CommonOptions common;
-  EngineModelOptions model;
+  engine::ModelOptions model;
   std::vector<uint32_t> tokens = {1024, 2048};
   // Throttles as the time to load the whole prompt over the time to compute it (so both sides matter whatever
   // this machine's speed); explicit --throttles (Gbit/s) replace them.
@@ -97,8 +71,8 @@ absl::Status RunEngineBench(const EngineBenchOptions& options);
 // The measured per-chunk compute curve (the paper's Figure 4) of two model sizes, and its linear fit.
 struct EngineCurveOptions {
   CommonOptions common;
-  EngineModelOptions small;
-  EngineModelOptions large = LargeEngineModel();
+  engine::ModelOptions small;
+  engine::ModelOptions large = LargeEngineModel();
   uint32_t tokens = 4096;
   std::string out_prefix = "engine-curve";  // writes <prefix>.csv and, with gnuplot, <prefix>.png
 };

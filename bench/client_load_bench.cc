@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 
@@ -25,42 +26,38 @@ absl::Status RunClientLoadBench(const ClientLoadBenchOptions& options) {
   ns.head_dim = options.head_dim;
   ns.dtype = DType::kFp32;
   ns.chunk_tokens = options.chunk_tokens;
-  auto layout = Namespace::Create(ns);
-  if (!layout.ok()) return layout.status();
+  CAKE_ASSIGN_OR_RETURN(auto layout, Namespace::Create(ns));
   const uint32_t chunks = static_cast<uint32_t>(tokens.size() / ns.chunk_tokens);
   if (chunks == 0) return absl::InvalidArgumentError("the prompt holds no full chunk");
-  auto target = OpenDaemon(options.common.socket_path, {});
-  if (!target.ok()) return target.status();
-  Client& client = *target->client;
-  auto region = client.RegisterRegion(uint64_t{chunks} * layout->chunk_bytes());
-  if (!region.ok()) return region.status();
-  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+  CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon(options.common.socket_path, {}));
+  Client& client = *target.client;
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(uint64_t{chunks} * layout.chunk_bytes()));
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
 
   std::vector<double> seconds;
   for (uint32_t run = 0; run <= options.runs; ++run) {  // run 0 warms the channel up
     LoadOptions load;
     load.ns = ns;
     load.prompt = TokensPrompt(tokens);
-    load.region = &*region;
+    load.region = &region;
     load.io_only = true;
     const Clock::time_point start = Clock::now();
-    auto session = client.StartLoad(load);
-    if (!session.ok()) return session.status();
-    auto done = (*session)->WaitDone();
+    CAKE_ASSIGN_OR_RETURN(auto session, client.StartLoad(load));
+    auto done = session->WaitDone();
     const double elapsed = SecondsSince(start);
     if (!done.ok()) return done.status();
     if (done->loaded_chunks != chunks) {
       return absl::InternalError(absl::StrCat("loaded ", done->loaded_chunks, " of ", chunks, " cached chunks"));
     }
-    if (absl::Status s = (*session)->Release(); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(session->Release());
     if (run > 0) seconds.push_back(elapsed);
   }
   std::printf("cake-bench client-load: %u chunks of %llu bytes, %u runs, median %.6f s\n", chunks,
-              static_cast<unsigned long long>(layout->chunk_bytes()), options.runs, Median(seconds));
+              static_cast<unsigned long long>(layout.chunk_bytes()), options.runs, Median(seconds));
   JsonReport report;
   report.SetRaw("seconds", absl::StrCat("[", absl::StrJoin(seconds, ","), "]"));
   report.Set("chunks", chunks);
-  report.Set("chunk_bytes", static_cast<double>(layout->chunk_bytes()));
+  report.Set("chunk_bytes", static_cast<double>(layout.chunk_bytes()));
   return report.WriteTo(options.common.json_path);
 }
 

@@ -13,8 +13,9 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/models.h"
-#include "bench/simulated_storage.h"
+#include "examples/simulated_engine/models.h"
+#include "examples/simulated_engine/simulated_storage.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {
@@ -32,7 +33,7 @@ absl::Status RunConcurrentBench(const ConcurrentOptions& options) {
   if (!options.common.socket_path.empty()) {
     return absl::InvalidArgumentError("concurrent starts one daemon per policy: leave out --socket");
   }
-  const ModelSpec* model = FindModel(options.model);
+  const sim::ModelSpec* model = sim::FindModel(options.model);
   if (model == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown --model ", options.model));
   if (options.requests == 0 || options.min_tokens < kChunkTokens || options.max_tokens < options.min_tokens) {
     return absl::InvalidArgumentError("need --requests > 0 and 128 <= --min-tokens <= --max-tokens");
@@ -48,34 +49,31 @@ absl::Status RunConcurrentBench(const ConcurrentOptions& options) {
   for (uint32_t& c : chunks) c = chunks_of(rng);
   std::vector<uint64_t> offsets(options.requests);
   uint64_t region_bytes = 0;
-  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * kProxyBytesPerToken);
+  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * sim::kProxyBytesPerToken);
   for (uint32_t i = 0; i < options.requests; ++i) {
     offsets[i] = region_bytes;
     region_bytes += chunks[i] * chunk_bytes;
   }
-  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("concurrent-", model->name), kChunkTokens);
+  const NamespaceSpec ns = sim::ProxyNamespace(absl::StrCat("concurrent-", model->name), kChunkTokens);
 
   std::vector<PolicyResult> results;
   for (const std::string& policy : options.policies) {
     std::vector<std::string> args =
-        SimulatedDiskArgs(options.bandwidth_gbps, KvBytesPerToken(*model), options.time_scale, region_bytes);
+        sim::SimulatedDiskArgs(options.bandwidth_gbps, sim::KvBytesPerToken(*model), options.time_scale, region_bytes);
     args.insert(args.end(), {"--arbiter", policy, "--window", absl::StrCat(options.window)});
-    auto target = OpenDaemon("", args);
-    if (!target.ok()) return target.status();
-    Client& client = *target->client;
-    auto region = client.RegisterRegion(region_bytes);
-    if (!region.ok()) return region.status();
-    absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+    CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", args));
+    Client& client = *target.client;
+    CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(region_bytes));
+    absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
     std::vector<std::vector<uint32_t>> prompts(options.requests);
     for (uint32_t i = 0; i < options.requests; ++i) {
       prompts[i] = SyntheticPrompt(chunks[i] * kChunkTokens, 100 + i);
       for (uint32_t c = 0; c < chunks[i]; ++c) {
-        FillChunkPattern({region->data() + offsets[i] + c * chunk_bytes, chunk_bytes}, c);
+        FillChunkPattern({region.data() + offsets[i] + c * chunk_bytes, chunk_bytes}, c);
       }
-      auto stored = client.Store(ns, TokensPrompt(prompts[i]), 0, chunks[i], *region, offsets[i]);
-      if (!stored.ok()) return stored.status();
+      CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompts[i]), 0, chunks[i], region, offsets[i]).status());
     }
-    std::memset(region->data(), 0, region_bytes);
+    std::memset(region.data(), 0, region_bytes);
 
     // Every request starts at once; each one's time to first token is its load's Done.
     std::vector<double> ttft(options.requests, 0);
@@ -89,7 +87,7 @@ absl::Status RunConcurrentBench(const ConcurrentOptions& options) {
         LoadOptions load;
         load.ns = ns;
         load.prompt = TokensPrompt(prompts[i]);
-        load.region = &*region;
+        load.region = &region;
         load.region_offset = offsets[i];
         load.region_bytes = chunks[i] * chunk_bytes;
         load.io_only = true;
@@ -115,10 +113,7 @@ absl::Status RunConcurrentBench(const ConcurrentOptions& options) {
     if (!error.ok()) return error;
     for (uint32_t i = 0; i < options.requests; ++i) {
       for (uint32_t c = 0; c < chunks[i]; ++c) {
-        if (absl::Status s = CheckChunkPattern({region->data() + offsets[i] + c * chunk_bytes, chunk_bytes}, c);
-            !s.ok()) {
-          return s;
-        }
+        CAKE_RETURN_IF_ERROR(CheckChunkPattern({region.data() + offsets[i] + c * chunk_bytes, chunk_bytes}, c));
       }
     }
     PolicyResult r;

@@ -17,8 +17,9 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/models.h"
-#include "bench/simulated_storage.h"
+#include "examples/simulated_engine/models.h"
+#include "examples/simulated_engine/simulated_storage.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {
@@ -39,7 +40,7 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
   if (!options.common.socket_path.empty()) {
     return absl::InvalidArgumentError("fluctuate starts its own daemon: leave out --socket");
   }
-  const ModelSpec* model = FindModel(options.model);
+  const sim::ModelSpec* model = sim::FindModel(options.model);
   if (model == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown --model ", options.model));
   if (options.tokens == 0 || options.tokens % kChunkTokens != 0) {
     return absl::InvalidArgumentError("--tokens must be a positive multiple of 128");
@@ -48,38 +49,35 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
     return absl::InvalidArgumentError("--max-gbps must exceed 0.1; --time-scale and --interval-ms be positive");
   }
   const uint32_t chunks = options.tokens / kChunkTokens;
-  const double kv = KvBytesPerToken(*model);
-  const double scale_gbps = SimulatedCapGbps(1, kv, options.time_scale);  // modelled Gbit/s -> daemon cap
+  const double kv = sim::KvBytesPerToken(*model);
+  const double scale_gbps = sim::SimulatedCapGbps(1, kv, options.time_scale);  // modelled Gbit/s -> daemon cap
   // Balanced on average: the whole prompt at half the budget computes as long as it loads at half the bandwidth.
-  PrefillCostModel cost{model->params, static_cast<double>(model->layers), static_cast<double>(model->hidden), 0};
+  sim::PrefillCostModel cost{model->params, static_cast<double>(model->layers), static_cast<double>(model->hidden), 0};
   const double mean_load_s = options.tokens * kv * 8 / (options.max_gbps / 2 * 1e9);
   cost.flops = options.gpu_tflops > 0 ? options.gpu_tflops * 1e12
                                       : cost.Flop(options.tokens) / mean_load_s * (512.0 / (options.max_budget / 2.0));
 
-  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("fluctuate-", model->name), kChunkTokens);
-  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * kProxyBytesPerToken);
+  const NamespaceSpec ns = sim::ProxyNamespace(absl::StrCat("fluctuate-", model->name), kChunkTokens);
+  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * sim::kProxyBytesPerToken);
   const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
   std::mt19937 rng(options.seed);
   std::uniform_real_distribution<double> gbps_of(0.1, options.max_gbps);
   std::uniform_int_distribution<uint32_t> budget_of(0, options.max_budget);
   const double first_gbps = gbps_of(rng);
 
-  auto target = OpenDaemon("", SimulatedDiskArgs(first_gbps, kv, options.time_scale, bytes));
-  if (!target.ok()) return target.status();
-  Client& client = *target->client;
-  auto region = client.RegisterRegion(bytes);
-  if (!region.ok()) return region.status();
-  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+  CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", sim::SimulatedDiskArgs(first_gbps, kv, options.time_scale, bytes)));
+  Client& client = *target.client;
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(bytes));
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
   const std::vector<uint32_t> prompt = SyntheticPrompt(options.tokens, 31);
-  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c);
-  auto stored = client.Store(ns, TokensPrompt(prompt), 0, chunks, *region, 0);
-  if (!stored.ok()) return stored.status();
-  std::memset(region->data(), 0, bytes);
+  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region.data() + c * chunk_bytes, chunk_bytes}, c);
+  CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt), 0, chunks, region, 0).status());
+  std::memset(region.data(), 0, bytes);
 
   LoadOptions load;
   load.ns = ns;
   load.prompt = TokensPrompt(prompt);
-  load.region = &*region;
+  load.region = &region;
   std::mutex mu;
   std::vector<Sample> samples;
   std::atomic<double> current_gbps{first_gbps};
@@ -88,9 +86,8 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
   std::atomic<bool> finished{false};
 
   const Clock::time_point start = Clock::now();
-  auto started = client.StartLoad(load);
-  if (!started.ok()) return started.status();
-  LoadSession& session = **started;
+  CAKE_ASSIGN_OR_RETURN(auto started, client.StartLoad(load));
+  LoadSession& session = *started;
   absl::Cleanup release = [&] { session.Release().IgnoreError(); };
   auto sample = [&] {
     std::lock_guard lock(mu);
@@ -133,7 +130,7 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
     if (next > boundary && boundary < options.tokens && session.IsResident(boundary / kChunkTokens)) next = boundary;
     done = next;
     engine_tokens = done;
-    if (absl::Status s = session.ReportProgress(done / kChunkTokens); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(session.ReportProgress(done / kChunkTokens));
   }
   auto load_done = session.WaitDone();
   const double ttft_s = SecondsSince(start) * options.time_scale;
@@ -141,12 +138,10 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
   sample();
   std::move(stop_weather).Invoke();
   for (uint32_t c = load_done->meeting_chunk; c < chunks; ++c) {
-    if (absl::Status s = CheckChunkPattern({region->data() + session.RegionOffset(c), chunk_bytes}, c); !s.ok()) {
-      return s;
-    }
+    CAKE_RETURN_IF_ERROR(CheckChunkPattern({region.data() + session.RegionOffset(c), chunk_bytes}, c));
   }
   std::move(release).Cancel();
-  if (absl::Status s = session.Release(); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(session.Release());
 
   const std::string csv = options.out_prefix + ".csv";
   {

@@ -20,9 +20,10 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/models.h"
-#include "bench/simulated_engine.h"
-#include "bench/simulated_storage.h"
+#include "examples/simulated_engine/models.h"
+#include "examples/simulated_engine/simulated_engine.h"
+#include "examples/simulated_engine/simulated_storage.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {
@@ -80,9 +81,9 @@ absl::Status RunGridBench(const GridOptions& options) {
   for (uint32_t bits : options.bits) {
     if (bits == 0 || bits > 16) return absl::InvalidArgumentError(absl::StrCat("--bits: ", bits, " is not 1 to 16"));
   }
-  std::vector<const ModelSpec*> models;
+  std::vector<const sim::ModelSpec*> models;
   for (const std::string& name : options.models) {
-    const ModelSpec* model = FindModel(name);
+    const sim::ModelSpec* model = sim::FindModel(name);
     if (model == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown model ", name));
     models.push_back(model);
   }
@@ -95,38 +96,36 @@ absl::Status RunGridBench(const GridOptions& options) {
 
   std::vector<Cell> cells;
   std::string tables;
-  for (const ModelSpec* model : models) {
-    PrefillCostModel cost{model->params, static_cast<double>(model->layers), static_cast<double>(model->hidden),
-                          options.gpu_tflops * 1e12};
+  for (const sim::ModelSpec* model : models) {
+    sim::PrefillCostModel cost{model->params, static_cast<double>(model->layers), static_cast<double>(model->hidden),
+                               options.gpu_tflops * 1e12};
     for (uint32_t bits : options.bits) {
-      const double kv_bytes_per_token = KvBytesPerToken(*model) * bits / 16;
+      const double kv_bytes_per_token = sim::KvBytesPerToken(*model) * bits / 16;
       const NamespaceSpec ns =
-          ProxyNamespace(absl::StrCat("grid-", model->name, "-", bits, "bit"), options.chunk_tokens);
+          sim::ProxyNamespace(absl::StrCat("grid-", model->name, "-", bits, "bit"), options.chunk_tokens);
       for (uint32_t tokens : options.tokens) {
         const uint32_t chunks = tokens / options.chunk_tokens;
-        const uint64_t proxy_bytes = static_cast<uint64_t>(tokens * kProxyBytesPerToken);
+        const uint64_t proxy_bytes = static_cast<uint64_t>(tokens * sim::kProxyBytesPerToken);
         const std::vector<uint32_t> prompt = SyntheticPrompt(tokens, 11);
         std::vector<Cell> group;
         for (double bw : options.bandwidths) {
-          auto target = OpenDaemon("", SimulatedDiskArgs(bw, kv_bytes_per_token, options.time_scale, proxy_bytes));
-          if (!target.ok()) return target.status();
-          Client& client = *target->client;
-          auto region = client.RegisterRegion(proxy_bytes);
-          if (!region.ok()) return region.status();
-          absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+          CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", sim::SimulatedDiskArgs(bw, kv_bytes_per_token,
+                                                                                   options.time_scale, proxy_bytes)));
+          Client& client = *target.client;
+          CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(proxy_bytes));
+          absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
           const uint64_t chunk_bytes = proxy_bytes / chunks;
-          for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c);
-          auto stored = client.Store(ns, TokensPrompt(prompt), 0, chunks, *region, 0);
-          if (!stored.ok()) return stored.status();
+          for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region.data() + c * chunk_bytes, chunk_bytes}, c);
+          CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt), 0, chunks, region, 0).status());
           LoadOptions load;
           load.ns = ns;
           load.prompt = TokensPrompt(prompt);
-          load.region = &*region;
+          load.region = &region;
           // Untimed: teaches the daemon the tier's speed, as earlier requests would have.
-          if (auto warm = TimedIoOnlyLoad(client, load, chunks, chunk_bytes); !warm.ok()) return warm.status();
+          CAKE_RETURN_IF_ERROR(TimedIoOnlyLoad(client, load, chunks, chunk_bytes).status());
           const double chunk_load_s = options.chunk_tokens * kv_bytes_per_token * 8 / (bw * 1e9);
           for (double u : options.utils) {
-            GridEngine engine(cost, u, options.step_tokens, options.chunk_tokens, tokens, options.time_scale);
+            sim::GridEngine engine(cost, u, options.step_tokens, options.chunk_tokens, tokens, options.time_scale);
             Cell cell;
             cell.model = model->name;
             cell.tokens = tokens;
@@ -136,26 +135,23 @@ absl::Status RunGridBench(const GridOptions& options) {
             cell.gpu_tflops = options.gpu_tflops;
             // I/O-only and Cake back to back, so both find the daemon equally warm; compute-only needs no daemon.
             std::vector<double> io_runs, cake_runs;
-            std::vector<CakeRun> cakes;
+            std::vector<sim::CakeRun> cakes;
             for (uint32_t r = 0; r < options.repeats; ++r) {
-              auto io = TimedIoOnlyLoad(client, load, chunks, chunk_bytes);
-              if (!io.ok()) return io.status();
-              io_runs.push_back(*io * options.time_scale);
-              auto cake = TimedCake(client, load, engine, tokens, options.chunk_tokens);
-              if (!cake.ok()) return cake.status();
-              cakes.push_back(*cake);
+              CAKE_ASSIGN_OR_RETURN(auto io, TimedIoOnlyLoad(client, load, chunks, chunk_bytes));
+              io_runs.push_back(io * options.time_scale);
+              CAKE_ASSIGN_OR_RETURN(auto cake, sim::TimedCake(client, load, engine, tokens, options.chunk_tokens));
+              cakes.push_back(cake);
             }
             std::sort(cakes.begin(), cakes.end(),
-                      [](const CakeRun& a, const CakeRun& b) { return a.seconds < b.seconds; });
-            const CakeRun& cake = cakes[cakes.size() / 2];
+                      [](const sim::CakeRun& a, const sim::CakeRun& b) { return a.seconds < b.seconds; });
+            const sim::CakeRun& cake = cakes[cakes.size() / 2];
             cell.io_s = Median(io_runs);
-            auto computed = TimedComputeOnly(engine, tokens);
-            if (!computed.ok()) return computed.status();
-            cell.compute_s = *computed * options.time_scale;
+            CAKE_ASSIGN_OR_RETURN(auto computed, sim::TimedComputeOnly(engine, tokens));
+            cell.compute_s = computed * options.time_scale;
             cell.cake_s = cake.seconds * options.time_scale;
             cell.meet_token = cake.meeting_chunk * options.chunk_tokens;
             cell.strategy = cake.strategy;
-            cell.oracle_s = OracleSeconds(engine, options.time_scale, chunks, options.chunk_tokens, chunk_load_s);
+            cell.oracle_s = sim::OracleSeconds(engine, options.time_scale, chunks, options.chunk_tokens, chunk_load_s);
             std::printf(
                 "  %s %u tokens %u-bit, %g Gbps, util %g: compute %.3f s, io %.3f s, cake %.3f s (%s, meets at "
                 "token %u), oracle %.3f s\n",

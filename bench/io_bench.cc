@@ -26,10 +26,11 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/models.h"
+#include "examples/simulated_engine/models.h"
 #include "spdlog/spdlog.h"
 #include "storage/disk_tier.h"
 #include "storage/dram_tier.h"
+#include "storage/status_macros.h"
 #include "storage/tier_manager.h"
 
 namespace cake::bench {
@@ -93,11 +94,10 @@ absl::StatusOr<std::string> RunFioJob(const fs::path& file, const std::vector<st
   args.insert(args.end(), job.begin(), job.end());
   args.push_back("--output-format=json");
   args.push_back(absl::StrCat("--output=", json.string()));
-  auto rc = RunProgram(args, log);
-  if (!rc.ok()) return rc.status();
-  if (*rc != 0) {
+  CAKE_ASSIGN_OR_RETURN(auto rc, RunProgram(args, log));
+  if (rc != 0) {
     return absl::UnavailableError(
-        absl::StrCat(absl::StrJoin(args, " "), " exited with ", *rc, ": ", ReadWholeFile(log), ReadWholeFile(json)));
+        absl::StrCat(absl::StrJoin(args, " "), " exited with ", rc, ": ", ReadWholeFile(log), ReadWholeFile(json)));
   }
   return ReadWholeFile(json);
 }
@@ -119,10 +119,10 @@ absl::StatusOr<double> FioFigure(const std::string& text, const std::string& dir
 // fio on `file` with the bench's one job shape: 1 MiB blocks, 32 in flight, io_uring, O_DIRECT. `rw` is "read"
 // or "write"; returns the job's bandwidth in bytes per second (fio's JSON, jobs[0].<rw>.bw_bytes).
 absl::StatusOr<double> RunFio(const fs::path& file, const std::string& rw, uint64_t mib) {
-  auto text = RunFioJob(file, {absl::StrCat("--rw=", rw), "--bs=1M", "--iodepth=32", "--ioengine=io_uring",
-                               "--direct=1", absl::StrCat("--size=", mib, "M")});
-  if (!text.ok()) return text.status();
-  return FioFigure(*text, rw, "", "bw_bytes");
+  CAKE_ASSIGN_OR_RETURN(auto text,
+                        RunFioJob(file, {absl::StrCat("--rw=", rw), "--bs=1M", "--iodepth=32", "--ioengine=io_uring",
+                                         "--direct=1", absl::StrCat("--size=", mib, "M")}));
+  return FioFigure(text, rw, "", "bw_bytes");
 }
 
 // Writes back dirty pages, then drops the page cache, dentries and inodes (needs root). The disk tier and fio
@@ -147,12 +147,11 @@ struct Prefix {
 };
 
 absl::StatusOr<Prefix> MakePrefix(uint64_t mib, uint32_t seed) {
-  const ModelSpec& model = *FindModel("llama3.1-8b");
+  const sim::ModelSpec& model = *sim::FindModel("llama3.1-8b");
   Prefix p;
-  p.ns = KvNamespace(model);
-  auto layout = Namespace::Create(p.ns);
-  if (!layout.ok()) return layout.status();
-  p.chunk_bytes = layout->chunk_bytes();
+  p.ns = sim::KvNamespace(model);
+  CAKE_ASSIGN_OR_RETURN(auto layout, Namespace::Create(p.ns));
+  p.chunk_bytes = layout.chunk_bytes();
   p.chunks = static_cast<uint32_t>(mib * kMiB / p.chunk_bytes);
   if (p.chunks == 0) {
     return absl::InvalidArgumentError(
@@ -165,20 +164,18 @@ absl::StatusOr<Prefix> MakePrefix(uint64_t mib, uint32_t seed) {
 
 // Fills a region with the prefix's pattern and stores every chunk; the region is the caller's to release.
 absl::StatusOr<MappedRegion> RegisterFilledRegion(Client& client, const Prefix& p) {
-  auto region = client.RegisterRegion(p.bytes);
-  if (!region.ok()) return region.status();
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(p.bytes));
   for (uint32_t c = 0; c < p.chunks; ++c) {
-    FillChunkPattern({region->data() + uint64_t{c} * p.chunk_bytes, p.chunk_bytes}, c);
+    FillChunkPattern({region.data() + uint64_t{c} * p.chunk_bytes, p.chunk_bytes}, c);
   }
   return region;
 }
 
 absl::Status StoreAll(Client& client, const Prefix& p, const MappedRegion& region) {
-  auto stored = client.Store(p.ns, TokensPrompt(p.tokens), 0, p.chunks, region, 0);
-  if (!stored.ok()) return stored.status();
-  if (stored->stored_chunks + stored->already_cached != p.chunks) {
-    return absl::InternalError(absl::StrCat("Store took ", stored->stored_chunks, " of ", p.chunks, " chunks (",
-                                            stored->already_cached, " already cached)"));
+  CAKE_ASSIGN_OR_RETURN(auto stored, client.Store(p.ns, TokensPrompt(p.tokens), 0, p.chunks, region, 0));
+  if (stored.stored_chunks + stored.already_cached != p.chunks) {
+    return absl::InternalError(absl::StrCat("Store took ", stored.stored_chunks, " of ", p.chunks, " chunks (",
+                                            stored.already_cached, " already cached)"));
   }
   return absl::OkStatus();
 }
@@ -215,20 +212,17 @@ struct ColdLoad {
 // read into DRAM, so the next measured load needs a fresh daemon to come from disk again.
 absl::StatusOr<ColdLoad> TimedColdLoad(const Prefix& p, const std::vector<std::string>& daemon_args, uint32_t window,
                                        bool* cache_dropped) {
-  auto target = OpenDaemon("", daemon_args);
-  if (!target.ok()) return target.status();
-  Client& client = *target->client;
+  CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", daemon_args));
+  Client& client = *target.client;
   ColdLoad result;
-  result.disk_line = DiskTierLogLine(target->spawned->log());
+  result.disk_line = DiskTierLogLine(target.spawned->log());
 
-  auto region = client.RegisterRegion(p.bytes);
-  if (!region.ok()) return region.status();
-  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
-  auto lookup = client.Lookup(p.ns, TokensPrompt(p.tokens));
-  if (!lookup.ok()) return lookup.status();
-  const auto on_disk = std::count(lookup->tiers.begin(), lookup->tiers.end(), TierKind::kDisk);
-  if (lookup->cached_chunks != p.chunks || on_disk != p.chunks) {
-    return absl::InternalError(absl::StrCat("the restarted daemon finds ", lookup->cached_chunks, " of ", p.chunks,
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(p.bytes));
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
+  CAKE_ASSIGN_OR_RETURN(auto lookup, client.Lookup(p.ns, TokensPrompt(p.tokens)));
+  const auto on_disk = std::count(lookup.tiers.begin(), lookup.tiers.end(), TierKind::kDisk);
+  if (lookup.cached_chunks != p.chunks || on_disk != p.chunks) {
+    return absl::InternalError(absl::StrCat("the restarted daemon finds ", lookup.cached_chunks, " of ", p.chunks,
                                             " chunks cached, ", on_disk, " of them on disk; expected all on disk"));
   }
   *cache_dropped = DropPageCache() && *cache_dropped;
@@ -236,16 +230,15 @@ absl::StatusOr<ColdLoad> TimedColdLoad(const Prefix& p, const std::vector<std::s
   LoadOptions load;
   load.ns = p.ns;
   load.prompt = TokensPrompt(p.tokens);
-  load.region = &*region;
+  load.region = &region;
   load.io_only = true;
   load.window = window;
   const Clock::time_point start = Clock::now();
-  auto session = client.StartLoad(load);
-  if (!session.ok()) return session.status();
-  auto done = (*session)->WaitDone();
+  CAKE_ASSIGN_OR_RETURN(auto session, client.StartLoad(load));
+  auto done = session->WaitDone();
   result.seconds = SecondsSince(start);
   if (!done.ok()) {
-    absl::Status why = (*session)->Release();
+    absl::Status why = session->Release();
     return why.ok() ? done.status() : why;
   }
   if (done->meeting_chunk != 0 || done->loaded_chunks != p.chunks || done->failed_chunks != 0) {
@@ -254,14 +247,13 @@ absl::StatusOr<ColdLoad> TimedColdLoad(const Prefix& p, const std::vector<std::s
                                             done->failed_chunks, " failed reads)"));
   }
   for (uint32_t c = 0; c < p.chunks; ++c) {
-    const uint64_t offset = (*session)->RegionOffset(c);
-    if (absl::Status s = CheckChunkPattern({region->data() + offset, p.chunk_bytes}, c); !s.ok()) return s;
+    const uint64_t offset = session->RegionOffset(c);
+    CAKE_RETURN_IF_ERROR(CheckChunkPattern({region.data() + offset, p.chunk_bytes}, c));
   }
-  if (absl::Status s = (*session)->Release(); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(session->Release());
   // The stream has ended, so every promotion this load queued is done.
-  auto stats = client.Stats();
-  if (!stats.ok()) return stats.status();
-  auto counter = [&](const char* name) { return stats->contains(name) ? stats->at(name) : uint64_t{0}; };
+  CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
+  auto counter = [&](const char* name) { return stats.contains(name) ? stats.at(name) : uint64_t{0}; };
   result.promotions = counter("promotions");
   result.promotions_dropped = counter("promotions_dropped");
   result.not_promoted = counter("loads_not_promoted") > 0;
@@ -287,14 +279,12 @@ absl::StatusOr<double> TimedInProcessRead(const Prefix& p, const fs::path& root,
   o.root = root;
   o.capacity_bytes = 2 * p.bytes;
   o.io_backend = IoBackend::kUring;
-  auto disk = DiskTier::Open(o);
-  if (!disk.ok()) return disk.status();
+  CAKE_ASSIGN_OR_RETURN(auto disk, DiskTier::Open(o));
   TierManager tiers;
   if (promote_dram_bytes > 0) tiers.AddTier(TierKind::kDram, std::make_unique<DramTier>(promote_dram_bytes));
-  tiers.AddTier(TierKind::kDisk, std::move(*disk));
-  auto layout = Namespace::Create(p.ns);
-  if (!layout.ok()) return layout.status();
-  const std::vector<ChunkKey> keys = layout->KeysForTokens(p.tokens);
+  tiers.AddTier(TierKind::kDisk, std::move(disk));
+  CAKE_ASSIGN_OR_RETURN(auto layout, Namespace::Create(p.ns));
+  const std::vector<ChunkKey> keys = layout.KeysForTokens(p.tokens);
   *cache_dropped = DropPageCache() && *cache_dropped;
   // Written just before the timed reads: on this VM, memory left idle while the daemons ran is slow to touch
   // again (see "The machine"), which made this figure lower than the daemon's own loads.
@@ -329,9 +319,7 @@ absl::StatusOr<double> TimedInProcessRead(const Prefix& p, const fs::path& root,
   if (promoted != nullptr) *promoted = tiers.write_back_stats().promotions;
   if (!error.ok()) return error;
   for (uint32_t c = 0; c < p.chunks; ++c) {
-    if (absl::Status s = CheckChunkPattern({buffer + uint64_t{c} * p.chunk_bytes, p.chunk_bytes}, c); !s.ok()) {
-      return s;
-    }
+    CAKE_RETURN_IF_ERROR(CheckChunkPattern({buffer + uint64_t{c} * p.chunk_bytes, p.chunk_bytes}, c));
   }
   return seconds;
 }
@@ -340,20 +328,17 @@ absl::StatusOr<double> TimedInProcessRead(const Prefix& p, const fs::path& root,
 
 absl::Status RunIoBench(const IoBenchOptions& options) {
   QuietStorageLog();
-  if (absl::Status s = RequireFio(); !s.ok()) return s;
-  auto prefix = MakePrefix(options.mib, 512);
-  if (!prefix.ok()) return prefix.status();
-  const Prefix& p = *prefix;
-  auto root = FreshPath(options.dir, "cake");
-  if (!root.ok()) return root.status();
-  auto fio_file = FreshPath(options.dir, "fio.dat");
-  if (!fio_file.ok()) return fio_file.status();
+  CAKE_RETURN_IF_ERROR(RequireFio());
+  CAKE_ASSIGN_OR_RETURN(auto prefix, MakePrefix(options.mib, 512));
+  const Prefix& p = prefix;
+  CAKE_ASSIGN_OR_RETURN(auto root, FreshPath(options.dir, "cake"));
+  CAKE_ASSIGN_OR_RETURN(auto fio_file, FreshPath(options.dir, "fio.dat"));
   absl::Cleanup remove_data = [&] {
-    RemoveQuietly(*root);
-    RemoveQuietly(*fio_file);
+    RemoveQuietly(root);
+    RemoveQuietly(fio_file);
   };
 
-  std::vector<std::string> base_args = {"--disk-root", root->string(), "--disk-capacity-mib",
+  std::vector<std::string> base_args = {"--disk-root", root.string(), "--disk-capacity-mib",
                                         absl::StrCat(2 * (p.bytes >> 20))};
   if (options.io_threads > 0) base_args = Concat(base_args, {"--io-threads", absl::StrCat(options.io_threads)});
   if (options.daemon_window > 0) base_args = Concat(base_args, {"--window", absl::StrCat(options.daemon_window)});
@@ -368,19 +353,15 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
 
   double store_seconds = 0;
   {
-    auto target = OpenDaemon("", store_args);
-    if (!target.ok()) return target.status();
-    auto region = RegisterFilledRegion(*target->client, p);
-    if (!region.ok()) return region.status();
-    absl::Cleanup release_region = [&] { target->client->ReleaseRegion(*region).IgnoreError(); };
+    CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", store_args));
+    CAKE_ASSIGN_OR_RETURN(auto region, RegisterFilledRegion(*target.client, p));
+    absl::Cleanup release_region = [&] { target.client->ReleaseRegion(region).IgnoreError(); };
     const Clock::time_point start = Clock::now();
-    if (absl::Status s = StoreAll(*target->client, p, *region); !s.ok()) return s;
-    if (absl::Status s = WaitForCounter(*target->client, "tier_disk_chunks", p.chunks, kWriteBackStall); !s.ok())
-      return s;
+    CAKE_RETURN_IF_ERROR(StoreAll(*target.client, p, region));
+    CAKE_RETURN_IF_ERROR(WaitForCounter(*target.client, "tier_disk_chunks", p.chunks, kWriteBackStall));
     store_seconds = SecondsSince(start);
   }
-  auto fio_write = RunFio(*fio_file, "write", p.bytes >> 20);
-  if (!fio_write.ok()) return fio_write.status();
+  CAKE_ASSIGN_OR_RETURN(auto fio_write, RunFio(fio_file, "write", p.bytes >> 20));
 
   // The three alternate run by run, so a noisy spell of the shared disk hits each of them alike.
   bool cache_dropped = true;
@@ -392,31 +373,29 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
   HostBuffer host(static_cast<std::byte*>(std::aligned_alloc(4096, p.bytes)));
   if (!host) return absl::ResourceExhaustedError("cannot allocate the in-process read buffer");
   for (uint32_t run = 0; run < options.runs; ++run) {
-    auto uring = TimedColdLoad(p, Concat(base_args, {"--disk-io-backend", "uring"}), options.window, &cache_dropped);
-    if (!uring.ok()) return uring.status();
-    uring_line = uring->disk_line;
-    tier_gbps.push_back(GigabytesPerSecond(p.bytes, uring->seconds));
-    promoted_chunks.push_back(static_cast<double>(uring->promotions));
-    dropped_promotions.push_back(static_cast<double>(uring->promotions_dropped));
-    load_not_promoted = uring->not_promoted;
-    auto pread = TimedColdLoad(p, Concat(base_args, {"--disk-io-backend", "pread"}), options.window, &cache_dropped);
-    if (!pread.ok()) return pread.status();
-    pread_line = pread->disk_line;
-    pread_gbps.push_back(GigabytesPerSecond(p.bytes, pread->seconds));
+    CAKE_ASSIGN_OR_RETURN(auto uring, TimedColdLoad(p, Concat(base_args, {"--disk-io-backend", "uring"}),
+                                                    options.window, &cache_dropped));
+    uring_line = uring.disk_line;
+    tier_gbps.push_back(GigabytesPerSecond(p.bytes, uring.seconds));
+    promoted_chunks.push_back(static_cast<double>(uring.promotions));
+    dropped_promotions.push_back(static_cast<double>(uring.promotions_dropped));
+    load_not_promoted = uring.not_promoted;
+    CAKE_ASSIGN_OR_RETURN(auto pread, TimedColdLoad(p, Concat(base_args, {"--disk-io-backend", "pread"}),
+                                                    options.window, &cache_dropped));
+    pread_line = pread.disk_line;
+    pread_gbps.push_back(GigabytesPerSecond(p.bytes, pread.seconds));
     cache_dropped = DropPageCache() && cache_dropped;
-    auto alone = TimedInProcessRead(p, *root, options.inprocess_threads, 0, host.get(), &cache_dropped);
-    if (!alone.ok()) return alone.status();
-    alone_gbps.push_back(GigabytesPerSecond(p.bytes, *alone));
+    CAKE_ASSIGN_OR_RETURN(auto alone,
+                          TimedInProcessRead(p, root, options.inprocess_threads, 0, host.get(), &cache_dropped));
+    alone_gbps.push_back(GigabytesPerSecond(p.bytes, alone));
     uint64_t promoted_in_process = 0;
-    auto promoting = TimedInProcessRead(p, *root, options.inprocess_threads, dram_mib * kMiB, host.get(),
-                                        &cache_dropped, &promoted_in_process);
-    if (!promoting.ok()) return promoting.status();
+    CAKE_ASSIGN_OR_RETURN(auto promoting, TimedInProcessRead(p, root, options.inprocess_threads, dram_mib * kMiB,
+                                                             host.get(), &cache_dropped, &promoted_in_process));
     inprocess_promoted.push_back(static_cast<double>(promoted_in_process));
-    promote_gbps.push_back(GigabytesPerSecond(p.bytes, *promoting));
+    promote_gbps.push_back(GigabytesPerSecond(p.bytes, promoting));
     cache_dropped = DropPageCache() && cache_dropped;
-    auto fio = RunFio(*fio_file, "read", p.bytes >> 20);
-    if (!fio.ok()) return fio.status();
-    fio_gbps.push_back(*fio / 1e9);
+    CAKE_ASSIGN_OR_RETURN(auto fio, RunFio(fio_file, "read", p.bytes >> 20));
+    fio_gbps.push_back(fio / 1e9);
     std::printf(
         "  run %u: tier (io_uring) %.3f GB/s, pread %.3f GB/s, in process %.3f GB/s (%.3f with promotion), "
         "fio read %.3f GB/s; the io_uring load promoted %.0f chunks (%.0f dropped)\n",
@@ -429,14 +408,14 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
   const double ratio = tier / fio;
   std::printf("cake-bench io: %u chunks of %llu MiB (llama3.1-8b layout, %llu MiB) from the disk tier at %s\n",
               p.chunks, static_cast<unsigned long long>(p.chunk_bytes >> 20),
-              static_cast<unsigned long long>(p.bytes >> 20), root->string().c_str());
+              static_cast<unsigned long long>(p.bytes >> 20), root.string().c_str());
   std::printf("  caked: %s\n  caked: %s\n", uring_line.c_str(), pread_line.c_str());
   std::printf("  load window %s, loading daemons' DRAM tier %llu MiB, a fresh daemon per load; page cache %s\n",
               options.window == 0 ? "daemon default" : absl::StrCat(options.window).c_str(),
               static_cast<unsigned long long>(dram_mib),
               cache_dropped ? "dropped before every load and fio read" : "NOT dropped (needs root)");
   std::printf("  store + write-back of the prefix: %.2f s; fio write (same job shape) %.3f GB/s\n", store_seconds,
-              *fio_write / 1e9);
+              fio_write / 1e9);
   std::printf("  %-48s %10s   %s\n", "GB/s (1e9 bytes/s)", "median", "runs");
   std::printf("  %-48s %10.3f   %s\n", "I/O-only load, disk tier, io_uring", tier, JoinRuns(tier_gbps).c_str());
   std::printf("  %-48s %10.3f   %s\n", "I/O-only load, disk tier, pread", pread, JoinRuns(pread_gbps).c_str());
@@ -473,7 +452,7 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
   report.Set("disk_tier_inprocess_gbps", Median(alone_gbps));
   report.Set("disk_tier_promote_inprocess_gbps", Median(promote_gbps));
   report.Set("inprocess_threads", options.inprocess_threads);
-  report.Set("fio_write_gbps", *fio_write / 1e9);
+  report.Set("fio_write_gbps", fio_write / 1e9);
   report.Set("store_writeback_s", store_seconds);
   report.Set("bytes", static_cast<double>(p.bytes));
   report.Set("chunk_bytes", static_cast<double>(p.chunk_bytes));
@@ -525,21 +504,18 @@ std::optional<std::pair<uint64_t, double>> LoggedRecovery(const std::string& log
 absl::Status RunRebuildBench(const RebuildBenchOptions& options) {
   QuietStorageLog();
   constexpr uint64_t kPayloadBytes = 4096;
-  auto root = FreshPath(options.dir, "cake-rebuild");
-  if (!root.ok()) return root.status();
-  auto fio_file = FreshPath(options.dir, "fio-rand.dat");
-  if (!fio_file.ok()) return fio_file.status();
+  CAKE_ASSIGN_OR_RETURN(auto root, FreshPath(options.dir, "cake-rebuild"));
+  CAKE_ASSIGN_OR_RETURN(auto fio_file, FreshPath(options.dir, "fio-rand.dat"));
   absl::Cleanup remove_data = [&] {
-    RemoveQuietly(*root);
-    RemoveQuietly(*fio_file);
+    RemoveQuietly(root);
+    RemoveQuietly(fio_file);
   };
-  const DiskTier::Options tier_options = RebuildTierOptions(*root, options.files, kPayloadBytes);
+  const DiskTier::Options tier_options = RebuildTierOptions(root, options.files, kPayloadBytes);
 
   // Each Write syncs its file and its folder: several writers overlap those waits.
   double create_seconds = 0;
   {
-    auto tier = DiskTier::Open(tier_options);
-    if (!tier.ok()) return tier.status();
+    CAKE_ASSIGN_OR_RETURN(auto tier, DiskTier::Open(tier_options));
     std::atomic<uint64_t> next{0};
     std::mutex error_mu;
     absl::Status error;
@@ -550,7 +526,7 @@ absl::Status RunRebuildBench(const RebuildBenchOptions& options) {
         std::vector<std::byte> payload(kPayloadBytes);
         for (uint64_t i = next++; i < options.files; i = next++) {
           std::memcpy(payload.data(), &i, sizeof i);
-          if (absl::Status s = (*tier)->Write(RebuildKey(i), payload); !s.ok()) {
+          if (absl::Status s = tier->Write(RebuildKey(i), payload); !s.ok()) {
             std::lock_guard lock(error_mu);
             if (error.ok()) error = s;
             next = options.files;
@@ -566,7 +542,7 @@ absl::Status RunRebuildBench(const RebuildBenchOptions& options) {
   // Cold: page cache, dentries and inodes dropped before each open, so every folder and header comes from disk.
   // Each run also starts caked on the same root, and fio measures the disk's small-read latency, so a slow spell
   // of the shared disk shows in all three.
-  const std::vector<std::string> caked_args = {"--disk-root", root->string(), "--disk-capacity-mib",
+  const std::vector<std::string> caked_args = {"--disk-root", root.string(), "--disk-capacity-mib",
                                                absl::StrCat(tier_options.capacity_bytes / kMiB + 1)};
   const bool with_fio = OnPath("fio");
   bool cache_dropped = true;
@@ -609,19 +585,17 @@ absl::Status RunRebuildBench(const RebuildBenchOptions& options) {
     if (with_fio) {
       // The rebuild reads one 4 KiB header at a time: fio's 4 KiB random reads at queue depth 1 are its floor,
       // and the same reads from 16 jobs at once show what reading headers in parallel could reach.
-      auto qd1 = RunFioJob(*fio_file, {"--rw=randread", "--bs=4k", "--iodepth=1", "--ioengine=psync", "--direct=1",
-                                       "--size=256M", "--runtime=3", "--time_based"});
-      if (!qd1.ok()) return qd1.status();
-      auto lat_ns = FioFigure(*qd1, "read", "lat_ns", "mean");
-      if (!lat_ns.ok()) return lat_ns.status();
-      fio_lat_us.push_back(*lat_ns / 1000);
-      auto parallel =
-          RunFioJob(*fio_file, {"--rw=randread", "--bs=4k", "--iodepth=1", "--ioengine=psync", "--direct=1",
-                                "--size=256M", "--runtime=3", "--time_based", "--numjobs=16", "--group_reporting"});
-      if (!parallel.ok()) return parallel.status();
-      auto iops = FioFigure(*parallel, "read", "", "iops");
-      if (!iops.ok()) return iops.status();
-      fio_parallel_iops.push_back(*iops);
+      CAKE_ASSIGN_OR_RETURN(
+          auto qd1, RunFioJob(fio_file, {"--rw=randread", "--bs=4k", "--iodepth=1", "--ioengine=psync", "--direct=1",
+                                         "--size=256M", "--runtime=3", "--time_based"}));
+      CAKE_ASSIGN_OR_RETURN(auto lat_ns, FioFigure(qd1, "read", "lat_ns", "mean"));
+      fio_lat_us.push_back(lat_ns / 1000);
+      CAKE_ASSIGN_OR_RETURN(
+          auto parallel,
+          RunFioJob(fio_file, {"--rw=randread", "--bs=4k", "--iodepth=1", "--ioengine=psync", "--direct=1",
+                               "--size=256M", "--runtime=3", "--time_based", "--numjobs=16", "--group_reporting"}));
+      CAKE_ASSIGN_OR_RETURN(auto iops, FioFigure(parallel, "read", "", "iops"));
+      fio_parallel_iops.push_back(iops);
     }
     std::printf("  run %u: DiskTier::Open %.2f s, caked start %.2f s%s\n", run + 1, open_s.back(), caked_s.back(),
                 with_fio ? absl::StrCat("; fio 4 KiB random read at QD1 ", absl::SixDigits(fio_lat_us.back()),
@@ -646,7 +620,7 @@ absl::Status RunRebuildBench(const RebuildBenchOptions& options) {
   };
   std::printf("cake-bench rebuild: %llu chunk files of %llu KiB payload at %s (created in %.1f s by %u writers)\n",
               static_cast<unsigned long long>(options.files), static_cast<unsigned long long>(kPayloadBytes >> 10),
-              root->string().c_str(), create_seconds, options.writers);
+              root.string().c_str(), create_seconds, options.writers);
   std::printf("  page cache %s\n", cache_dropped ? "dropped before every cold open" : "NOT dropped (needs root)");
   std::printf("  %-48s %10s   %s\n", "seconds", "median", "runs");
   std::printf("  %-48s %10.3f   %s\n", "DiskTier::Open, cold (wall)", rebuild, JoinRuns(open_s).c_str());
@@ -703,11 +677,9 @@ absl::StatusOr<double> TimedInProcessWrite(const Prefix& p, const fs::path& root
   DiskTier::Options o;
   o.root = root;
   o.capacity_bytes = 2 * p.bytes;
-  auto disk = DiskTier::Open(o);
-  if (!disk.ok()) return disk.status();
-  auto layout = Namespace::Create(p.ns);
-  if (!layout.ok()) return layout.status();
-  const std::vector<ChunkKey> keys = layout->KeysForTokens(p.tokens);
+  CAKE_ASSIGN_OR_RETURN(auto disk, DiskTier::Open(o));
+  CAKE_ASSIGN_OR_RETURN(auto layout, Namespace::Create(p.ns));
+  const std::vector<ChunkKey> keys = layout.KeysForTokens(p.tokens);
   // Read just before the timed writes: memory left idle while the daemon ran is slow to touch again here.
   uint64_t sum = 0;
   for (uint64_t i = 0; i < p.bytes; i += 64) sum += static_cast<uint64_t>(buffer[i]);
@@ -715,9 +687,7 @@ absl::StatusOr<double> TimedInProcessWrite(const Prefix& p, const fs::path& root
   (void)sink;
   const Clock::time_point start = Clock::now();
   for (uint32_t c = 0; c < p.chunks; ++c) {
-    if (absl::Status s = (*disk)->Write(keys[c], {buffer + uint64_t{c} * p.chunk_bytes, p.chunk_bytes}); !s.ok()) {
-      return s;
-    }
+    CAKE_RETURN_IF_ERROR(disk->Write(keys[c], {buffer + uint64_t{c} * p.chunk_bytes, p.chunk_bytes}));
   }
   return SecondsSince(start);
 }
@@ -726,21 +696,18 @@ absl::StatusOr<double> TimedInProcessWrite(const Prefix& p, const fs::path& root
 
 absl::Status RunStoreBench(const StoreBenchOptions& options) {
   QuietStorageLog();
-  if (absl::Status s = RequireFio(); !s.ok()) return s;
-  auto prefix = MakePrefix(options.mib, 768);
-  if (!prefix.ok()) return prefix.status();
-  const Prefix& p = *prefix;
-  auto root = FreshPath(options.dir, "cake-store");
-  if (!root.ok()) return root.status();
-  auto fio_file = FreshPath(options.dir, "fio-write.dat");
-  if (!fio_file.ok()) return fio_file.status();
+  CAKE_RETURN_IF_ERROR(RequireFio());
+  CAKE_ASSIGN_OR_RETURN(auto prefix, MakePrefix(options.mib, 768));
+  const Prefix& p = prefix;
+  CAKE_ASSIGN_OR_RETURN(auto root, FreshPath(options.dir, "cake-store"));
+  CAKE_ASSIGN_OR_RETURN(auto fio_file, FreshPath(options.dir, "fio-write.dat"));
   absl::Cleanup remove_data = [&] {
-    RemoveQuietly(*root);
-    RemoveQuietly(*fio_file);
+    RemoveQuietly(root);
+    RemoveQuietly(fio_file);
   };
   // DRAM holds the whole prefix and the write-back queue (1 GiB by default) takes every chunk, as in a daemon
   // sized for its working set: the figure is the disk's, not an overflow path's.
-  const std::vector<std::string> daemon_args = {"--disk-root",         root->string(),
+  const std::vector<std::string> daemon_args = {"--disk-root",         root.string(),
                                                 "--disk-capacity-mib", absl::StrCat(2 * (p.bytes >> 20)),
                                                 "--dram-capacity-mib", absl::StrCat((p.bytes >> 20) + 256)};
 
@@ -751,31 +718,26 @@ absl::Status RunStoreBench(const StoreBenchOptions& options) {
     FillChunkPattern({host.get() + uint64_t{c} * p.chunk_bytes, p.chunk_bytes}, c);
   for (uint32_t run = 0; run < options.runs; ++run) {
     {
-      auto target = OpenDaemon("", daemon_args);
-      if (!target.ok()) return target.status();
-      auto region = RegisterFilledRegion(*target->client, p);
-      if (!region.ok()) return region.status();
-      absl::Cleanup release_region = [&] { target->client->ReleaseRegion(*region).IgnoreError(); };
+      CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", daemon_args));
+      CAKE_ASSIGN_OR_RETURN(auto region, RegisterFilledRegion(*target.client, p));
+      absl::Cleanup release_region = [&] { target.client->ReleaseRegion(region).IgnoreError(); };
       const Clock::time_point start = Clock::now();
-      if (absl::Status s = StoreAll(*target->client, p, *region); !s.ok()) return s;
+      CAKE_RETURN_IF_ERROR(StoreAll(*target.client, p, region));
       call_s.push_back(SecondsSince(start));
-      if (absl::Status s = WaitForCounter(*target->client, "tier_disk_chunks", p.chunks, kWriteBackStall); !s.ok())
-        return s;
+      CAKE_RETURN_IF_ERROR(WaitForCounter(*target.client, "tier_disk_chunks", p.chunks, kWriteBackStall));
       total_s.push_back(SecondsSince(start));
       store_gbps.push_back(GigabytesPerSecond(p.bytes, total_s.back()));
     }
-    RemoveQuietly(*root);
-    auto alone = TimedInProcessWrite(p, *root, host.get());
-    if (!alone.ok()) return alone.status();
-    alone_gbps.push_back(GigabytesPerSecond(p.bytes, *alone));
-    RemoveQuietly(*root);
+    RemoveQuietly(root);
+    CAKE_ASSIGN_OR_RETURN(auto alone, TimedInProcessWrite(p, root, host.get()));
+    alone_gbps.push_back(GigabytesPerSecond(p.bytes, alone));
+    RemoveQuietly(root);
     // A fresh file each time: the tier writes new files too, and writing over allocated blocks is cheaper.
-    RemoveQuietly(*fio_file);
+    RemoveQuietly(fio_file);
     ::sync();
-    auto fio = RunFio(*fio_file, "write", p.bytes >> 20);
-    if (!fio.ok()) return fio.status();
-    fio_gbps.push_back(*fio / 1e9);
-    RemoveQuietly(*fio_file);
+    CAKE_ASSIGN_OR_RETURN(auto fio, RunFio(fio_file, "write", p.bytes >> 20));
+    fio_gbps.push_back(fio / 1e9);
+    RemoveQuietly(fio_file);
     std::printf(
         "  run %u: Store returned after %.2f s, all on disk after %.2f s: %.3f GB/s; DiskTier::Write in "
         "process %.3f GB/s; fio write %.3f GB/s\n",
@@ -788,7 +750,7 @@ absl::Status RunStoreBench(const StoreBenchOptions& options) {
       "cake-bench store: %u chunks of %llu MiB (llama3.1-8b layout, %llu MiB) stored, then written back to "
       "%s\n",
       p.chunks, static_cast<unsigned long long>(p.chunk_bytes >> 20), static_cast<unsigned long long>(p.bytes >> 20),
-      root->string().c_str());
+      root.string().c_str());
   std::printf("  %-44s %10s   %s\n", "", "median", "runs");
   std::printf("  %-44s %10.3f   %s\n", "Store call returned (s)", Median(call_s), JoinRuns(call_s).c_str());
   std::printf("  %-44s %10.3f   %s\n", "every chunk on disk (s)", Median(total_s), JoinRuns(total_s).c_str());

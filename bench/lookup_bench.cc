@@ -10,6 +10,7 @@
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "storage/namespace.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {
@@ -41,12 +42,10 @@ std::vector<std::string> SyntheticChunkKeys(uint32_t count, uint32_t seed) {
 absl::Status StorePrompt(Client& client, const NamespaceSpec& ns, const PromptRef& prompt, uint32_t chunks,
                          const MappedRegion& region, uint64_t chunk_bytes) {
   for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region.data() + c * chunk_bytes, chunk_bytes}, c);
-  auto stored = client.Store(ns, prompt, 0, chunks, region, 0);
-  if (!stored.ok()) return stored.status();
-  auto found = client.Lookup(ns, prompt);
-  if (!found.ok()) return found.status();
-  if (found->cached_chunks != chunks) {
-    return absl::FailedPreconditionError(absl::StrCat("the daemon holds ", found->cached_chunks, " of the ", chunks,
+  CAKE_RETURN_IF_ERROR(client.Store(ns, prompt, 0, chunks, region, 0).status());
+  CAKE_ASSIGN_OR_RETURN(auto found, client.Lookup(ns, prompt));
+  if (found.cached_chunks != chunks) {
+    return absl::FailedPreconditionError(absl::StrCat("the daemon holds ", found.cached_chunks, " of the ", chunks,
                                                       " chunks just stored; is its DRAM tier big enough?"));
   }
   return absl::OkStatus();
@@ -72,14 +71,12 @@ struct TimedCall {
 }  // namespace
 
 absl::Status RunLookupBench(const LookupBenchOptions& options) {
-  auto target = OpenDaemon(options.common.socket_path, {});
-  if (!target.ok()) return target.status();
-  Client& client = *target->client;
+  CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon(options.common.socket_path, {}));
+  Client& client = *target.client;
 
   const NamespaceSpec ns = TinyNamespace();
-  auto layout = Namespace::Create(ns);
-  if (!layout.ok()) return layout.status();
-  const uint64_t chunk_bytes = layout->chunk_bytes();
+  CAKE_ASSIGN_OR_RETURN(auto layout, Namespace::Create(ns));
+  const uint64_t chunk_bytes = layout.chunk_bytes();
   const uint32_t short_chunks = kShortPromptTokens / ns.chunk_tokens;
   const uint32_t long_chunks = kLongPromptTokens / ns.chunk_tokens;
   const std::vector<uint32_t> short_tokens = SyntheticPrompt(kShortPromptTokens, 16);
@@ -89,20 +86,18 @@ absl::Status RunLookupBench(const LookupBenchOptions& options) {
   const PromptRef long_prompt = TokensPrompt(long_tokens);
   const PromptRef short_keyed_prompt{{}, short_keys};
   {
-    auto region = client.RegisterRegion(long_chunks * chunk_bytes);
-    if (!region.ok()) return region.status();
-    absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+    CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(long_chunks * chunk_bytes));
+    absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
     for (auto [prompt, chunks] : {std::pair{&short_prompt, short_chunks}, std::pair{&long_prompt, long_chunks},
                                   std::pair{&short_keyed_prompt, short_chunks}}) {
-      if (absl::Status s = StorePrompt(client, ns, *prompt, chunks, *region, chunk_bytes); !s.ok()) return s;
+      CAKE_RETURN_IF_ERROR(StorePrompt(client, ns, *prompt, chunks, region, chunk_bytes));
     }
   }
 
   auto fully_cached_lookup = [&](const PromptRef& prompt) {
     return [&client, &ns, &prompt]() -> absl::Status {
-      auto result = client.Lookup(ns, prompt);
-      if (!result.ok()) return result.status();
-      if (result->cached_chunks != result->total_chunks) {
+      CAKE_ASSIGN_OR_RETURN(auto result, client.Lookup(ns, prompt));
+      if (result.cached_chunks != result.total_chunks) {
         return absl::FailedPreconditionError("a stored prompt stopped being fully cached during the run (evicted?)");
       }
       return absl::OkStatus();
@@ -124,7 +119,7 @@ absl::Status RunLookupBench(const LookupBenchOptions& options) {
     for (TimedCall* timed : calls) {
       for (uint32_t i = 0; i < warmup + per_block; ++i) {
         const Clock::time_point start = Clock::now();
-        if (absl::Status s = timed->call(); !s.ok()) return s;
+        CAKE_RETURN_IF_ERROR(timed->call());
         if (i >= warmup) timed->samples_us.push_back(MicrosecondsSince(start));
       }
     }
@@ -133,14 +128,14 @@ absl::Status RunLookupBench(const LookupBenchOptions& options) {
   const double trivial_p50 = Percentile(ping.samples_us, 50);
   const double ratio = Percentile(short_lookup.samples_us, 50) / trivial_p50;
   std::printf("cake-bench lookup: %u calls of each kind in %u blocks (each after %u warm-up calls), socket %s\n",
-              per_block * kBlocks, kBlocks, warmup, target->socket_path.c_str());
+              per_block * kBlocks, kBlocks, warmup, target.socket_path.c_str());
   std::printf("  %-24s %10s %10s\n", "call", "p50 us", "p99 us");
   for (const TimedCall* timed : calls) {
     std::printf("  %-24s %10.1f %10.1f\n", timed->label, Percentile(timed->samples_us, 50),
                 Percentile(timed->samples_us, 99));
   }
-  const double keychain_short_us = KeyChainMicroseconds(*layout, short_tokens, 50);
-  const double keychain_long_us = KeyChainMicroseconds(*layout, long_tokens, 20);
+  const double keychain_short_us = KeyChainMicroseconds(layout, short_tokens, 50);
+  const double keychain_long_us = KeyChainMicroseconds(layout, long_tokens, 20);
   std::printf("  in-process SHA-256 key chain: %.1f us for 16K tokens, %.1f us for 128K\n", keychain_short_us,
               keychain_long_us);
   std::printf("  Lookup 16K p50 / Ping p50 = %.2fx (goal: at most 1.5x) -> %s\n", ratio,

@@ -1,4 +1,5 @@
-// cake-bench: benchmarks and the demo engine, each driving a real caked (see bench/benchmarks.h).
+// cake-bench: the benchmarks, each driving a real caked (see bench/benchmarks.h); the demo is cake-demo
+// (examples/demo).
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
@@ -12,30 +13,10 @@ void AddCommonOptions(CLI::App* command, cake::bench::CommonOptions& common) {
   command->add_option("--json", common.json_path, "also write the results to this file as one JSON object");
 }
 
-void AddEngineModelOptions(CLI::App* command, cake::bench::EngineModelOptions& m, const std::string& prefix = "") {
-  command->add_option("--" + prefix + "layers", m.shape.layers, "transformer layers")->capture_default_str();
-  command->add_option("--" + prefix + "hidden", m.shape.hidden, "hidden size")->capture_default_str();
-  command->add_option("--" + prefix + "heads", m.shape.heads, "attention heads")->capture_default_str();
-  command->add_option("--" + prefix + "kv-heads", m.shape.kv_heads, "KV heads (grouped-query attention)")
-      ->capture_default_str();
-  command->add_option("--" + prefix + "intermediate", m.shape.intermediate, "MLP size")->capture_default_str();
-  if (prefix.empty()) {
-    command->add_option("--vocab", m.shape.vocab, "vocabulary")->capture_default_str();
-    command->add_option("--seed", m.shape.seed, "weights' seed")->capture_default_str();
-    command->add_flag("--bf16", m.bf16, "KV cache and weights in bf16 (fp32 otherwise)");
-    command->add_option("--chunk-tokens", m.chunk_tokens, "tokens per chunk (KV page)")
-        ->capture_default_str()
-        ->check(CLI::Range(1u, 65536u));
-    command->add_option("--blas-threads", m.blas_threads, "the engine's compute threads (OpenBLAS)")
-        ->capture_default_str()
-        ->check(CLI::Range(1u, 256u));
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"cake-bench: benchmarks and the demo engine for caked"};
+  CLI::App app{"cake-bench: benchmarks for caked"};
   app.require_subcommand(1);
 
   cake::bench::LookupBenchOptions lookup;
@@ -74,32 +55,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 10000u));
 
-  cake::bench::DemoOptions demo;
-  CLI::App* demo_command = app.add_subcommand(
-      "demo", "compute-only, I/O-only and Cake time to first token for one cached prompt, real or simulated engine");
-  AddCommonOptions(demo_command, demo.common);
-  demo_command->add_option("--engine", demo.engine, "real (the CPU transformer) or simulated (the cost model)")
-      ->capture_default_str();
-  demo_command->add_option("--read-gbps", demo.read_gbps,
-                           "the read cap in Gbit/s (simulated: DRAM, 16; real: the disk tier's, set so loading the "
-                           "prompt takes as long as computing it)");
-  demo_command->add_option("--tokens", demo.tokens, "simulated: prompt length, a multiple of 256")
-      ->capture_default_str();
-  demo_command->add_option("--prompt-file", demo.prompt_file, "real: the prompt is this file's bytes");
-  demo_command->add_option("--real-tokens", demo.real_tokens, "real: prompt length in tokens")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 20));
-  AddEngineModelOptions(demo_command, demo.engine_model);
-  demo_command->add_option("--model", demo.model, "longalpaca-7b, longalpaca-13b, llama3.1-8b or llama3.1-70b")
-      ->capture_default_str();
-  demo_command->add_option("--gpu-tflops", demo.gpu_tflops,
-                           "effective prefill TFLOP/s (default: as fast as loading, i.e. balanced)");
-
   cake::bench::EngineBenchOptions engine;
   CLI::App* engine_command = app.add_subcommand(
       "engine", "the CPU transformer against caked: compute-only, I/O-only, Cake and every forced split, bit-exact");
   AddCommonOptions(engine_command, engine.common);
-  AddEngineModelOptions(engine_command, engine.model);
+  cake::engine::AddModelOptions(engine_command, engine.model);
   engine_command->add_option("--tokens", engine.tokens, "prompt lengths")->delimiter(',')->capture_default_str();
   engine_command->add_option("--load-ratios", engine.load_ratios,
                              "read throttles, as load-everything time over compute-everything time")
@@ -115,8 +75,8 @@ int main(int argc, char** argv) {
   CLI::App* curve_command = app.add_subcommand(
       "engine-curve", "the CPU transformer's measured compute time per chunk against chunk index, two model sizes");
   AddCommonOptions(curve_command, curve.common);
-  AddEngineModelOptions(curve_command, curve.small);
-  AddEngineModelOptions(curve_command, curve.large, "large-");
+  cake::engine::AddModelOptions(curve_command, curve.small);
+  cake::engine::AddModelOptions(curve_command, curve.large, "large-");
   curve_command->add_option("--tokens", curve.tokens, "prompt length")->capture_default_str();
   curve_command->add_option("--out", curve.out_prefix, "writes PREFIX.csv and PREFIX.png")->capture_default_str();
 
@@ -358,10 +318,8 @@ int main(int argc, char** argv) {
     status = cake::bench::RunEngineBench(engine);
   } else if (curve_command->parsed()) {
     status = cake::bench::RunEngineCurveBench(curve);
-  } else if (grid_command->parsed()) {
-    status = cake::bench::RunGridBench(grid);
   } else {
-    status = cake::bench::RunDemo(demo);
+    status = cake::bench::RunGridBench(grid);
   }
   if (!status.ok()) {
     std::fprintf(stderr, "cake-bench: %s\n", status.ToString().c_str());

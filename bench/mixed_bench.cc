@@ -19,10 +19,11 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/models.h"
+#include "examples/simulated_engine/models.h"
+#include "examples/simulated_engine/simulated_engine.h"
+#include "examples/simulated_engine/simulated_storage.h"
+#include "storage/status_macros.h"
 #include "testing/redis_process.h"
-#include "bench/simulated_engine.h"
-#include "bench/simulated_storage.h"
 
 namespace cake::bench {
 namespace {
@@ -42,7 +43,7 @@ struct Row {
 
 // The best split when the loads of each tier's chunks run in parallel: min over m of max(compute [0, m),
 // max over tiers of (that tier's chunks in [m, H)) x its seconds per chunk), in modelled seconds.
-double MixedOracleSeconds(const GridEngine& engine, double time_scale, const std::vector<int>& chunk_tier,
+double MixedOracleSeconds(const sim::GridEngine& engine, double time_scale, const std::vector<int>& chunk_tier,
                           const std::vector<double>& tier_chunk_s, uint32_t chunk_tokens) {
   const uint32_t chunks = static_cast<uint32_t>(chunk_tier.size());
   std::vector<uint32_t> remaining(tier_chunk_s.size(), 0);
@@ -62,7 +63,7 @@ double MixedOracleSeconds(const GridEngine& engine, double time_scale, const std
 
 absl::Status RunMixedBench(const MixedOptions& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("--dir is required (the disk tier's folder)");
-  const ModelSpec* model = FindModel(options.model);
+  const sim::ModelSpec* model = sim::FindModel(options.model);
   if (model == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown model ", options.model));
   if (options.tokens == 0 || options.tokens % options.chunk_tokens != 0) {
     return absl::InvalidArgumentError("--tokens must be a positive multiple of --chunk-tokens");
@@ -73,55 +74,53 @@ absl::Status RunMixedBench(const MixedOptions& options) {
   if (!(options.util > 0 && options.util <= 1) || options.time_scale <= 0 || options.gpu_tflops <= 0) {
     return absl::InvalidArgumentError("need 0 < --util <= 1, --time-scale > 0 and --gpu-tflops > 0");
   }
-  auto redis = RedisServer::Start();
-  if (!redis.ok()) return redis.status();
+  CAKE_ASSIGN_OR_RETURN(auto redis, RedisServer::Start());
 
-  const double kv_bytes_per_token = KvBytesPerToken(*model);
+  const double kv_bytes_per_token = sim::KvBytesPerToken(*model);
   const uint32_t chunks = options.tokens / options.chunk_tokens;
   const uint32_t dram_chunks = static_cast<uint32_t>(options.dram_share * chunks);
   const uint32_t disk_end = static_cast<uint32_t>((options.dram_share + options.disk_share) * chunks);
-  const uint64_t proxy_bytes = static_cast<uint64_t>(options.tokens * kProxyBytesPerToken);
+  const uint64_t proxy_bytes = static_cast<uint64_t>(options.tokens * sim::kProxyBytesPerToken);
   const uint64_t chunk_bytes = proxy_bytes / chunks;
-  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("mixed-", model->name), options.chunk_tokens);
+  const NamespaceSpec ns = sim::ProxyNamespace(absl::StrCat("mixed-", model->name), options.chunk_tokens);
   const std::vector<uint32_t> prompt = SyntheticPrompt(options.tokens, 13);
-  const PrefillCostModel cost{model->params, static_cast<double>(model->layers), static_cast<double>(model->hidden),
-                              options.gpu_tflops * 1e12};
-  GridEngine engine(cost, options.util, options.step_tokens, options.chunk_tokens, options.tokens, options.time_scale);
+  const sim::PrefillCostModel cost{model->params, static_cast<double>(model->layers),
+                                   static_cast<double>(model->hidden), options.gpu_tflops * 1e12};
+  sim::GridEngine engine(cost, options.util, options.step_tokens, options.chunk_tokens, options.tokens,
+                         options.time_scale);
   auto chunk_s = [&](double gbps) { return options.chunk_tokens * kv_bytes_per_token * 8 / (gbps * 1e9); };
-  auto cap = [&](double gbps) { return absl::StrCat(SimulatedCapGbps(gbps, kv_bytes_per_token, options.time_scale)); };
+  auto cap = [&](double gbps) {
+    return absl::StrCat(sim::SimulatedCapGbps(gbps, kv_bytes_per_token, options.time_scale));
+  };
 
   std::vector<Row> rows;
   for (double remote_gbps : options.remote_gbps) {
-    auto root = FreshPath(options.dir, "cake-mixed");
-    if (!root.ok()) return root.status();
-    absl::Cleanup remove_root = [&] { RemoveQuietly(*root); };
-    auto scratch = ScratchDir::Create("cake-bench-mixed");
-    if (!scratch.ok()) return scratch.status();
+    CAKE_ASSIGN_OR_RETURN(auto root, FreshPath(options.dir, "cake-mixed"));
+    absl::Cleanup remove_root = [&] { RemoveQuietly(root); };
+    CAKE_ASSIGN_OR_RETURN(auto scratch, ScratchDir::Create("cake-bench-mixed"));
     // Promotion off (a queue of 0 bytes drops every promotion), so the placement holds across loads; caps with no
     // burst, so each tier serves one read after another, each taking size / bandwidth (the simulated device).
     const std::string config_path =
-        scratch->WriteFile("caked.toml", "[dram]\npromotion_queue_bytes = 0\nread_burst_us = 0\n");
-    auto target = OpenDaemon(
-        "", {"--config", config_path, "--disk-root", root->string(), "--remote", redis->address(),
-             "--remote-key-prefix", absl::StrCat("mixed-", getpid(), "-", remote_gbps, ":"), "--dram-read-gbps",
-             cap(options.dram_gbps), "--disk-read-gbps", cap(options.disk_gbps), "--remote-read-gbps", cap(remote_gbps),
-             "--dram-capacity-mib", absl::StrCat(4 * (proxy_bytes >> 20) + 64)});
-    if (!target.ok()) return target.status();
-    Client& client = *target->client;
-    auto region = client.RegisterRegion(proxy_bytes);
-    if (!region.ok()) return region.status();
-    absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+        scratch.WriteFile("caked.toml", "[dram]\npromotion_queue_bytes = 0\nread_burst_us = 0\n");
+    CAKE_ASSIGN_OR_RETURN(
+        auto target, OpenDaemon("", {"--config", config_path, "--disk-root", root.string(), "--remote", redis.address(),
+                                     "--remote-key-prefix", absl::StrCat("mixed-", getpid(), "-", remote_gbps, ":"),
+                                     "--dram-read-gbps", cap(options.dram_gbps), "--disk-read-gbps",
+                                     cap(options.disk_gbps), "--remote-read-gbps", cap(remote_gbps),
+                                     "--dram-capacity-mib", absl::StrCat(4 * (proxy_bytes >> 20) + 64)}));
+    Client& client = *target.client;
+    CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(proxy_bytes));
+    absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
     auto store = [&](uint32_t count) -> absl::Status {
-      for (uint32_t c = 0; c < count; ++c) FillChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c);
+      for (uint32_t c = 0; c < count; ++c) FillChunkPattern({region.data() + c * chunk_bytes, chunk_bytes}, c);
       const std::vector<uint32_t> part(prompt.begin(), prompt.begin() + count * options.chunk_tokens);
-      return client.Store(ns, TokensPrompt(part), 0, count, *region, 0).status();
+      return client.Store(ns, TokensPrompt(part), 0, count, region, 0).status();
     };
     auto expect = [&](uint32_t in_dram, uint32_t on_disk, uint32_t in_remote) -> absl::Status {
-      auto lookup = client.Lookup(ns, TokensPrompt(prompt));
-      if (!lookup.ok()) return lookup.status();
+      CAKE_ASSIGN_OR_RETURN(auto lookup, client.Lookup(ns, TokensPrompt(prompt)));
       uint32_t count[4] = {};
-      for (TierKind t : lookup->tiers) count[static_cast<int>(t)]++;
-      if (lookup->cached_chunks != chunks || count[1] != in_dram || count[2] != on_disk || count[3] != in_remote) {
+      for (TierKind t : lookup.tiers) count[static_cast<int>(t)]++;
+      if (lookup.cached_chunks != chunks || count[1] != in_dram || count[2] != on_disk || count[3] != in_remote) {
         return absl::InternalError(absl::StrCat("placement: ", count[1], " chunks in DRAM, ", count[2], " on disk, ",
                                                 count[3], " remote; expected ", in_dram, ", ", on_disk, ", ",
                                                 in_remote));
@@ -134,18 +133,16 @@ absl::Status RunMixedBench(const MixedOptions& options) {
     LoadOptions load;
     load.ns = ns;
     load.prompt = TokensPrompt(prompt);
-    load.region = &*region;
+    load.region = &region;
     auto measure = [&](Placement p) -> absl::Status {
       // Untimed first: the daemon measures each tier's speed, as earlier requests would have taught it.
-      if (auto warm = TimedIoOnlyLoad(client, load, chunks, chunk_bytes); !warm.ok()) return warm.status();
-      auto io = TimedIoOnlyLoad(client, load, chunks, chunk_bytes);
-      if (!io.ok()) return io.status();
-      auto cake = TimedCake(client, load, engine, options.tokens, options.chunk_tokens);
-      if (!cake.ok()) return cake.status();
-      row.io_s[p] = *io * options.time_scale;
-      row.cake_s[p] = cake->seconds * options.time_scale;
-      row.meet_token[p] = cake->meeting_chunk * options.chunk_tokens;
-      row.strategy[p] = cake->strategy;
+      CAKE_RETURN_IF_ERROR(TimedIoOnlyLoad(client, load, chunks, chunk_bytes).status());
+      CAKE_ASSIGN_OR_RETURN(auto io, TimedIoOnlyLoad(client, load, chunks, chunk_bytes));
+      CAKE_ASSIGN_OR_RETURN(auto cake, sim::TimedCake(client, load, engine, options.tokens, options.chunk_tokens));
+      row.io_s[p] = io * options.time_scale;
+      row.cake_s[p] = cake.seconds * options.time_scale;
+      row.meet_token[p] = cake.meeting_chunk * options.chunk_tokens;
+      row.strategy[p] = cake.strategy;
       std::printf("  remote %g Gbps, %s: I/O-only %.3f s, Cake %.3f s (%s, meets at token %u), oracle %.3f s\n",
                   remote_gbps, kPlacementNames[p], row.io_s[p], row.cake_s[p], row.strategy[p].c_str(),
                   row.meet_token[p], row.oracle_s[p]);
@@ -154,42 +151,37 @@ absl::Status RunMixedBench(const MixedOptions& options) {
     };
     const double tier_s[3] = {chunk_s(options.dram_gbps), chunk_s(options.disk_gbps), chunk_s(remote_gbps)};
     for (int p = kDramAlone; p <= kRemoteAlone; ++p) {
-      row.oracle_s[p] = OracleSeconds(engine, options.time_scale, chunks, options.chunk_tokens, tier_s[p]);
+      row.oracle_s[p] = sim::OracleSeconds(engine, options.time_scale, chunks, options.chunk_tokens, tier_s[p]);
     }
     std::vector<int> chunk_tier(chunks);
     for (uint32_t c = 0; c < chunks; ++c) chunk_tier[c] = c < dram_chunks ? 0 : c < disk_end ? 1 : 2;
     row.oracle_s[kMixed] = MixedOracleSeconds(engine, options.time_scale, chunk_tier,
                                               {tier_s[0], tier_s[1], tier_s[2]}, options.chunk_tokens);
 
-    if (absl::Status s = store(chunks); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(store(chunks));
     // Every chunk written back to disk and to Redis.
-    if (absl::Status s = WaitForCounter(client, "write_back_written", 2 * chunks, std::chrono::seconds(60)); !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = expect(chunks, 0, 0); !s.ok()) return s;
-    if (absl::Status s = measure(kDramAlone); !s.ok()) return s;
-    if (auto e = client.Evict("dram"); !e.ok()) return e.status();
-    if (absl::Status s = expect(0, chunks, 0); !s.ok()) return s;
-    if (absl::Status s = measure(kDiskAlone); !s.ok()) return s;
-    if (auto e = client.Evict("disk"); !e.ok()) return e.status();
-    if (absl::Status s = expect(0, 0, chunks); !s.ok()) return s;
-    if (absl::Status s = measure(kRemoteAlone); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(WaitForCounter(client, "write_back_written", 2 * chunks, std::chrono::seconds(60)));
+    CAKE_RETURN_IF_ERROR(expect(chunks, 0, 0));
+    CAKE_RETURN_IF_ERROR(measure(kDramAlone));
+    CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
+    CAKE_RETURN_IF_ERROR(expect(0, chunks, 0));
+    CAKE_RETURN_IF_ERROR(measure(kDiskAlone));
+    CAKE_RETURN_IF_ERROR(client.Evict("disk").status());
+    CAKE_RETURN_IF_ERROR(expect(0, 0, chunks));
+    CAKE_RETURN_IF_ERROR(measure(kRemoteAlone));
     // The mixed placement.
     if (disk_end > 0) {
-      if (absl::Status s = store(disk_end); !s.ok()) return s;
-      if (absl::Status s = WaitForCounter(client, "tier_disk_chunks", disk_end, std::chrono::seconds(60)); !s.ok()) {
-        return s;
-      }
-      if (auto e = client.Evict("dram"); !e.ok()) return e.status();
+      CAKE_RETURN_IF_ERROR(store(disk_end));
+      CAKE_RETURN_IF_ERROR(WaitForCounter(client, "tier_disk_chunks", disk_end, std::chrono::seconds(60)));
+      CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
     }
     if (dram_chunks > 0) {
-      if (absl::Status s = store(dram_chunks); !s.ok()) return s;
+      CAKE_RETURN_IF_ERROR(store(dram_chunks));
     }
-    if (absl::Status s = expect(dram_chunks, disk_end - dram_chunks, chunks - disk_end); !s.ok()) return s;
-    if (absl::Status s = measure(kMixed); !s.ok()) return s;
-    auto computed = TimedComputeOnly(engine, options.tokens);
-    if (!computed.ok()) return computed.status();
-    row.compute_s = *computed * options.time_scale;
+    CAKE_RETURN_IF_ERROR(expect(dram_chunks, disk_end - dram_chunks, chunks - disk_end));
+    CAKE_RETURN_IF_ERROR(measure(kMixed));
+    CAKE_ASSIGN_OR_RETURN(auto computed, sim::TimedComputeOnly(engine, options.tokens));
+    row.compute_s = computed * options.time_scale;
     client.Evict("remote").IgnoreError();
     rows.push_back(row);
   }

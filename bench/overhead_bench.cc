@@ -11,7 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/simulated_storage.h"
+#include "examples/simulated_engine/simulated_storage.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {
@@ -38,67 +39,60 @@ absl::Status RunOverheadBench(const OverheadOptions& options) {
   if (!options.common.socket_path.empty()) {
     return absl::InvalidArgumentError("overhead measures a daemon it starts itself: leave out --socket");
   }
-  auto target = OpenDaemon("", {});
-  if (!target.ok()) return target.status();
-  Client& client = *target->client;
-  const pid_t pid = target->spawned->pid();
+  CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", {}));
+  Client& client = *target.client;
+  const pid_t pid = target.spawned->pid();
 
   // 1 KiB of KV per token, 16-token chunks: 16 KiB a chunk, copied in about a microsecond.
-  const NamespaceSpec ns = ProxyNamespace("overhead", 16);
+  const NamespaceSpec ns = sim::ProxyNamespace("overhead", 16);
   const uint32_t chunks = options.chunks;
   const uint64_t chunk_bytes = 16 * 1024;
   const std::vector<uint32_t> prompt = SyntheticPrompt(uint64_t{chunks} * 16, 21);
-  auto region = client.RegisterRegion(uint64_t{chunks} * chunk_bytes);
-  if (!region.ok()) return region.status();
-  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
-  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c);
-  auto stored = client.Store(ns, TokensPrompt(prompt), 0, chunks, *region, 0);
-  if (!stored.ok()) return stored.status();
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(uint64_t{chunks} * chunk_bytes));
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
+  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region.data() + c * chunk_bytes, chunk_bytes}, c);
+  CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt), 0, chunks, region, 0).status());
 
   LoadOptions load;
   load.ns = ns;
   load.prompt = TokensPrompt(prompt);
-  load.region = &*region;
+  load.region = &region;
   load.io_only = true;
   auto one_load = [&]() -> absl::Status {
-    auto session = client.StartLoad(load);
-    if (!session.ok()) return session.status();
-    auto done = (*session)->WaitDone();
-    if (!done.ok()) return done.status();
-    if (done->loaded_chunks != chunks) {
-      return absl::InternalError(absl::StrCat("a load of ", chunks, " chunks loaded ", done->loaded_chunks));
+    CAKE_ASSIGN_OR_RETURN(auto session, client.StartLoad(load));
+    CAKE_ASSIGN_OR_RETURN(auto done, session->WaitDone());
+    if (done.loaded_chunks != chunks) {
+      return absl::InternalError(absl::StrCat("a load of ", chunks, " chunks loaded ", done.loaded_chunks));
     }
-    return (*session)->Release();
+    return session->Release();
   };
-  if (absl::Status s = one_load(); !s.ok()) return s;  // warm: threads, buffers, the channel
+  CAKE_RETURN_IF_ERROR(one_load());  // warm: threads, buffers, the channel
 
-  auto cpu_before = ProcessCpuSeconds(pid);
-  if (!cpu_before.ok()) return cpu_before.status();
+  CAKE_ASSIGN_OR_RETURN(auto cpu_before, ProcessCpuSeconds(pid));
   const Clock::time_point start = Clock::now();
   for (uint32_t i = 0; i < options.loads; ++i) {
-    if (absl::Status s = one_load(); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(one_load());
   }
   const double wall_s = SecondsSince(start);
-  auto cpu_after = ProcessCpuSeconds(pid);
-  if (!cpu_after.ok()) return cpu_after.status();
+  CAKE_ASSIGN_OR_RETURN(auto cpu_after, ProcessCpuSeconds(pid));
   for (uint32_t c = 0; c < chunks; ++c) {
-    if (absl::Status s = CheckChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(CheckChunkPattern({region.data() + c * chunk_bytes, chunk_bytes}, c));
   }
 
   const double total_chunks = static_cast<double>(options.loads) * chunks;
-  const double cpu_us = (*cpu_after - *cpu_before) / total_chunks * 1e6;
+  const double cpu_us = (cpu_after - cpu_before) / total_chunks * 1e6;
   const double wall_us = wall_s / total_chunks * 1e6;
   std::printf("cake-bench overhead: %u I/O-only loads of %u chunks of 16 KiB from the DRAM tier\n", options.loads,
               chunks);
   std::printf("  daemon CPU per chunk: %.1f us (goal: under 50 us); wall per chunk: %.1f us; daemon CPU %.3f s\n",
-              cpu_us, wall_us, *cpu_after - *cpu_before);
+              cpu_us, wall_us, cpu_after - cpu_before);
   JsonReport report;
   report.Set("loads", options.loads);
   report.Set("chunks_per_load", chunks);
   report.Set("chunk_bytes", static_cast<double>(chunk_bytes));
   report.Set("daemon_cpu_us_per_chunk", cpu_us);
   report.Set("wall_us_per_chunk", wall_us);
-  report.Set("daemon_cpu_s", *cpu_after - *cpu_before);
+  report.Set("daemon_cpu_s", cpu_after - cpu_before);
   return report.WriteTo(options.common.json_path);
 }
 

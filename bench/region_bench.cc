@@ -11,8 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/models.h"
 #include "cuda/cuda_backend.h"
+#include "examples/simulated_engine/models.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {
@@ -35,7 +36,7 @@ absl::StatusOr<double> TimedLoad(Client& client, const NamespaceSpec& ns, const 
   } else {
     const std::vector<std::byte> zeros(chunk_bytes);
     for (uint32_t c = 0; c < chunks; ++c) {
-      if (absl::Status s = region.CopyFromHost(c * chunk_bytes, zeros); !s.ok()) return s;
+      CAKE_RETURN_IF_ERROR(region.CopyFromHost(c * chunk_bytes, zeros));
     }
   }
   LoadOptions load;
@@ -44,12 +45,11 @@ absl::StatusOr<double> TimedLoad(Client& client, const NamespaceSpec& ns, const 
   load.region = &region;
   load.io_only = true;
   const Clock::time_point start = Clock::now();
-  auto session = client.StartLoad(load);
-  if (!session.ok()) return session.status();
-  auto done = (*session)->WaitDone();
+  CAKE_ASSIGN_OR_RETURN(auto session, client.StartLoad(load));
+  auto done = session->WaitDone();
   const double seconds = SecondsSince(start);
   if (!done.ok()) {
-    absl::Status why = (*session)->Release();
+    absl::Status why = session->Release();
     return why.ok() ? done.status() : why;
   }
   if (done->meeting_chunk != 0 || done->loaded_chunks != chunks) {
@@ -59,21 +59,20 @@ absl::StatusOr<double> TimedLoad(Client& client, const NamespaceSpec& ns, const 
   }
   std::vector<std::byte> landed(chunk_bytes);
   for (uint32_t c = 0; c < chunks; ++c) {
-    if (absl::Status s = region.CopyToHost((*session)->RegionOffset(c), landed); !s.ok()) return s;
-    if (absl::Status s = CheckChunkPattern(landed, c); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(region.CopyToHost(session->RegionOffset(c), landed));
+    CAKE_RETURN_IF_ERROR(CheckChunkPattern(landed, c));
   }
-  if (absl::Status s = (*session)->Release(); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(session->Release());
   return seconds;
 }
 
 }  // namespace
 
 absl::Status RunRegionBench(const RegionBenchOptions& options) {
-  const ModelSpec& model = *FindModel("llama3.1-8b");
-  const NamespaceSpec ns = KvNamespace(model);
-  auto layout = Namespace::Create(ns);
-  if (!layout.ok()) return layout.status();
-  const uint64_t chunk_bytes = layout->chunk_bytes();
+  const sim::ModelSpec& model = *sim::FindModel("llama3.1-8b");
+  const NamespaceSpec ns = sim::KvNamespace(model);
+  CAKE_ASSIGN_OR_RETURN(auto layout, Namespace::Create(ns));
+  const uint64_t chunk_bytes = layout.chunk_bytes();
   const uint32_t chunks = static_cast<uint32_t>((options.mib << 20) / chunk_bytes);
   if (chunks == 0) {
     return absl::InvalidArgumentError(
@@ -88,25 +87,22 @@ absl::Status RunRegionBench(const RegionBenchOptions& options) {
   }
   std::vector<std::string> args = {"--dram-capacity-mib", absl::StrCat((bytes >> 20) + 256)};
   if (on_device) args.insert(args.end(), {"--cuda-devices", absl::StrCat(*options.cuda_device)});
-  auto target = OpenDaemon(options.common.socket_path, args);
-  if (!target.ok()) return target.status();
-  Client& client = *target->client;
+  CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon(options.common.socket_path, args));
+  Client& client = *target.client;
 
   const std::vector<uint32_t> tokens = SyntheticPrompt(uint64_t{chunks} * ns.chunk_tokens, 256);
-  auto region = client.RegisterRegion(
-      bytes, on_device ? RegionRequest{RegionRequest::Kind::kCuda, *options.cuda_device} : RegionRequest{});
-  if (!region.ok()) return region.status();
-  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(bytes, on_device ? RegionRequest{RegionRequest::Kind::kCuda,
+                                                                                            *options.cuda_device}
+                                                                            : RegionRequest{}));
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
   {
     std::vector<std::byte> pattern(chunk_bytes);
     for (uint32_t c = 0; c < chunks; ++c) {
       FillChunkPattern(pattern, c);
-      if (absl::Status s = region->CopyFromHost(c * chunk_bytes, pattern); !s.ok()) return s;
+      CAKE_RETURN_IF_ERROR(region.CopyFromHost(c * chunk_bytes, pattern));
     }
   }
-  if (auto stored = client.Store(ns, TokensPrompt(tokens), 0, chunks, *region, 0); !stored.ok()) {
-    return stored.status();
-  }
+  CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(tokens), 0, chunks, region, 0).status());
 
   // Both buffers are touched first, so the baseline pays no page faults (the region's pages are mapped already).
   AlignedBuffer src = AllocatePageAligned(bytes);
@@ -120,19 +116,17 @@ absl::Status RunRegionBench(const RegionBenchOptions& options) {
   for (uint32_t run = 0; run <= options.runs; ++run) {
     double copy_seconds = 0;
     if (on_device) {
-      auto timed = TimePinnedCopy(bytes, *options.cuda_device);
-      if (!timed.ok()) return timed.status();
-      copy_seconds = *timed;
+      CAKE_ASSIGN_OR_RETURN(auto timed, TimePinnedCopy(bytes, *options.cuda_device));
+      copy_seconds = timed;
     } else {
       const Clock::time_point start = Clock::now();
       std::memcpy(dst.get(), src.get(), bytes);
       copy_seconds = SecondsSince(start);
     }
-    auto load_seconds = TimedLoad(client, ns, tokens, *region, chunks, chunk_bytes);
-    if (!load_seconds.ok()) return load_seconds.status();
+    CAKE_ASSIGN_OR_RETURN(auto load_seconds, TimedLoad(client, ns, tokens, region, chunks, chunk_bytes));
     if (run == 0) continue;  // warm-up
     memcpy_gbps.push_back(GigabytesPerSecond(bytes, copy_seconds));
-    region_gbps.push_back(GigabytesPerSecond(bytes, *load_seconds));
+    region_gbps.push_back(GigabytesPerSecond(bytes, load_seconds));
   }
 
   // The strictest comparison: a typical load against the best memcpy.
@@ -141,7 +135,7 @@ absl::Status RunRegionBench(const RegionBenchOptions& options) {
   const double ratio = region_median / memcpy_best;
   std::printf("cake-bench region: %u chunks of %llu MiB (%s layout, %llu MiB), %u runs, socket %s\n", chunks,
               static_cast<unsigned long long>(chunk_bytes >> 20), model.name,
-              static_cast<unsigned long long>(bytes >> 20), options.runs, target->socket_path.c_str());
+              static_cast<unsigned long long>(bytes >> 20), options.runs, target.socket_path.c_str());
   std::printf("  %-34s %12s %12s\n", "GB/s (1e9 bytes/s)", "median", "best");
   const double goal = on_device ? 0.85 : 0.7;
   std::printf("  %-34s %12.2f %12.2f\n",

@@ -12,8 +12,9 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
+#include "examples/simulated_engine/simulated_storage.h"
+#include "storage/status_macros.h"
 #include "testing/redis_process.h"
-#include "bench/simulated_storage.h"
 
 namespace cake::bench {
 namespace {
@@ -27,11 +28,10 @@ absl::StatusOr<double> RedisBenchmarkGetRps(const ScratchDir& scratch, const std
                                          "-d", absl::StrCat(value_bytes), "-c", absl::StrCat(connections), "-P",
                                          absl::StrCat(pipeline), "-n", absl::StrCat(requests), "--csv"};
   const std::filesystem::path log = scratch.path() / "redis-benchmark.log";
-  auto rc = RunProgram(args, log);
-  if (!rc.ok()) return rc.status();
+  CAKE_ASSIGN_OR_RETURN(auto rc, RunProgram(args, log));
   const std::string out = ReadWholeFile(log);
-  if (*rc != 0) {
-    return absl::UnavailableError(absl::StrCat(absl::StrJoin(args, " "), " exited with ", *rc, ":\n", out));
+  if (rc != 0) {
+    return absl::UnavailableError(absl::StrCat(absl::StrJoin(args, " "), " exited with ", rc, ":\n", out));
   }
   for (absl::string_view line : absl::StrSplit(out, '\n')) {
     if (line.substr(0, 6) != "\"GET\",") continue;
@@ -61,9 +61,8 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
   std::string host = "127.0.0.1";
   int port = 0;
   if (options.redis.empty()) {
-    auto started = RedisServer::Start();
-    if (!started.ok()) return started.status();
-    private_redis.emplace(std::move(*started));
+    CAKE_ASSIGN_OR_RETURN(auto started, RedisServer::Start());
+    private_redis.emplace(std::move(started));
     port = private_redis->port();
   } else {
     const size_t colon = options.redis.rfind(':');
@@ -76,64 +75,56 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
 
   const uint64_t chunk_bytes = options.chunk_mib << 20;
   const uint64_t part_bytes = options.part_kib << 10;
-  const uint32_t chunk_tokens = static_cast<uint32_t>(chunk_bytes / kProxyBytesPerToken);
-  const NamespaceSpec ns = ProxyNamespace(absl::StrCat("remote-", getpid()), chunk_tokens);
+  const uint32_t chunk_tokens = static_cast<uint32_t>(chunk_bytes / sim::kProxyBytesPerToken);
+  const NamespaceSpec ns = sim::ProxyNamespace(absl::StrCat("remote-", getpid()), chunk_tokens);
   const uint32_t chunks = static_cast<uint32_t>(options.mib / options.chunk_mib);
   const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
   const uint32_t parts_per_chunk = static_cast<uint32_t>((chunk_bytes + part_bytes - 1) / part_bytes);
 
   // The part size has no flag: a config file in a private folder (which also takes redis-benchmark's output).
-  auto scratch = ScratchDir::Create("cake-bench-remote");
-  if (!scratch.ok()) return scratch.status();
+  CAKE_ASSIGN_OR_RETURN(auto scratch, ScratchDir::Create("cake-bench-remote"));
   const std::string config_path =
-      scratch->WriteFile("caked.toml", absl::StrCat("[remote]\npart_bytes = ", part_bytes, "\n"));
+      scratch.WriteFile("caked.toml", absl::StrCat("[remote]\npart_bytes = ", part_bytes, "\n"));
   // A DRAM tier smaller than twice the prefix: loads of it are not promoted, so every run reads Redis.
-  auto target = OpenDaemon(
-      "", {"--config", config_path, "--remote", address, "--remote-key-prefix", absl::StrCat("cake-bench-", getpid(), ":"),
-           "--dram-capacity-mib", absl::StrCat(options.mib + 2 * options.chunk_mib), "--window",
-           absl::StrCat(options.window), "--io-threads", absl::StrCat(options.window)});
-  if (!target.ok()) return target.status();
-  Client& client = *target->client;
-  auto region = client.RegisterRegion(bytes);
-  if (!region.ok()) return region.status();
-  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+  CAKE_ASSIGN_OR_RETURN(auto target,
+                        OpenDaemon("", {"--config", config_path, "--remote", address, "--remote-key-prefix",
+                                        absl::StrCat("cake-bench-", getpid(), ":"), "--dram-capacity-mib",
+                                        absl::StrCat(options.mib + 2 * options.chunk_mib), "--window",
+                                        absl::StrCat(options.window), "--io-threads", absl::StrCat(options.window)}));
+  Client& client = *target.client;
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(bytes));
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
   const std::vector<uint32_t> prompt = SyntheticPrompt(uint64_t{chunks} * chunk_tokens, 71);
-  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c);
-  auto stored = client.Store(ns, TokensPrompt(prompt), 0, chunks, *region, 0);
-  if (!stored.ok()) return stored.status();
-  if (absl::Status s = WaitForCounter(client, "write_back_written", chunks, std::chrono::seconds(60)); !s.ok()) {
-    return s;
-  }
+  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region.data() + c * chunk_bytes, chunk_bytes}, c);
+  CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt), 0, chunks, region, 0).status());
+  CAKE_RETURN_IF_ERROR(WaitForCounter(client, "write_back_written", chunks, std::chrono::seconds(60)));
   absl::Cleanup evict_remote = [&] { client.Evict("remote").IgnoreError(); };
-  if (auto evicted = client.Evict("dram"); !evicted.ok()) return evicted.status();
-  auto lookup = client.Lookup(ns, TokensPrompt(prompt));
-  if (!lookup.ok()) return lookup.status();
-  if (lookup->cached_chunks != chunks ||
-      std::count(lookup->tiers.begin(), lookup->tiers.end(), TierKind::kRemote) != chunks) {
-    return absl::InternalError(absl::StrCat("only ", lookup->cached_chunks, " of ", chunks, " chunks are in Redis"));
+  CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
+  CAKE_ASSIGN_OR_RETURN(auto lookup, client.Lookup(ns, TokensPrompt(prompt)));
+  if (lookup.cached_chunks != chunks ||
+      std::count(lookup.tiers.begin(), lookup.tiers.end(), TierKind::kRemote) != chunks) {
+    return absl::InternalError(absl::StrCat("only ", lookup.cached_chunks, " of ", chunks, " chunks are in Redis"));
   }
 
   LoadOptions load;
   load.ns = ns;
   load.prompt = TokensPrompt(prompt);
-  load.region = &*region;
+  load.region = &region;
   // Both warmed up first, untimed: Redis's reply buffers and the daemon's connections are made once, not in run 1.
   const uint64_t requests = uint64_t{chunks} * parts_per_chunk;
-  if (auto warm = TimedIoOnlyLoad(client, load, chunks, chunk_bytes); !warm.ok()) return warm.status();
-  if (auto warm = RedisBenchmarkGetRps(*scratch, host, port, part_bytes, options.window, parts_per_chunk, requests); !warm.ok()) {
-    return warm.status();
-  }
+  CAKE_RETURN_IF_ERROR(TimedIoOnlyLoad(client, load, chunks, chunk_bytes).status());
+  CAKE_RETURN_IF_ERROR(
+      RedisBenchmarkGetRps(scratch, host, port, part_bytes, options.window, parts_per_chunk, requests).status());
   std::vector<double> remote_gbps, benchmark_gbps;
   for (uint32_t run = 0; run < options.runs; ++run) {
-    auto seconds = TimedIoOnlyLoad(client, load, chunks, chunk_bytes);
-    if (!seconds.ok()) return seconds.status();
-    remote_gbps.push_back(bytes * 8 / *seconds / 1e9);
+    CAKE_ASSIGN_OR_RETURN(auto seconds, TimedIoOnlyLoad(client, load, chunks, chunk_bytes));
+    remote_gbps.push_back(bytes * 8 / seconds / 1e9);
     // The same bytes as GETs of one part each, options.window connections, a chunk's parts per pipeline.
-    auto rps = RedisBenchmarkGetRps(*scratch, host, port, part_bytes, options.window, parts_per_chunk, requests);
-    if (!rps.ok()) return rps.status();
-    benchmark_gbps.push_back(*rps * part_bytes * 8 / 1e9);
+    CAKE_ASSIGN_OR_RETURN(
+        auto rps, RedisBenchmarkGetRps(scratch, host, port, part_bytes, options.window, parts_per_chunk, requests));
+    benchmark_gbps.push_back(rps * part_bytes * 8 / 1e9);
     std::printf("  run %u: caked remote load %.2f Gbit/s (%.3f s), redis-benchmark GET %.2f Gbit/s\n", run + 1,
-                remote_gbps.back(), *seconds, benchmark_gbps.back());
+                remote_gbps.back(), seconds, benchmark_gbps.back());
     std::fflush(stdout);
   }
   const auto stats = client.Stats();

@@ -9,73 +9,63 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "bench/simulated_storage.h"
+#include "examples/simulated_engine/simulated_storage.h"
+#include "storage/status_macros.h"
 
 namespace cake::bench {
 absl::Status RunTiersBench(const TiersOptions& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("--dir is required (the disk tier's folder)");
   if (options.mib < 8 || options.gbps <= 0) return absl::InvalidArgumentError("need --mib >= 8 and --gbps > 0");
-  auto root = FreshPath(options.dir, "cake-tiers");
-  if (!root.ok()) return root.status();
-  absl::Cleanup remove_root = [&] { RemoveQuietly(*root); };
+  CAKE_ASSIGN_OR_RETURN(auto root, FreshPath(options.dir, "cake-tiers"));
+  absl::Cleanup remove_root = [&] { RemoveQuietly(root); };
   constexpr uint32_t kChunkTokens = 256;
-  const NamespaceSpec ns = ProxyNamespace("tiers", kChunkTokens);  // 256 KiB chunks
-  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * kProxyBytesPerToken);
+  const NamespaceSpec ns = sim::ProxyNamespace("tiers", kChunkTokens);  // 256 KiB chunks
+  const uint64_t chunk_bytes = static_cast<uint64_t>(kChunkTokens * sim::kProxyBytesPerToken);
   const uint32_t chunks = static_cast<uint32_t>((options.mib << 20) / chunk_bytes);
   const uint64_t bytes = uint64_t{chunks} * chunk_bytes;
-  auto target =
-      OpenDaemon("", {"--disk-root", root->string(), "--dram-read-gbps", absl::StrCat(options.gbps), "--disk-read-gbps",
-                      absl::StrCat(options.gbps), "--dram-capacity-mib", absl::StrCat(4 * (bytes >> 20) + 64)});
-  if (!target.ok()) return target.status();
-  Client& client = *target->client;
-  auto region = client.RegisterRegion(bytes);
-  if (!region.ok()) return region.status();
-  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+  CAKE_ASSIGN_OR_RETURN(
+      auto target,
+      OpenDaemon("", {"--disk-root", root.string(), "--dram-read-gbps", absl::StrCat(options.gbps), "--disk-read-gbps",
+                      absl::StrCat(options.gbps), "--dram-capacity-mib", absl::StrCat(4 * (bytes >> 20) + 64)}));
+  Client& client = *target.client;
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(bytes));
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
   const std::vector<uint32_t> prompt = SyntheticPrompt(uint64_t{chunks} * kChunkTokens, 61);
-  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region->data() + c * chunk_bytes, chunk_bytes}, c);
-  auto stored = client.Store(ns, TokensPrompt(prompt), 0, chunks, *region, 0);
-  if (!stored.ok()) return stored.status();
-  if (absl::Status s = WaitForCounter(client, "tier_disk_chunks", chunks, std::chrono::seconds(60)); !s.ok()) return s;
+  for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region.data() + c * chunk_bytes, chunk_bytes}, c);
+  CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt), 0, chunks, region, 0).status());
+  CAKE_RETURN_IF_ERROR(WaitForCounter(client, "tier_disk_chunks", chunks, std::chrono::seconds(60)));
 
   LoadOptions load;
   load.ns = ns;
   load.prompt = TokensPrompt(prompt);
-  load.region = &*region;
+  load.region = &region;
   std::vector<double> dram_s, disk_s, split_s;
   for (uint32_t run = 0; run < options.runs; ++run) {
     // Everything in DRAM (it is, after the Store).
-    auto dram = TimedIoOnlyLoad(client, load, chunks, chunk_bytes);
-    if (!dram.ok()) return dram.status();
-    dram_s.push_back(*dram);
+    CAKE_ASSIGN_OR_RETURN(auto dram, TimedIoOnlyLoad(client, load, chunks, chunk_bytes));
+    dram_s.push_back(dram);
     // Everything on disk.
-    if (auto evicted = client.Evict("dram"); !evicted.ok()) return evicted.status();
-    auto disk = TimedIoOnlyLoad(client, load, chunks, chunk_bytes);
-    if (!disk.ok()) return disk.status();
-    disk_s.push_back(*disk);
+    CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
+    CAKE_ASSIGN_OR_RETURN(auto disk, TimedIoOnlyLoad(client, load, chunks, chunk_bytes));
+    disk_s.push_back(disk);
     // Half and half: the first half back in DRAM (promoted by a load of it), the second half on disk.
-    if (auto evicted = client.Evict("dram"); !evicted.ok()) return evicted.status();
+    CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
     const std::vector<uint32_t> first_half(prompt.begin(), prompt.begin() + (chunks / 2) * kChunkTokens);
     LoadOptions half = load;
     half.prompt = TokensPrompt(first_half);
-    auto before = client.Stats();
-    if (!before.ok()) return before.status();
-    if (auto warm = TimedIoOnlyLoad(client, half, chunks / 2, chunk_bytes); !warm.ok()) return warm.status();
-    if (absl::Status s =
-            WaitForCounter(client, "promotions", before->at("promotions") + chunks / 2, std::chrono::seconds(30));
-        !s.ok()) {
-      return s;
-    }
-    auto lookup = client.Lookup(ns, TokensPrompt(prompt));
-    if (!lookup.ok()) return lookup.status();
-    const auto in_dram = std::count(lookup->tiers.begin(), lookup->tiers.end(), TierKind::kDram);
+    CAKE_ASSIGN_OR_RETURN(auto before, client.Stats());
+    CAKE_RETURN_IF_ERROR(TimedIoOnlyLoad(client, half, chunks / 2, chunk_bytes).status());
+    CAKE_RETURN_IF_ERROR(
+        WaitForCounter(client, "promotions", before.at("promotions") + chunks / 2, std::chrono::seconds(30)));
+    CAKE_ASSIGN_OR_RETURN(auto lookup, client.Lookup(ns, TokensPrompt(prompt)));
+    const auto in_dram = std::count(lookup.tiers.begin(), lookup.tiers.end(), TierKind::kDram);
     if (in_dram != chunks / 2) {
       return absl::InternalError(absl::StrCat(in_dram, " of ", chunks, " chunks in DRAM; expected ", chunks / 2));
     }
-    auto split = TimedIoOnlyLoad(client, load, chunks, chunk_bytes);
-    if (!split.ok()) return split.status();
-    split_s.push_back(*split);
+    CAKE_ASSIGN_OR_RETURN(auto split, TimedIoOnlyLoad(client, load, chunks, chunk_bytes));
+    split_s.push_back(split);
     // Back to everything in DRAM for the next run.
-    if (auto again = TimedIoOnlyLoad(client, load, chunks, chunk_bytes); !again.ok()) return again.status();
+    CAKE_RETURN_IF_ERROR(TimedIoOnlyLoad(client, load, chunks, chunk_bytes).status());
     std::printf("  run %u: DRAM alone %.3f s, disk alone %.3f s, half in each %.3f s\n", run + 1, dram_s.back(),
                 disk_s.back(), split_s.back());
     std::fflush(stdout);

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuda/cuda_backend.h"
+#include "storage/status_macros.h"
 
 namespace cake {
 namespace {
@@ -61,13 +62,8 @@ absl::StatusOr<CopyStream*> StreamFor(int device) {
   if (device < 0 || device >= 64) return absl::InvalidArgumentError(absl::StrCat("device ", device, " out of range"));
   CopyStream& s = streams[device];
   if (s.stream == nullptr) {
-    if (auto st = CudaStatus(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-        !st.ok()) {
-      return st;
-    }
-    if (auto st = CudaStatus(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate"); !st.ok()) {
-      return st;
-    }
+    CAKE_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+    CAKE_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate"));
   }
   return &s;
 }
@@ -75,14 +71,11 @@ absl::StatusOr<CopyStream*> StreamFor(int device) {
 // One copy on the calling thread's stream, waited for on its event.
 absl::Status Copy(int device, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   DeviceGuard guard(device);
-  if (!guard.status().ok()) return guard.status();
-  auto stream = StreamFor(device);
-  if (!stream.ok()) return stream.status();
-  if (auto s = CudaStatus(cudaMemcpyAsync(dst, src, bytes, kind, (*stream)->stream), "cudaMemcpyAsync"); !s.ok()) {
-    return s;
-  }
-  if (auto s = CudaStatus(cudaEventRecord((*stream)->done, (*stream)->stream), "cudaEventRecord"); !s.ok()) return s;
-  return CudaStatus(cudaEventSynchronize((*stream)->done), "cudaEventSynchronize");
+  CAKE_RETURN_IF_ERROR(guard.status());
+  CAKE_ASSIGN_OR_RETURN(auto stream, StreamFor(device));
+  CAKE_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, src, bytes, kind, stream->stream), "cudaMemcpyAsync"));
+  CAKE_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(stream->done, stream->stream), "cudaEventRecord"));
+  return CudaStatus(cudaEventSynchronize(stream->done), "cudaEventSynchronize");
 }
 
 // One cudaMalloc; freed on its device when the owner goes.
@@ -90,12 +83,10 @@ class DeviceAllocation {
  public:
   static absl::StatusOr<DeviceAllocation> Create(uint64_t bytes, int device) {
     DeviceGuard guard(device);
-    if (!guard.status().ok()) return guard.status();
+    CAKE_RETURN_IF_ERROR(guard.status());
     void* data = nullptr;
-    if (auto s = CudaStatus(cudaMalloc(&data, bytes), absl::StrCat("cudaMalloc of ", bytes, " bytes on device ", device));
-        !s.ok()) {
-      return s;
-    }
+    CAKE_RETURN_IF_ERROR(
+        CudaStatus(cudaMalloc(&data, bytes), absl::StrCat("cudaMalloc of ", bytes, " bytes on device ", device)));
     // Zeroed, as host regions are (a fresh shm object reads as zeros): no earlier user's bytes leak to an engine.
     if (auto s = CudaStatus(cudaMemset(data, 0, bytes), "cudaMemset"); !s.ok()) {
       cudaFree(data);
@@ -130,11 +121,11 @@ class CudaRegion final : public Region {
   uint64_t size() const override { return size_; }
   std::byte* host_data() override { return nullptr; }  // device memory: bytes go through CopyIn
   absl::Status CopyIn(uint64_t offset, std::span<const std::byte> src) override {
-    if (auto s = CheckRange(size_, offset, src.size()); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(CheckRange(size_, offset, src.size()));
     return Copy(allocation_.device(), allocation_.data() + offset, src.data(), src.size(), cudaMemcpyHostToDevice);
   }
   absl::Status CopyOut(uint64_t offset, std::span<std::byte> dst) const override {
-    if (auto s = CheckRange(size_, offset, dst.size()); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(CheckRange(size_, offset, dst.size()));
     return Copy(allocation_.device(), dst.data(), allocation_.data() + offset, dst.size(), cudaMemcpyDeviceToHost);
   }
   std::string export_handle() const override { return handle_; }
@@ -178,18 +169,15 @@ absl::StatusOr<std::unique_ptr<Region>> CreateCudaRegion(uint64_t bytes, int dev
         absl::StrCat("CUDA device ", device, " does not exist; this machine has ", probe.device_count));
   }
   if (bytes == 0) return absl::InvalidArgumentError("a region of 0 bytes");
-  auto allocation = DeviceAllocation::Create(bytes, device);
-  if (!allocation.ok()) return allocation.status();
+  CAKE_ASSIGN_OR_RETURN(auto allocation, DeviceAllocation::Create(bytes, device));
   cudaIpcMemHandle_t handle;
   {
     DeviceGuard guard(device);
-    if (!guard.status().ok()) return guard.status();
-    if (auto s = CudaStatus(cudaIpcGetMemHandle(&handle, allocation->data()), "cudaIpcGetMemHandle"); !s.ok()) {
-      return s;
-    }
+    CAKE_RETURN_IF_ERROR(guard.status());
+    CAKE_RETURN_IF_ERROR(CudaStatus(cudaIpcGetMemHandle(&handle, allocation.data()), "cudaIpcGetMemHandle"));
   }
   static_assert(sizeof(handle) == kCudaIpcHandleBytes);
-  return std::make_unique<CudaRegion>(std::move(*allocation), bytes,
+  return std::make_unique<CudaRegion>(std::move(allocation), bytes,
                                       std::string(reinterpret_cast<const char*>(&handle), sizeof(handle)));
 }
 
@@ -277,21 +265,19 @@ absl::StatusOr<double> TimePinnedCopy(uint64_t bytes, int device) {
   const CudaProbe& probe = ProbeCuda();
   if (!probe.usable) return absl::FailedPreconditionError(probe.reason);
   if (device < 0 || device >= probe.device_count) return absl::InvalidArgumentError("no such CUDA device");
-  auto staging = StagingBuffer::Allocate(bytes);
-  if (!staging.ok()) return staging.status();
-  if (!staging->pinned()) return absl::ResourceExhaustedError("no pinned memory for the reference copy");
-  std::memset(staging->bytes().data(), 1, bytes);
-  auto device_memory = DeviceAllocation::Create(bytes, device);
-  if (!device_memory.ok()) return device_memory.status();
+  CAKE_ASSIGN_OR_RETURN(auto staging, StagingBuffer::Allocate(bytes));
+  if (!staging.pinned()) return absl::ResourceExhaustedError("no pinned memory for the reference copy");
+  std::memset(staging.bytes().data(), 1, bytes);
+  CAKE_ASSIGN_OR_RETURN(auto device_memory, DeviceAllocation::Create(bytes, device));
   DeviceGuard guard(device);
-  if (!guard.status().ok()) return guard.status();
+  CAKE_RETURN_IF_ERROR(guard.status());
   auto copy = [&] {
-    return CudaStatus(cudaMemcpy(device_memory->data(), staging->bytes().data(), bytes, cudaMemcpyHostToDevice),
+    return CudaStatus(cudaMemcpy(device_memory.data(), staging.bytes().data(), bytes, cudaMemcpyHostToDevice),
                       "cudaMemcpy");
   };
-  if (auto s = copy(); !s.ok()) return s;  // warm-up: the first copy pays for mappings
+  CAKE_RETURN_IF_ERROR(copy());  // warm-up: the first copy pays for mappings
   const auto start = std::chrono::steady_clock::now();
-  if (auto s = copy(); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(copy());
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -303,14 +289,12 @@ absl::StatusOr<CudaIpcMapping> CudaIpcMapping::Open(std::string_view handle, uin
         absl::StrCat("a CUDA IPC handle has ", kCudaIpcHandleBytes, " bytes, not ", handle.size()));
   }
   DeviceGuard guard(device);
-  if (!guard.status().ok()) return guard.status();
+  CAKE_RETURN_IF_ERROR(guard.status());
   cudaIpcMemHandle_t h;
   std::memcpy(&h, handle.data(), sizeof(h));
   void* data = nullptr;
-  if (auto s = CudaStatus(cudaIpcOpenMemHandle(&data, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
-      !s.ok()) {
-    return s;
-  }
+  CAKE_RETURN_IF_ERROR(
+      CudaStatus(cudaIpcOpenMemHandle(&data, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle"));
   return CudaIpcMapping(data, bytes, device);
 }
 
@@ -322,12 +306,12 @@ void CudaIpcMapping::Reset() {
 }
 
 absl::Status CudaIpcMapping::CopyToHost(uint64_t offset, std::span<std::byte> dst) const {
-  if (auto s = CheckRange(size_, offset, dst.size()); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(CheckRange(size_, offset, dst.size()));
   return Copy(device_, dst.data(), static_cast<const std::byte*>(data_) + offset, dst.size(), cudaMemcpyDeviceToHost);
 }
 
 absl::Status CudaIpcMapping::CopyFromHost(uint64_t offset, std::span<const std::byte> src) const {
-  if (auto s = CheckRange(size_, offset, src.size()); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(CheckRange(size_, offset, src.size()));
   return Copy(device_, static_cast<std::byte*>(data_) + offset, src.data(), src.size(), cudaMemcpyHostToDevice);
 }
 

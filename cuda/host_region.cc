@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuda/region.h"
+#include "storage/status_macros.h"
 
 namespace cake {
 namespace {
@@ -41,12 +42,12 @@ class HostRegion final : public Region {
   uint64_t size() const override { return shm_.size(); }
   std::byte* host_data() override { return shm_.data(); }
   absl::Status CopyIn(uint64_t offset, std::span<const std::byte> src) override {
-    if (auto s = CheckRange(size(), offset, src.size()); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(CheckRange(size(), offset, src.size()));
     std::memcpy(shm_.data() + offset, src.data(), src.size());
     return absl::OkStatus();
   }
   absl::Status CopyOut(uint64_t offset, std::span<std::byte> dst) const override {
-    if (auto s = CheckRange(size(), offset, dst.size()); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(CheckRange(size(), offset, dst.size()));
     std::memcpy(dst.data(), shm_.data() + offset, dst.size());
     return absl::OkStatus();
   }
@@ -154,9 +155,8 @@ void SharedMemory::Reset() {
 }
 
 absl::StatusOr<std::unique_ptr<Region>> CreateHostRegion(uint64_t bytes) {
-  auto shm = SharedMemory::Create(bytes);
-  if (!shm.ok()) return shm.status();
-  return std::make_unique<HostRegion>(std::move(*shm));
+  CAKE_ASSIGN_OR_RETURN(auto shm, SharedMemory::Create(bytes));
+  return std::make_unique<HostRegion>(std::move(shm));
 }
 
 }  // namespace cake

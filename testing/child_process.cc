@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "storage/status_macros.h"
 
 namespace cake {
 
@@ -117,9 +118,8 @@ int ChildProcess::Wait() {
 }
 
 absl::StatusOr<int> RunToCompletion(const std::vector<std::string>& argv, const std::string& output_path) {
-  auto child = ChildProcess::Start({argv, output_path, SIGTERM});
-  if (!child.ok()) return child.status();
-  return child->Wait();
+  CAKE_ASSIGN_OR_RETURN(auto child, ChildProcess::Start({argv, output_path, SIGTERM}));
+  return child.Wait();
 }
 
 }  // namespace cake

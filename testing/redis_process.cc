@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
 #include "storage/redis_cluster_client.h"
+#include "storage/status_macros.h"
 
 namespace cake {
 namespace {
@@ -92,17 +93,15 @@ absl::StatusOr<ContextPtr> Connect(const RedisServer& server, std::chrono::milli
   }
   redisSetTimeout(context.get(), ToTimeval(kCommandTimeout));
   if (!server.password().empty()) {
-    auto auth = Execute(context.get(), {"AUTH", server.password()});
-    if (!auth.ok()) return auth.status();
+    CAKE_RETURN_IF_ERROR(Execute(context.get(), {"AUTH", server.password()}).status());
   }
   return context;
 }
 
 absl::StatusOr<ReplyPtr> RunCommand(const RedisServer& server, const std::vector<std::string>& argv,
                                     std::chrono::milliseconds connect_timeout = 1s) {
-  auto context = Connect(server, connect_timeout);
-  if (!context.ok()) return context.status();
-  return Execute(context->get(), argv);
+  CAKE_ASSIGN_OR_RETURN(auto context, Connect(server, connect_timeout));
+  return Execute(context.get(), argv);
 }
 
 std::string ReplyText(const redisReply& reply) {
@@ -201,14 +200,12 @@ absl::StatusOr<RedisServer> RedisServer::Start(const Options& options) {
 }
 
 absl::StatusOr<RedisServer> RedisServer::StartOnce(const Options& options) {
-  auto ports = PickFreePorts(options.cluster ? 2 : 1);
-  if (!ports.ok()) return ports.status();
-  auto dir = MakeTempDir();
-  if (!dir.ok()) return dir.status();
+  CAKE_ASSIGN_OR_RETURN(auto ports, PickFreePorts(options.cluster ? 2 : 1));
+  CAKE_ASSIGN_OR_RETURN(auto dir, MakeTempDir());
 
   RedisServer server;
-  server.dir_ = *dir;
-  server.port_ = (*ports)[0];
+  server.dir_ = dir;
+  server.port_ = ports[0];
   server.password_ = options.password;
 
   std::vector<std::string> args = {"redis-server",
@@ -223,7 +220,7 @@ absl::StatusOr<RedisServer> RedisServer::StartOnce(const Options& options) {
     // The bus port is chosen explicitly (rather than Redis's port + 10000, which can pass 65535 or be taken)
     // and the announced address is fixed, so no node has to learn its own address from gossip. A cache cluster
     // keeps serving the slots it has when a master dies (full coverage off), as docs/operations.md advises.
-    server.cluster_bus_port_ = (*ports)[1];
+    server.cluster_bus_port_ = ports[1];
     args.insert(args.end(), {"--cluster-enabled", "yes",
                              "--cluster-config-file", server.dir_ + "/nodes.conf",
                              "--cluster-node-timeout", "2000",
@@ -236,9 +233,8 @@ absl::StatusOr<RedisServer> RedisServer::StartOnce(const Options& options) {
 
   const std::string stdout_path = server.dir_ + "/stdout.log";
   // Killed with the thread that started it, so a crashed test leaves no server behind.
-  auto child = ChildProcess::Start({args, stdout_path, SIGKILL});
-  if (!child.ok()) return child.status();
-  server.child_ = std::move(*child);
+  CAKE_ASSIGN_OR_RETURN(auto child, ChildProcess::Start({args, stdout_path, SIGKILL}));
+  server.child_ = std::move(child);
 
   const auto deadline = std::chrono::steady_clock::now() + options.start_timeout;
   while (true) {
@@ -295,11 +291,10 @@ void RedisServer::Kill() { child_.Signal(SIGKILL); }
 absl::StatusOr<std::string> RedisServer::Command(const std::vector<std::string>& argv) const {
   if (argv.empty()) return absl::InvalidArgumentError("no command");
   if (!child_.running()) return absl::FailedPreconditionError(absl::StrCat("redis-server ", address(), " is not running"));
-  auto reply = RunCommand(*this, argv);
-  if (!reply.ok()) return reply.status();
-  if ((*reply)->type == REDIS_REPLY_NIL) return absl::NotFoundError(absl::StrCat(argv[0], ": nil reply"));
+  CAKE_ASSIGN_OR_RETURN(auto reply, RunCommand(*this, argv));
+  if (reply->type == REDIS_REPLY_NIL) return absl::NotFoundError(absl::StrCat(argv[0], ": nil reply"));
   std::vector<std::string> lines;
-  RenderReply(**reply, lines);
+  RenderReply(*reply, lines);
   return absl::StrJoin(lines, "\n");
 }
 
@@ -312,14 +307,12 @@ absl::StatusOr<RedisCluster> RedisCluster::Start(int masters) {
   RedisServer::Options options;
   options.cluster = true;
   for (int i = 0; i < masters; ++i) {
-    auto server = RedisServer::Start(options);
-    if (!server.ok()) return server.status();
-    cluster.nodes_.push_back(std::move(*server));
+    CAKE_ASSIGN_OR_RETURN(auto server, RedisServer::Start(options));
+    cluster.nodes_.push_back(std::move(server));
   }
   for (auto& node : cluster.nodes_) {
-    auto id = node.Command({"CLUSTER", "MYID"});
-    if (!id.ok()) return id.status();
-    cluster.node_ids_.push_back(*id);
+    CAKE_ASSIGN_OR_RETURN(auto id, node.Command({"CLUSTER", "MYID"}));
+    cluster.node_ids_.push_back(id);
   }
 
   // Each node takes an even share of the slots and a distinct config epoch before it meets the others (the
@@ -346,9 +339,8 @@ absl::StatusOr<RedisCluster> RedisCluster::Start(int masters) {
     if (!met.ok()) return met.status();
   }
 
-  absl::Status ready = WaitUntilOk([&] { return cluster.CheckConverged(/*require_state_ok=*/true); },
-                                   kClusterStartTimeout, "cluster_state:ok and one slot map on every node");
-  if (!ready.ok()) return ready;
+  CAKE_RETURN_IF_ERROR(WaitUntilOk([&] { return cluster.CheckConverged(/*require_state_ok=*/true); },
+                                   kClusterStartTimeout, "cluster_state:ok and one slot map on every node"));
   return cluster;
 }
 
@@ -361,10 +353,9 @@ std::vector<std::string> RedisCluster::addresses() const {
 int RedisCluster::KeySlot(std::string_view key) { return RedisKeySlot(key); }
 
 absl::StatusOr<std::vector<int>> RedisCluster::SlotOwnersSeenBy(size_t node) const {
-  auto reply = RunCommand(nodes_[node], {"CLUSTER", "SLOTS"});
-  if (!reply.ok()) return reply.status();
+  CAKE_ASSIGN_OR_RETURN(auto reply, RunCommand(nodes_[node], {"CLUSTER", "SLOTS"}));
   std::vector<int> owners(kSlots, -1);
-  const redisReply& ranges = **reply;
+  const redisReply& ranges = *reply;
   if (ranges.type != REDIS_REPLY_ARRAY) return absl::InternalError("CLUSTER SLOTS did not return an array");
   // Each range is [first slot, last slot, [ip, port, node id, ...] of the master, replicas...].
   for (size_t r = 0; r < ranges.elements; ++r) {
@@ -391,25 +382,23 @@ absl::Status RedisCluster::CheckConverged(bool require_state_ok) const {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (nodes_[i].pid() <= 0) continue;  // a stopped or killed node has no say
     if (require_state_ok) {
-      auto info = nodes_[i].Command({"CLUSTER", "INFO"});
-      if (!info.ok()) return info.status();
-      if (!absl::StrContains(*info, "cluster_state:ok")) {
+      CAKE_ASSIGN_OR_RETURN(auto info, nodes_[i].Command({"CLUSTER", "INFO"}));
+      if (!absl::StrContains(info, "cluster_state:ok")) {
         return absl::UnavailableError(absl::StrCat("node ", i, " does not report cluster_state:ok"));
       }
     }
-    auto owners = SlotOwnersSeenBy(i);
-    if (!owners.ok()) return owners.status();
+    CAKE_ASSIGN_OR_RETURN(auto owners, SlotOwnersSeenBy(i));
     for (int slot = 0; slot < kSlots; ++slot) {
-      if ((*owners)[slot] < 0) {
+      if (owners[slot] < 0) {
         return absl::UnavailableError(absl::StrCat("node ", i, " knows no owner for slot ", slot));
       }
-      if (agreed && (*agreed)[slot] != (*owners)[slot]) {
-        return absl::UnavailableError(absl::StrCat("node ", i, " sees node ", (*owners)[slot], " owning slot ",
-                                                   slot, ", node ", agreed_by, " sees node ", (*agreed)[slot]));
+      if (agreed && (*agreed)[slot] != owners[slot]) {
+        return absl::UnavailableError(absl::StrCat("node ", i, " sees node ", owners[slot], " owning slot ", slot,
+                                                   ", node ", agreed_by, " sees node ", (*agreed)[slot]));
       }
     }
     if (!agreed) {
-      agreed = std::move(*owners);
+      agreed = std::move(owners);
       agreed_by = i;
     }
   }
@@ -422,9 +411,8 @@ absl::StatusOr<int> RedisCluster::NodeForSlot(int slot) const {
   std::optional<int> owner;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (nodes_[i].pid() <= 0) continue;
-    auto owners = SlotOwnersSeenBy(i);
-    if (!owners.ok()) return owners.status();
-    const int seen = (*owners)[slot];
+    CAKE_ASSIGN_OR_RETURN(auto owners, SlotOwnersSeenBy(i));
+    const int seen = owners[slot];
     if (seen < 0) return absl::FailedPreconditionError(absl::StrCat("node ", i, " knows no owner for slot ", slot));
     if (owner && *owner != seen) {
       return absl::FailedPreconditionError(absl::StrCat("nodes disagree on the owner of slot ", slot, ": ", *owner,
@@ -449,16 +437,16 @@ absl::Status RedisCluster::CheckMigrationArgs(int slot, size_t from, size_t to) 
 }
 
 absl::Status RedisCluster::BeginSlotMigration(int slot, size_t from, size_t to) {
-  if (absl::Status args = CheckMigrationArgs(slot, from, to); !args.ok()) return args;
+  CAKE_RETURN_IF_ERROR(CheckMigrationArgs(slot, from, to));
   // The target imports first, so that once the source starts redirecting (ASK) the target accepts the requests.
-  auto importing = nodes_[to].Command({"CLUSTER", "SETSLOT", absl::StrCat(slot), "IMPORTING", node_ids_[from]});
-  if (!importing.ok()) return importing.status();
+  CAKE_RETURN_IF_ERROR(
+      nodes_[to].Command({"CLUSTER", "SETSLOT", absl::StrCat(slot), "IMPORTING", node_ids_[from]}).status());
   auto migrating = nodes_[from].Command({"CLUSTER", "SETSLOT", absl::StrCat(slot), "MIGRATING", node_ids_[to]});
   return migrating.status();
 }
 
 absl::Status RedisCluster::MigrateKeys(int slot, size_t from, size_t to, const std::vector<std::string>& keys) {
-  if (absl::Status args = CheckMigrationArgs(slot, from, to); !args.ok()) return args;
+  CAKE_RETURN_IF_ERROR(CheckMigrationArgs(slot, from, to));
   if (keys.empty()) return absl::OkStatus();
   for (const auto& key : keys) {
     if (KeySlot(key) != slot) {
@@ -476,20 +464,20 @@ absl::Status RedisCluster::MigrateKeys(int slot, size_t from, size_t to, const s
 }
 
 absl::Status RedisCluster::MigrateAllKeys(int slot, size_t from, size_t to) {
-  if (absl::Status args = CheckMigrationArgs(slot, from, to); !args.ok()) return args;
+  CAKE_RETURN_IF_ERROR(CheckMigrationArgs(slot, from, to));
   while (true) {
-    auto reply = RunCommand(nodes_[from], {"CLUSTER", "GETKEYSINSLOT", absl::StrCat(slot), "1000"});
-    if (!reply.ok()) return reply.status();
-    if ((*reply)->type != REDIS_REPLY_ARRAY) return absl::InternalError("CLUSTER GETKEYSINSLOT returned no array");
-    if ((*reply)->elements == 0) return absl::OkStatus();
+    CAKE_ASSIGN_OR_RETURN(auto reply,
+                          RunCommand(nodes_[from], {"CLUSTER", "GETKEYSINSLOT", absl::StrCat(slot), "1000"}));
+    if (reply->type != REDIS_REPLY_ARRAY) return absl::InternalError("CLUSTER GETKEYSINSLOT returned no array");
+    if (reply->elements == 0) return absl::OkStatus();
     std::vector<std::string> keys;
-    for (size_t i = 0; i < (*reply)->elements; ++i) keys.push_back(ReplyText(*(*reply)->element[i]));
-    if (absl::Status migrated = MigrateKeys(slot, from, to, keys); !migrated.ok()) return migrated;
+    for (size_t i = 0; i < reply->elements; ++i) keys.push_back(ReplyText(*reply->element[i]));
+    CAKE_RETURN_IF_ERROR(MigrateKeys(slot, from, to, keys));
   }
 }
 
 absl::Status RedisCluster::FinishSlotMigration(int slot, size_t from, size_t to) {
-  if (absl::Status args = CheckMigrationArgs(slot, from, to); !args.ok()) return args;
+  CAKE_RETURN_IF_ERROR(CheckMigrationArgs(slot, from, to));
   // Target first (it bumps its config epoch, so its claim wins in gossip), then the source, then the others, as
   // the Redis cluster specification orders it; telling every node directly saves waiting for gossip.
   std::vector<size_t> order = {to, from};
@@ -505,11 +493,10 @@ absl::Status RedisCluster::FinishSlotMigration(int slot, size_t from, size_t to)
   }
   return WaitUntilOk(
       [&]() -> absl::Status {
-        if (absl::Status converged = CheckConverged(/*require_state_ok=*/false); !converged.ok()) return converged;
-        auto owner = NodeForSlot(slot);
-        if (!owner.ok()) return owner.status();
-        if (*owner != static_cast<int>(to)) {
-          return absl::UnavailableError(absl::StrCat("slot ", slot, " is still owned by node ", *owner));
+        CAKE_RETURN_IF_ERROR(CheckConverged(/*require_state_ok=*/false));
+        CAKE_ASSIGN_OR_RETURN(auto owner, NodeForSlot(slot));
+        if (owner != static_cast<int>(to)) {
+          return absl::UnavailableError(absl::StrCat("slot ", slot, " is still owned by node ", owner));
         }
         return absl::OkStatus();
       },
@@ -517,8 +504,8 @@ absl::Status RedisCluster::FinishSlotMigration(int slot, size_t from, size_t to)
 }
 
 absl::Status RedisCluster::MoveSlot(int slot, size_t from, size_t to) {
-  if (absl::Status begun = BeginSlotMigration(slot, from, to); !begun.ok()) return begun;
-  if (absl::Status migrated = MigrateAllKeys(slot, from, to); !migrated.ok()) return migrated;
+  CAKE_RETURN_IF_ERROR(BeginSlotMigration(slot, from, to));
+  CAKE_RETURN_IF_ERROR(MigrateAllKeys(slot, from, to));
   return FinishSlotMigration(slot, from, to);
 }
 

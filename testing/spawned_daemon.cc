@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "storage/status_macros.h"
 
 namespace cake {
 
@@ -31,9 +32,8 @@ absl::StatusOr<SpawnedDaemon> SpawnedDaemon::Start(const std::string& caked_path
   }
   // SIGTERM when the starting thread ends (a killed bench or test leaves no daemon behind), so the daemon still
   // removes its socket and regions.
-  auto child = ChildProcess::Start({args, d.run_dir_ + "/caked.log", SIGTERM});
-  if (!child.ok()) return child.status();
-  d.child_ = std::move(*child);
+  CAKE_ASSIGN_OR_RETURN(auto child, ChildProcess::Start({args, d.run_dir_ + "/caked.log", SIGTERM}));
+  d.child_ = std::move(child);
   const auto deadline = std::chrono::steady_clock::now() + start_timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (d.child_.Poll().has_value()) {

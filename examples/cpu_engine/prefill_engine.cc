@@ -7,6 +7,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "storage/status_macros.h"
 
 namespace cake::engine {
 namespace {
@@ -91,9 +92,8 @@ absl::StatusOr<PrefillResult> PrefillEngine::RunWithDaemon(PrefillMode mode, uin
   }
 
   const Clock::time_point start = Clock::now();
-  auto started = client_->StartLoad(load);
-  if (!started.ok()) return started.status();
-  LoadSession& session = **started;
+  CAKE_ASSIGN_OR_RETURN(auto started, client_->StartLoad(load));
+  LoadSession& session = *started;
   absl::Cleanup release = [&] { session.Release().IgnoreError(); };
   // A stream that ended early carries the daemon's reason in its final status.
   auto ended = [&](const absl::Status& waited) {
@@ -124,7 +124,7 @@ absl::StatusOr<PrefillResult> PrefillEngine::RunWithDaemon(PrefillMode mode, uin
       if (computed == wait_at && session.WaitResidentUntil(computed, wait_until)) break;
       ComputeChunk(computed, result);
       ++computed;
-      if (absl::Status s = session.ReportProgress(computed); !s.ok()) return s;
+      CAKE_RETURN_IF_ERROR(session.ReportProgress(computed));
     }
   } else {
     const uint32_t front = mode == PrefillMode::kFixedSplit ? std::min(split, cached) : 0;
@@ -146,7 +146,7 @@ absl::StatusOr<PrefillResult> PrefillEngine::RunWithDaemon(PrefillMode mode, uin
     if (at != pages_.offsets[c]) std::memmove(region_.data() + pages_.offsets[c], region_.data() + at, page_bytes_);
   }
   std::move(release).Cancel();
-  if (absl::Status s = session.Release(); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(session.Release());
   // The uncached suffix needs every earlier page, loaded ones included.
   for (uint32_t c = std::max(computed, cached); c < total_chunks(); ++c) ComputeChunk(c, result);
   result.first_token = model_.FirstToken(prompt_, chunk_tokens_, pages_);

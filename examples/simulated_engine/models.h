@@ -1,4 +1,5 @@
-// The models of the paper's evaluation: what the simulated engine's cost model and the KV layout need.
+// The models of the paper's evaluation: what PAPER.md's prefill cost model and the KV layout need, for every
+// simulated engine (cake-demo --engine simulated, the benches' GridEngine) and the benches' KV sizes.
 #pragma once
 
 #include <array>
@@ -7,7 +8,7 @@
 
 #include "storage/namespace.h"
 
-namespace cake::bench {
+namespace cake::sim {
 
 struct ModelSpec {
   const char* name;
@@ -61,4 +62,4 @@ inline NamespaceSpec KvNamespace(const ModelSpec& model) {
   return ns;
 }
 
-}  // namespace cake::bench
+}  // namespace cake::sim

@@ -1,6 +1,8 @@
-// The paper's simulated engine, shared by the benches that need compute beside the daemon's loads: PAPER.md's
-// prefill cost model with a vLLM-style step budget of which the request gets a share, a Cake load that follows the
-// daemon's plan, and the oracle split computed offline from the same model.
+// The paper's simulated engine (library cake_simulated_engine, beside the cost model in models.h that cake-demo
+// --engine simulated uses too), for the benches that need compute beside the daemon's loads (cake-bench grid and
+// mixed): PAPER.md's prefill cost model with a vLLM-style step budget of which the request gets a share, a Cake load
+// that follows the daemon's plan, and the oracle split computed offline from the same model. It sleeps instead of
+// computing, so a bench can model any GPU on a machine without one.
 #pragma once
 
 #include <algorithm>
@@ -9,11 +11,14 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "bench/bench_common.h"
-#include "bench/models.h"
 #include "client/client.h"
+#include "examples/harness/harness.h"
+#include "examples/simulated_engine/models.h"
+#include "storage/status_macros.h"
 
-namespace cake::bench {
+namespace cake::sim {
+
+using harness::Clock;
 
 // One request's prefill on the simulated engine: steps of util x step budget tokens, each taking what the
 // request's share of the GPU needs for them; after every step it reports its progress and, under Cake, stops at
@@ -59,12 +64,12 @@ class GridEngine {
       const uint32_t boundary = (done / chunk_tokens_ + 1) * chunk_tokens_;
       if (next > boundary && boundary < limit_tokens && resident(boundary / chunk_tokens_)) next = boundary;
       gpu_free += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(Seconds(done, next)));
-      PreciseSleepUntil(gpu_free);
+      harness::PreciseSleepUntil(gpu_free);
       done = next;
       const uint32_t chunks = done / chunk_tokens_;
       if (chunks > reported) {
         reported = chunks;
-        if (absl::Status s = progress(chunks); !s.ok()) return s;
+        CAKE_RETURN_IF_ERROR(progress(chunks));
       }
     }
     return done;
@@ -98,4 +103,4 @@ absl::StatusOr<double> TimedComputeOnly(GridEngine& engine, uint32_t tokens);
 double OracleSeconds(const GridEngine& engine, double time_scale, uint32_t chunks, uint32_t chunk_tokens,
                      double chunk_load_s);
 
-}  // namespace cake::bench
+}  // namespace cake::sim

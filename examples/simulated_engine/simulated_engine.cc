@@ -1,11 +1,13 @@
-#include "bench/simulated_engine.h"
+// The simulated engine's Cake and compute-only runs and its oracle split (see simulated_engine.h).
+#include "examples/simulated_engine/simulated_engine.h"
 
 #include <limits>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "storage/status_macros.h"
 
-namespace cake::bench {
+namespace cake::sim {
 
 absl::StatusOr<CakeRun> TimedCake(Client& client, const LoadOptions& base, GridEngine& engine, uint32_t tokens,
                                   uint32_t chunk_tokens) {
@@ -14,44 +16,41 @@ absl::StatusOr<CakeRun> TimedCake(Client& client, const LoadOptions& base, GridE
   load.compute_first_chunk_s = engine.HintFirstChunk();
   load.compute_growth_s = engine.HintGrowth();
   const Clock::time_point start = Clock::now();
-  auto started = client.StartLoad(load);
-  if (!started.ok()) return started.status();
-  LoadSession& session = **started;
+  CAKE_ASSIGN_OR_RETURN(auto started, client.StartLoad(load));
+  LoadSession& session = *started;
   absl::Cleanup release = [&] { session.Release().IgnoreError(); };
-  auto plan = session.WaitPlan();
-  if (!plan.ok()) return plan.status();
+  CAKE_ASSIGN_OR_RETURN(auto plan, session.WaitPlan());
   CakeRun run;
-  run.strategy = plan->strategy == LoadPlan::Strategy::kIoOnly        ? "io-only"
-                 : plan->strategy == LoadPlan::Strategy::kComputeOnly ? "compute-only"
-                                                                      : "cake";
-  const uint32_t limit = plan->strategy == LoadPlan::Strategy::kIoOnly ? plan->lowest_loadable * chunk_tokens : tokens;
+  run.strategy = plan.strategy == LoadPlan::Strategy::kIoOnly        ? "io-only"
+                 : plan.strategy == LoadPlan::Strategy::kComputeOnly ? "compute-only"
+                                                                     : "cake";
+  const uint32_t limit = plan.strategy == LoadPlan::Strategy::kIoOnly ? plan.lowest_loadable * chunk_tokens : tokens;
   // Under Cake the engine stops at the predicted meeting and waits for the loads, with a fifth of slack (plus a
   // millisecond) before it decides they fell behind and computes on.
   uint32_t wait_at = tokens + 1;
   Clock::time_point wait_until = start;
-  if (plan->strategy == LoadPlan::Strategy::kCake && plan->predicted_meeting_chunk && plan->predicted_cake_s) {
-    wait_at = *plan->predicted_meeting_chunk * chunk_tokens;
+  if (plan.strategy == LoadPlan::Strategy::kCake && plan.predicted_meeting_chunk && plan.predicted_cake_s) {
+    wait_at = *plan.predicted_meeting_chunk * chunk_tokens;
     wait_until = start + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(*plan->predicted_cake_s * 1.2 + 1e-3));
+                             std::chrono::duration<double>(*plan.predicted_cake_s * 1.2 + 1e-3));
   }
   auto stopped = engine.Run(
       start, limit, [&](uint32_t c) { return session.IsResident(c); },
       [&](uint32_t c) { return session.ReportProgress(c); }, wait_at, wait_until,
       [&](uint32_t c, Clock::time_point deadline) { return session.WaitResidentUntil(c, deadline); });
   if (!stopped.ok()) return stopped.status();
-  const double engine_s = SecondsSince(start);
-  auto done = session.WaitDone();
-  if (!done.ok()) return done.status();
-  run.seconds = std::max(engine_s, SecondsSince(start));
-  run.meeting_chunk = done->meeting_chunk;
-  if (*stopped < done->meeting_chunk * chunk_tokens) {
+  const double engine_s = harness::SecondsSince(start);
+  CAKE_ASSIGN_OR_RETURN(auto done, session.WaitDone());
+  run.seconds = std::max(engine_s, harness::SecondsSince(start));
+  run.meeting_chunk = done.meeting_chunk;
+  if (*stopped < done.meeting_chunk * chunk_tokens) {
     return absl::InternalError(absl::StrCat("the engine stopped at token ", *stopped, " below the meeting chunk ",
-                                            done->meeting_chunk,
+                                            done.meeting_chunk,
                                             ": chunks in between were neither computed nor "
                                             "loaded"));
   }
   std::move(release).Cancel();
-  if (absl::Status s = session.Release(); !s.ok()) return s;
+  CAKE_RETURN_IF_ERROR(session.Release());
   return run;
 }
 
@@ -71,7 +70,7 @@ absl::StatusOr<double> TimedComputeOnly(GridEngine& engine, uint32_t tokens) {
       start, tokens, [](uint32_t) { return false; }, [](uint32_t) { return absl::OkStatus(); }, tokens + 1, start,
       [](uint32_t, Clock::time_point) { return false; });
   if (!computed.ok()) return computed.status();
-  return SecondsSince(start);
+  return harness::SecondsSince(start);
 }
 
-}  // namespace cake::bench
+}  // namespace cake::sim

@@ -1,6 +1,7 @@
-// cake-bench demo --engine simulated: a simulated engine that "computes" prefill chunks by sleeping what PAPER.md's cost model says
-// they cost, against a real caked that loads them, and compares time to first token of compute-only, I/O-only
-// and Cake for one cached prompt. Every loaded chunk is checked byte for byte.
+// cake-demo --engine simulated: a simulated engine that "computes" prefill chunks by sleeping what PAPER.md's cost
+// model (examples/simulated_engine/models.h) says they cost, against a real caked that loads them, and compares
+// time to first token of compute-only, I/O-only and Cake for one cached prompt. Every loaded chunk is checked byte
+// for byte against the pattern it was stored with.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -9,12 +10,28 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "bench/bench_common.h"
-#include "bench/benchmarks.h"
-#include "bench/models.h"
+#include "examples/demo/demo.h"
+#include "examples/harness/harness.h"
+#include "examples/simulated_engine/models.h"
+#include "storage/status_macros.h"
 
-namespace cake::bench {
+namespace cake::demo {
 namespace {
+
+using harness::CheckChunkPattern;
+using harness::Clock;
+using harness::FillChunkPattern;
+using harness::JsonReport;
+using harness::PreciseSleepUntil;
+using harness::SecondsSince;
+using harness::SyntheticPrompt;
+using harness::TokensPrompt;
+using harness::WaitForCounter;
+using sim::FindModel;
+using sim::kModels;
+using sim::KvNamespace;
+using sim::ModelSpec;
+using sim::PrefillCostModel;
 
 struct LoadRunResult {
   double ttft_s = 0;
@@ -41,12 +58,10 @@ class DemoEngine {
   // Writes every chunk's KV pattern into the region and stores the whole prompt in the daemon.
   absl::Status StorePrompt() {
     for (uint32_t c = 0; c < chunks(); ++c) FillChunkPattern(ChunkBytes(c * chunk_bytes_), c);
-    auto stored = client_.Store(ns_, Prompt(), 0, chunks(), region_, 0);
-    if (!stored.ok()) return stored.status();
-    auto found = client_.Lookup(ns_, Prompt());
-    if (!found.ok()) return found.status();
-    if (found->cached_chunks != chunks()) {
-      return absl::FailedPreconditionError(absl::StrCat("the daemon holds ", found->cached_chunks, " of the ", chunks(),
+    CAKE_RETURN_IF_ERROR(client_.Store(ns_, Prompt(), 0, chunks(), region_, 0).status());
+    CAKE_ASSIGN_OR_RETURN(auto found, client_.Lookup(ns_, Prompt()));
+    if (found.cached_chunks != chunks()) {
+      return absl::FailedPreconditionError(absl::StrCat("the daemon holds ", found.cached_chunks, " of the ", chunks(),
                                                         " chunks just stored; is its DRAM tier too small?"));
     }
     return absl::OkStatus();
@@ -75,22 +90,20 @@ class DemoEngine {
     load.compute_growth_s = chunks() > 1 ? chunk_compute_s_[1] - chunk_compute_s_[0] : 0;
 
     const Clock::time_point start = Clock::now();
-    auto started = client_.StartLoad(load);
-    if (!started.ok()) return started.status();
-    LoadSession& session = **started;
+    CAKE_ASSIGN_OR_RETURN(auto started, client_.StartLoad(load));
+    LoadSession& session = *started;
     absl::Cleanup release = [&] { session.Release().IgnoreError(); };
     uint32_t engine_stop = 0;
     if (mode == LoadMode::kCake) {
       // The plan says whether sharing pays: under I/O-only the engine computes only what has no room to load.
-      auto plan = session.WaitPlan();
-      if (!plan.ok()) return plan.status();
-      const uint32_t compute_limit = plan->strategy == LoadPlan::Strategy::kIoOnly ? plan->lowest_loadable : chunks();
+      CAKE_ASSIGN_OR_RETURN(auto plan, session.WaitPlan());
+      const uint32_t compute_limit = plan.strategy == LoadPlan::Strategy::kIoOnly ? plan.lowest_loadable : chunks();
       Clock::time_point gpu_free = start;
       // One residency check per engine step, as the paper's engine does.
       while (engine_stop < compute_limit && !session.IsResident(engine_stop)) {
         ComputeChunk(engine_stop, gpu_free);
         ++engine_stop;
-        if (absl::Status s = session.ReportProgress(engine_stop); !s.ok()) return s;
+        CAKE_RETURN_IF_ERROR(session.ReportProgress(engine_stop));
       }
     }
     auto done = session.WaitDone();
@@ -104,12 +117,12 @@ class DemoEngine {
                                               ": chunks in between were neither computed nor loaded"));
     }
     for (uint32_t c = done->meeting_chunk; c < chunks(); ++c) {
-      if (absl::Status s = CheckChunkPattern(ChunkBytes(session.RegionOffset(c)), c); !s.ok()) return s;
+      CAKE_RETURN_IF_ERROR(CheckChunkPattern(ChunkBytes(session.RegionOffset(c)), c));
     }
     LoadRunResult result{ttft, done->meeting_chunk, engine_stop, std::nullopt};
     if (auto plan = session.WaitPlan(); plan.ok()) result.predicted_meeting_chunk = plan->predicted_meeting_chunk;
     std::move(release).Cancel();
-    if (absl::Status s = session.Release(); !s.ok()) return s;
+    CAKE_RETURN_IF_ERROR(session.Release());
     return result;
   }
 
@@ -146,11 +159,7 @@ double ModelOptimumSeconds(const std::vector<double>& chunk_compute_s, double ch
 
 }  // namespace
 
-absl::Status RunDemo(const DemoOptions& options) {
-  if (options.engine == "real") return RunRealEngineDemo(options);
-  if (options.engine != "simulated") {
-    return absl::InvalidArgumentError(absl::StrCat("--engine ", options.engine, ": expected real or simulated"));
-  }
+absl::Status RunSimulatedDemo(const DemoOptions& options) {
   const double read_gbps = options.read_gbps.value_or(16);
   const ModelSpec* model = FindModel(options.model);
   if (model == nullptr) {
@@ -163,15 +172,14 @@ absl::Status RunDemo(const DemoOptions& options) {
     return absl::InvalidArgumentError("--gpu-tflops must be positive");
   }
   const NamespaceSpec ns = KvNamespace(*model);
-  auto layout = Namespace::Create(ns);
-  if (!layout.ok()) return layout.status();
-  const uint32_t chunk_tokens = layout->chunk_tokens();
+  CAKE_ASSIGN_OR_RETURN(auto layout, Namespace::Create(ns));
+  const uint32_t chunk_tokens = layout.chunk_tokens();
   if (options.tokens == 0 || options.tokens % chunk_tokens != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--tokens must be a positive multiple of ", chunk_tokens,
                                                    " (the chunk size), so every chunk is cached"));
   }
   const uint32_t chunks = options.tokens / chunk_tokens;
-  const uint64_t chunk_bytes = layout->chunk_bytes();
+  const uint64_t chunk_bytes = layout.chunk_bytes();
   const uint64_t prompt_bytes = uint64_t{chunks} * chunk_bytes;
   const double read_bytes_per_s = read_gbps * 1e9 / 8;
   const double prompt_load_s = static_cast<double>(prompt_bytes) / read_bytes_per_s;
@@ -185,48 +193,43 @@ absl::Status RunDemo(const DemoOptions& options) {
     chunk_compute_s[c] = cost.PrefixSeconds(begin + chunk_tokens) - cost.PrefixSeconds(begin);
   }
 
-  auto target =
-      OpenDaemon(options.common.socket_path, {"--dram-read-gbps", absl::StrCat(read_gbps),
-                                              "--dram-capacity-mib", absl::StrCat((prompt_bytes >> 20) + 256)});
-  if (!target.ok()) return target.status();
-  Client& client = *target->client;
-  auto region = client.RegisterRegion(prompt_bytes);
-  if (!region.ok()) return region.status();
-  absl::Cleanup release_region = [&] { client.ReleaseRegion(*region).IgnoreError(); };
+  CAKE_ASSIGN_OR_RETURN(auto target,
+                        harness::OpenDaemon(options.socket_path,
+                                            {"--dram-read-gbps", absl::StrCat(read_gbps), "--dram-capacity-mib",
+                                             absl::StrCat((prompt_bytes >> 20) + 256)},
+                                            kClientId));
+  Client& client = *target.client;
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(prompt_bytes));
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
 
-  DemoEngine engine(client, ns, SyntheticPrompt(options.tokens, 8), *region, chunk_bytes, chunk_compute_s);
-  if (absl::Status s = engine.StorePrompt(); !s.ok()) return s;
+  DemoEngine engine(client, ns, SyntheticPrompt(options.tokens, 8), region, chunk_bytes, chunk_compute_s);
+  CAKE_RETURN_IF_ERROR(engine.StorePrompt());
   // With a disk tier, every load comes from disk: wait until the write-back has put the whole prompt there, and
   // empty DRAM before each load (a load promotes what it reads into DRAM).
-  auto stats = client.Stats();
-  if (!stats.ok()) return stats.status();
-  const bool from_disk = stats->contains("tier_disk_chunks");
+  CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
+  const bool from_disk = stats.contains("tier_disk_chunks");
   if (from_disk) {
-    if (absl::Status s = WaitForCounter(client, "tier_disk_chunks", chunks, std::chrono::seconds(120)); !s.ok()) {
-      return s;
-    }
+    CAKE_RETURN_IF_ERROR(WaitForCounter(client, "tier_disk_chunks", chunks, std::chrono::seconds(120)));
   }
   auto run_load = [&](LoadMode mode) -> absl::StatusOr<LoadRunResult> {
     if (from_disk) {
-      if (auto evicted = client.Evict("dram"); !evicted.ok()) return evicted.status();
+      CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
     }
     return engine.RunLoad(mode);
   };
   // An untimed load first: it gives the daemon's planner a measured bandwidth to predict the meeting with, as
   // an engine that has served a few requests would have given it.
-  if (auto warmup = run_load(LoadMode::kIoOnly); !warmup.ok()) return warmup.status();
+  CAKE_RETURN_IF_ERROR(run_load(LoadMode::kIoOnly).status());
   const double compute_only_s = engine.RunComputeOnly();
-  auto io_only = run_load(LoadMode::kIoOnly);
-  if (!io_only.ok()) return io_only.status();
-  auto cake = run_load(LoadMode::kCake);
-  if (!cake.ok()) return cake.status();
+  CAKE_ASSIGN_OR_RETURN(auto io_only, run_load(LoadMode::kIoOnly));
+  CAKE_ASSIGN_OR_RETURN(auto cake, run_load(LoadMode::kCake));
 
   const double optimum_s = ModelOptimumSeconds(chunk_compute_s, static_cast<double>(chunk_bytes) / read_bytes_per_s);
-  const double io_only_gbit_per_s = static_cast<double>(prompt_bytes) * 8 / io_only->ttft_s / 1e9;
-  const double over_compute = compute_only_s / cake->ttft_s;
-  const double over_io = io_only->ttft_s / cake->ttft_s;
+  const double io_only_gbit_per_s = static_cast<double>(prompt_bytes) * 8 / io_only.ttft_s / 1e9;
+  const double over_compute = compute_only_s / cake.ttft_s;
+  const double over_io = io_only.ttft_s / cake.ttft_s;
   std::printf(
-      "cake-bench demo: %s, %u tokens = %u chunks of %u, KV %llu MiB, loaded from %s, reads capped at %g "
+      "cake-demo: %s, %u tokens = %u chunks of %u, KV %llu MiB, loaded from %s, reads capped at %g "
       "Gbit/s\n",
       model->name, options.tokens, chunks, chunk_tokens, static_cast<unsigned long long>(prompt_bytes >> 20),
       from_disk ? "the disk tier (DRAM emptied before each load)" : "the DRAM tier", read_gbps);
@@ -234,12 +237,12 @@ absl::Status RunDemo(const DemoOptions& options) {
               options.gpu_tflops ? "--gpu-tflops" : "balanced", cost.PrefixSeconds(options.tokens), prompt_load_s);
   std::printf("  %-13s %9s  %s\n", "mode", "TTFT s", "");
   std::printf("  %-13s %9.3f\n", "compute-only", compute_only_s);
-  std::printf("  %-13s %9.3f  loaded at %.1f Gbit/s\n", "I/O-only", io_only->ttft_s, io_only_gbit_per_s);
-  std::printf("  %-13s %9.3f  met at chunk %u (token %u)", "Cake", cake->ttft_s, cake->meeting_chunk,
-              cake->meeting_chunk * chunk_tokens);
-  if (cake->predicted_meeting_chunk) std::printf(", predicted %u", *cake->predicted_meeting_chunk);
-  if (cake->engine_stop_chunk > cake->meeting_chunk) {
-    std::printf(", engine computed %u chunk(s) past it", cake->engine_stop_chunk - cake->meeting_chunk);
+  std::printf("  %-13s %9.3f  loaded at %.1f Gbit/s\n", "I/O-only", io_only.ttft_s, io_only_gbit_per_s);
+  std::printf("  %-13s %9.3f  met at chunk %u (token %u)", "Cake", cake.ttft_s, cake.meeting_chunk,
+              cake.meeting_chunk * chunk_tokens);
+  if (cake.predicted_meeting_chunk) std::printf(", predicted %u", *cake.predicted_meeting_chunk);
+  if (cake.engine_stop_chunk > cake.meeting_chunk) {
+    std::printf(", engine computed %u chunk(s) past it", cake.engine_stop_chunk - cake.meeting_chunk);
   }
   std::printf("; model optimum %.3f s\n", optimum_s);
   std::printf("  Cake speedup: %.2fx over compute-only, %.2fx over I/O-only\n", over_compute, over_io);
@@ -253,19 +256,19 @@ absl::Status RunDemo(const DemoOptions& options) {
   report.Set("loaded_from", std::string(from_disk ? "disk" : "dram"));
   report.Set("flops", cost.flops);
   report.Set("compute_only_s", compute_only_s);
-  report.Set("io_only_s", io_only->ttft_s);
-  report.Set("cake_s", cake->ttft_s);
-  report.Set("meeting_chunk", cake->meeting_chunk);
-  report.Set("meeting_token", cake->meeting_chunk * chunk_tokens);
-  report.Set("engine_stop_chunk", cake->engine_stop_chunk);
-  report.Set("predicted_meeting_chunk", cake->predicted_meeting_chunk
-                                            ? static_cast<double>(*cake->predicted_meeting_chunk)
+  report.Set("io_only_s", io_only.ttft_s);
+  report.Set("cake_s", cake.ttft_s);
+  report.Set("meeting_chunk", cake.meeting_chunk);
+  report.Set("meeting_token", cake.meeting_chunk * chunk_tokens);
+  report.Set("engine_stop_chunk", cake.engine_stop_chunk);
+  report.Set("predicted_meeting_chunk", cake.predicted_meeting_chunk
+                                            ? static_cast<double>(*cake.predicted_meeting_chunk)
                                             : std::numeric_limits<double>::quiet_NaN());
   report.Set("model_optimum_s", optimum_s);
   report.Set("speedup_over_compute_only", over_compute);
   report.Set("speedup_over_io_only", over_io);
   report.Set("io_only_gbit_per_s", io_only_gbit_per_s);
-  return report.WriteTo(options.common.json_path);
+  return report.WriteTo(options.json_path);
 }
 
-}  // namespace cake::bench
+}  // namespace cake::demo

@@ -1,7 +1,8 @@
-// The paper's simulated storage, shared by grid, concurrent, adaptive and fluctuate: caked serves stand-in bytes
-// (1 KiB of KV per token) from its DRAM tier behind a read cap with no burst, so reads are served one after
-// another, each taking its size over the cap. The cap is scaled so a stand-in chunk takes exactly as long as the
-// modelled model's KV chunk would at the modelled bandwidth, divided by the bench's time scale.
+// The paper's simulated storage, the simulated engine's counterpart, for the benches that model a disk (grid,
+// concurrent, adaptive, fluctuate, mixed; the stand-in layout serves a few more): caked serves stand-in bytes (1 KiB
+// of KV per token) from its DRAM tier behind a read cap with no burst, so reads are served one after another, each
+// taking its size over the cap. The cap is scaled so a stand-in chunk takes exactly as long as the modelled model's
+// KV chunk would at the modelled bandwidth, divided by the bench's time scale.
 #pragma once
 
 #include <string>
@@ -10,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "storage/namespace.h"
 
-namespace cake::bench {
+namespace cake::sim {
 
 inline constexpr double kProxyBytesPerToken = 1024;
 
@@ -40,4 +41,4 @@ inline std::vector<std::string> SimulatedDiskArgs(double gbps, double kv_bytes_p
           "--dram-capacity-mib",  absl::StrCat((bytes >> 20) + 64)};
 }
 
-}  // namespace cake::bench
+}  // namespace cake::sim
