@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "storage/status_macros.h"
+#include "base/status_macros.h"
 #include "testing/child_process.h"
 
 namespace cake::bench {

@@ -7,9 +7,9 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "storage/status_macros.h"
 
 namespace cake::bench {
 

@@ -14,12 +14,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/cpu_engine/engine_harness.h"
 #include "examples/cpu_engine/prefill_engine.h"
 #include "examples/cpu_engine/transformer.h"
-#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {

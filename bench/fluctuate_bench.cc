@@ -15,11 +15,11 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/models.h"
 #include "examples/simulated_engine/simulated_storage.h"
-#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {

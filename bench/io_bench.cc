@@ -24,13 +24,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/models.h"
 #include "spdlog/spdlog.h"
 #include "storage/disk_tier.h"
 #include "storage/dram_tier.h"
-#include "storage/status_macros.h"
 #include "storage/tier_manager.h"
 
 namespace cake::bench {

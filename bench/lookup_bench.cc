@@ -7,10 +7,10 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "storage/namespace.h"
-#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {

@@ -17,12 +17,12 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/models.h"
 #include "examples/simulated_engine/simulated_engine.h"
 #include "examples/simulated_engine/simulated_storage.h"
-#include "storage/status_macros.h"
 #include "testing/redis_process.h"
 
 namespace cake::bench {

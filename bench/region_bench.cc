@@ -9,11 +9,11 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "cuda/cuda_backend.h"
 #include "examples/simulated_engine/models.h"
-#include "storage/status_macros.h"
 
 namespace cake::bench {
 namespace {

@@ -10,10 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "cake/v1/admin.grpc.pb.h"
 #include "cake/v1/kv.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "storage/status_macros.h"
 
 namespace cake {
 

@@ -12,8 +12,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "cuda/cuda_backend.h"
-#include "storage/status_macros.h"
 
 namespace cake {
 namespace {

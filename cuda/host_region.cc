@@ -6,11 +6,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "base/random_id.h"
+#include "base/status_macros.h"
 #include "cuda/region.h"
-#include "storage/status_macros.h"
 
 namespace cake {
 namespace {
@@ -58,18 +58,6 @@ class HostRegion final : public Region {
 };
 
 }  // namespace
-
-std::string RandomHex128() {
-  // From the kernel's generator: another local user cannot guess a live region's name or id.
-  std::random_device rd("/dev/urandom");
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  for (int i = 0; i < 4; ++i) {
-    uint32_t v = rd();
-    for (int j = 0; j < 8; ++j, v >>= 4) hex.push_back(kDigits[v & 15]);
-  }
-  return hex;
-}
 
 absl::Status CheckRange(uint64_t size, uint64_t offset, uint64_t bytes) {
   if (offset > size || bytes > size - offset) {

@@ -32,9 +32,6 @@ class Region {
   virtual std::string export_handle() const = 0;
 };
 
-// 32 hex digits (128 bits) from /dev/urandom: names and ids nobody can guess.
-std::string RandomHex128();
-
 // OUT_OF_RANGE unless [offset, offset + bytes) lies within [0, size), without overflow.
 absl::Status CheckRange(uint64_t size, uint64_t offset, uint64_t bytes);
 

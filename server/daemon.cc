@@ -13,11 +13,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "cuda/cuda_backend.h"
 #include "grpcpp/server_builder.h"
-#include "spdlog/spdlog.h"
 #include "server/tier_factory.h"
-#include "storage/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace cake {
 

@@ -8,6 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/status_macros.h"
 #include "cuda/cuda_backend.h"
 #include "grpcpp/alarm.h"
 #include "scheduler/load_cursor.h"
@@ -16,7 +17,6 @@
 #include "server/chunk_landing.h"
 #include "server/requests.h"
 #include "spdlog/spdlog.h"
-#include "storage/status_macros.h"
 
 namespace cake {
 namespace {
@@ -116,8 +116,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     absl::MutexLock lock(&mu_);
     reactor_ = nullptr;
     LearnComputeLocked();
-    // A finished RPC no longer counts as a live load, even while its last reads drain.
-    if (ticket_ != 0) state_.loads.Remove(std::exchange(ticket_, 0));
+    if (ticket_ != 0) state_.loads.Remove(std::exchange(ticket_, 0));  // ended without Finish (never, today)
   }
 
  private:
@@ -542,6 +541,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
         // that could still land in it must have drained first.
         if (reads_outstanding_ > 0) return;
         ended_lease = std::move(lease_);
+        // No longer a live load by the time the client hears the end, so a Status it sends next agrees.
+        if (ticket_ != 0) state_.loads.Remove(std::exchange(ticket_, 0));
         finished_ = true;
         to_finish = ToGrpcStatus(finish_status_);
       } else if (!outbox_.empty()) {

@@ -1,8 +1,9 @@
 #include "server/region_registry.h"
 
 #include "absl/strings/str_cat.h"
+#include "base/random_id.h"
+#include "base/status_macros.h"
 #include "cuda/cuda_backend.h"
-#include "storage/status_macros.h"
 
 namespace cake {
 

@@ -3,11 +3,11 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "base/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "storage/disk_tier.h"
 #include "storage/dram_tier.h"
 #include "storage/remote_tier.h"
-#include "storage/status_macros.h"
 #include "storage/throttled_tier.h"
 
 namespace cake {

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "storage/clock.h"
+#include "base/clock.h"
 
 namespace cake {
 

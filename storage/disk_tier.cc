@@ -9,17 +9,17 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
-#include <random>
 #include <thread>
 #include <tuple>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "base/random_id.h"
+#include "base/status_macros.h"
+#include "base/unique_fd.h"
 #include "spdlog/spdlog.h"
 #include "storage/aligned_buffer.h"
 #include "storage/chunk_file.h"
-#include "storage/status_macros.h"
-#include "storage/unique_fd.h"
 
 namespace cake {
 namespace {
@@ -52,19 +52,6 @@ absl::Status ErrnoStatus(int err, std::string_view what, const fs::path& path) {
 absl::Status Annotate(const absl::Status& s, const fs::path& path) {
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(path.string(), ": ", s.message()));
-}
-
-// Random enough that concurrent writers (threads, or daemons sharing the folder) never pick the same name.
-std::string RandomHex() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kDigits[] = "0123456789abcdef";
-  uint64_t x = rng();
-  std::string out(16, '0');
-  for (char& c : out) {
-    c = kDigits[x & 15];
-    x >>= 4;
-  }
-  return out;
 }
 
 bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kDirectIoAlignment == 0; }
@@ -100,7 +87,7 @@ bool IsTwoHexDigits(std::string_view name) {
 // not do direct I/O (some accept the open flag and refuse the I/O); other errors mean the folder is unusable.
 // Returns whether O_DIRECT works, or FAILED_PRECONDITION.
 absl::StatusOr<bool> ProbeDirectIo(const fs::path& folder) {
-  const fs::path probe = folder / absl::StrCat(std::string(kTempFilePrefix), "probe-", RandomHex());
+  const fs::path probe = folder / absl::StrCat(std::string(kTempFilePrefix), "probe-", RandomHex128());
   auto unusable = [&](int err) {
     return absl::FailedPreconditionError(absl::StrCat("disk tier folder ", folder.string(),
                                                       " is not usable: cannot create and write ",
@@ -123,7 +110,7 @@ absl::StatusOr<bool> ProbeDirectIo(const fs::path& folder) {
 }
 
 absl::Status ProbeBufferedWrite(const fs::path& folder) {
-  const fs::path probe = folder / absl::StrCat(std::string(kTempFilePrefix), "probe-", RandomHex());
+  const fs::path probe = folder / absl::StrCat(std::string(kTempFilePrefix), "probe-", RandomHex128());
   UniqueFd fd(::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644));
   if (!fd.valid()) {
     return absl::FailedPreconditionError(absl::StrCat("disk tier folder ", folder.string(),
@@ -600,7 +587,7 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
   }
 
   const fs::path folder = ChunkFolder(root_, key);
-  const fs::path temp = folder / absl::StrCat(std::string(kTempFilePrefix), RandomHex());
+  const fs::path temp = folder / absl::StrCat(std::string(kTempFilePrefix), RandomHex128());
   absl::Status written = WriteTempFile(temp, key, src);
 
   uint64_t generation;

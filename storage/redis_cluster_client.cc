@@ -14,7 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "storage/status_macros.h"
+#include "base/status_macros.h"
 
 namespace cake {
 namespace {

@@ -13,10 +13,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/status_macros.h"
 #include "storage/chunk_file.h"
 #include "storage/redis_cluster_client.h"
 #include "storage/remote_codec.h"
-#include "storage/status_macros.h"
 
 namespace cake {
 

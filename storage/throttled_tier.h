@@ -4,7 +4,7 @@
 
 #include <mutex>
 
-#include "storage/clock.h"
+#include "base/clock.h"
 #include "storage/tier.h"
 
 namespace cake {

@@ -12,8 +12,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "base/clock.h"
 #include "storage/bounded_worker.h"
-#include "storage/clock.h"
 #include "storage/tier.h"
 #include "storage/tier_kind.h"
 

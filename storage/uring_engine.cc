@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "storage/io_engine.h"
-#include "storage/status_macros.h"
 
 namespace cake {
 namespace {

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "storage/status_macros.h"
+#include "base/status_macros.h"
 
 namespace cake {
 

@@ -25,9 +25,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "storage/redis_cluster_client.h"
-#include "storage/status_macros.h"
 
 namespace cake {
 namespace {

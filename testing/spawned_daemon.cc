@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "client/client.h"
-#include "storage/status_macros.h"
 
 namespace cake {
 

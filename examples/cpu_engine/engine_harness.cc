@@ -7,7 +7,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "storage/status_macros.h"
+#include "base/status_macros.h"
 
 namespace cake::engine {
 

@@ -9,12 +9,12 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "examples/cpu_engine/engine_harness.h"
 #include "examples/cpu_engine/prefill_engine.h"
 #include "examples/cpu_engine/transformer.h"
 #include "examples/demo/demo.h"
 #include "examples/harness/harness.h"
-#include "storage/status_macros.h"
 
 namespace cake::demo {
 namespace {

@@ -10,10 +10,10 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "examples/demo/demo.h"
 #include "examples/harness/harness.h"
 #include "examples/simulated_engine/models.h"
-#include "storage/status_macros.h"
 
 namespace cake::demo {
 namespace {

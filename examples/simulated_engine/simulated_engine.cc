@@ -5,7 +5,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "storage/status_macros.h"
+#include "base/status_macros.h"
 
 namespace cake::sim {
 

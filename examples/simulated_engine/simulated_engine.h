@@ -11,10 +11,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "base/status_macros.h"
 #include "client/client.h"
 #include "examples/harness/harness.h"
 #include "examples/simulated_engine/models.h"
-#include "storage/status_macros.h"
 
 namespace cake::sim {
 

@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "storage/aligned_buffer.h"
 #include "storage/chunk_file.h"
 #include "storage/io_engine.h"
-#include "storage/unique_fd.h"
 #include "tests/storage/faulty_io_engine.h"
 #include "tests/storage/tier_test_util.h"
 

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "storage/clock.h"
+#include "base/clock.h"
 #include "storage/dram_tier.h"
 #include "tests/storage/tier_test_util.h"
 

@@ -1,4 +1,4 @@
-#include "storage/clock.h"
+#include "base/clock.h"
 
 #include <thread>
 
