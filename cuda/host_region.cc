@@ -1,12 +1,15 @@
 // Host shared-memory regions: the default backend where there is no GPU, and what every CI test exercises.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/random_id.h"
 #include "base/status_macros.h"
@@ -67,12 +70,36 @@ absl::Status CheckRange(uint64_t size, uint64_t offset, uint64_t bytes) {
   return absl::OkStatus();
 }
 
+SweptSharedMemory SweepOrphanedSharedMemory(const std::string& shm_dir) {
+  SweptSharedMemory swept;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(shm_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    // cake-<pid>-<32 hex>
+    if (name.rfind("cake-", 0) != 0) continue;
+    const size_t dash = name.find('-', 5);
+    int pid = 0;
+    if (dash == std::string::npos || name.size() - dash - 1 != 32 ||
+        !absl::SimpleAtoi(absl::string_view(name.data() + 5, dash - 5), &pid) || pid <= 0 || pid == getpid()) {
+      continue;
+    }
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to ask about): not an orphan
+    struct stat st {};
+    if (lstat(entry.path().c_str(), &st) != 0 || st.st_uid != geteuid() || !S_ISREG(st.st_mode)) continue;
+    if (shm_unlink(("/" + name).c_str()) == 0) {
+      ++swept.segments;
+      swept.bytes += static_cast<uint64_t>(st.st_size);
+    }
+  }
+  return swept;
+}
+
 absl::StatusOr<SharedMemory> SharedMemory::Create(uint64_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError("a shared-memory region needs at least one byte");
   SharedMemory shm;
   int fd = -1;
   for (int attempt = 0; attempt < 4 && fd < 0; ++attempt) {
-    shm.name_ = "/cake-" + RandomHex128();
+    shm.name_ = absl::StrCat("/cake-", getpid(), "-", RandomHex128());
     fd = shm_open(shm.name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0 && errno != EEXIST) return ErrnoStatus(absl::StrCat("shm_open ", shm.name_), errno);
   }

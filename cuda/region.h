@@ -39,7 +39,8 @@ absl::Status CheckRange(uint64_t size, uint64_t offset, uint64_t bytes);
 // (the name is unlinked when the owner goes) or merely mapped by an opener. Move-only.
 class SharedMemory {
  public:
-  // Creates a new object of `bytes` bytes under a fresh random name "/cake-<32 hex>", mode 0600. Its pages are
+  // Creates a new object of `bytes` bytes under a fresh random name "/cake-<creator's pid>-<32 hex>", mode 0600
+  // (the pid lets a later daemon tell a dead creator's leftovers from a live one's: SweepOrphanedSharedMemory). Its pages are
   // reserved and mapped up front (Open maps them too), so copies never fault: this takes time in proportion
   // to the size.
   static absl::StatusOr<SharedMemory> Create(uint64_t bytes);
@@ -65,6 +66,16 @@ class SharedMemory {
   uint64_t size_ = 0;
   bool owner_ = false;
 };
+
+// What SweepOrphanedSharedMemory removed.
+struct SweptSharedMemory {
+  uint64_t segments = 0;
+  uint64_t bytes = 0;
+};
+// Unlinks the shared-memory objects "/cake-<pid>-<hex>" (in /dev/shm) that this user owns and whose creating
+// process is gone: what a daemon (or a client) killed with SIGKILL left behind. A live creator's objects, other
+// users' objects and names of any other form are left alone.
+SweptSharedMemory SweepOrphanedSharedMemory(const std::string& shm_dir = "/dev/shm");
 
 // The daemon's host-memory region backend.
 absl::StatusOr<std::unique_ptr<Region>> CreateHostRegion(uint64_t bytes);

@@ -201,6 +201,8 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   limits.Unsigned("default_chunk_tokens", &c.default_chunk_tokens, 1, kU32);
   limits.Unsigned("max_region_bytes", &c.max_region_bytes, 1, uint64_t{1} << 50);
   limits.Unsigned("max_regions_per_client", &c.max_regions_per_client, 1, kU32);
+  limits.Unsigned("max_regions", &c.max_regions, 1, kU32);
+  limits.Unsigned("max_total_region_bytes", &c.max_total_region_bytes, 1, uint64_t{1} << 56);
   limits.Unsigned("max_concurrent_loads", &c.max_concurrent_loads, 1, 1 << 20);
   TableReader dram(root, "dram");
   dram.Unsigned("capacity_bytes", &c.dram_capacity_bytes, 1, uint64_t{1} << 50);
@@ -238,6 +240,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   TableReader loader(root, "loader");
   loader.Unsigned("window", &c.load_window, 1, 4096);
   loader.Unsigned("max_window", &c.max_load_window, 1, 4096);
+  loader.Unsigned("idle_timeout_ms", &c.load_idle_timeout_ms, 50, 86400000);
   loader.Unsigned("io_threads", &c.io_threads, 1, 1024);
   loader.Word("arbiter", &c.arbiter, ParseArbiterOption);
   loader.Unsigned("arbiter_starvation_ms", &c.arbiter_starvation_ms, 1, 3600000);
@@ -265,8 +268,9 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
                                                       {"disk.read_gbps (--disk-read-gbps)", c.disk_read_gbps},
                                                       {"remote.read_gbps (--remote-read-gbps)", c.remote_read_gbps}};
   for (const auto& [name, gbps] : read_caps) {
-    if (!(gbps >= 0) || !std::isfinite(gbps)) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " must be 0 (no cap) or a positive number of Gbit/s"));
+    // The floor is ThrottledTier's kMinReadCapGbps (server code does not include the throttle for one number).
+    if (!(gbps >= 0) || !std::isfinite(gbps) || (gbps > 0 && gbps < 0.001)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be 0 (no cap) or at least 0.001 Gbit/s"));
     }
   }
   if (c.load_window == 0) return absl::InvalidArgumentError("loader.window (--window) must be at least 1");

@@ -26,6 +26,8 @@ struct DaemonConfig {
   uint32_t default_chunk_tokens = 256;
   uint64_t max_region_bytes = uint64_t{64} << 30;
   uint32_t max_regions_per_client = 64;
+  uint32_t max_regions = 1024;                            // all clients together
+  uint64_t max_total_region_bytes = uint64_t{512} << 30;  // all clients together
   uint32_t max_concurrent_loads = 256;
   // [dram]
   uint64_t dram_capacity_bytes = uint64_t{4} << 30;
@@ -63,6 +65,9 @@ struct DaemonConfig {
   uint64_t write_back_queue_bytes = uint64_t{1} << 30;
   // [loader]
   uint32_t load_window = 4;  // reads in flight per load
+  // A load whose client neither sends a message nor reads one for this long is ended (DEADLINE_EXCEEDED), so a
+  // silent or vanished engine gives back its slot, window and unread bytes.
+  uint32_t load_idle_timeout_ms = 60000;
   uint32_t max_load_window = 64;
   uint32_t io_threads = 4;
   ArbiterPolicy arbiter = ArbiterPolicy::kShortestRemaining;

@@ -15,7 +15,8 @@ namespace cake {
   X(loads_started) X(loads_finished) X(loads_cancelled) X(load_chunks_loaded) X(load_bytes_loaded)                    \
       X(load_chunk_read_failures) X(load_chunks_computed) X(loads_not_promoted) X(loads_cake) X(loads_io_only)        \
           X(loads_compute_only) X(stores) X(store_chunks_stored) X(store_chunks_already_cached) X(store_bytes_stored) \
-              X(store_chunks_rejected) X(regions_registered) X(regions_released) X(invalid_requests)
+              X(store_chunks_rejected) X(regions_registered) X(regions_released) X(invalid_requests)   \
+                  X(loads_idle_ended) X(regions_reclaimed)
 
 struct Counters {
 #define CAKE_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};

@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "cuda/cuda_backend.h"
@@ -78,6 +79,42 @@ absl::Status ClearStaleSocket(const std::string& path) {
   return absl::OkStatus();
 }
 
+// The socket's folder. One inside a folder anyone may write to (the /tmp fallback) could have been made first by
+// another user, who could then swap the socket and take cakectl's connection: such a folder is created 0700 and
+// must be a real folder (not a symlink), owned by this user and closed to everyone else. Elsewhere it is created
+// when missing and must not be a symlink or owned by another user (root aside).
+absl::Status PrepareSocketFolder(const std::filesystem::path& dir) {
+  const std::filesystem::path parent = dir.parent_path();
+  struct stat parent_st {};
+  const bool shared_parent =
+      ::stat(parent.c_str(), &parent_st) == 0 && (parent_st.st_mode & S_IWOTH) != 0;
+  if (!shared_parent) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  } else if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir.string(), ": ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot inspect ", dir.string(), ": ", std::strerror(errno)));
+  }
+  const auto refuse = [&](std::string_view why) {
+    return absl::FailedPreconditionError(absl::StrCat("the socket folder ", dir.string(), " ", std::string(why),
+                                                      "; remove it or choose another server.run_dir"));
+  };
+  if (S_ISLNK(st.st_mode)) return refuse("is a symbolic link");
+  if (!S_ISDIR(st.st_mode)) return refuse("is not a folder");
+  if (st.st_uid != ::geteuid() && st.st_uid != 0) return refuse(absl::StrCat("belongs to another user (uid ", st.st_uid, ")"));
+  if (shared_parent) {
+    if (st.st_uid != ::geteuid()) return refuse(absl::StrCat("belongs to another user (uid ", st.st_uid, ")"));
+    if ((st.st_mode & 077) != 0) {
+      return refuse(absl::StrCat("is open to other users (mode ", absl::StrFormat("%04o", st.st_mode & 07777), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Whether engines may register device regions, said once in the log: a machine without a GPU or driver (or a
 // daemon told not to) serves host regions only, and RegisterRegion's error repeats the reason.
 void DecideCudaRegions(const DaemonConfig& config, DaemonState& state) {
@@ -110,12 +147,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   CAKE_RETURN_IF_ERROR(ValidateConfig(config));
   std::unique_ptr<Daemon> d(new Daemon());
   d->socket_path_ = config.socket_path();
-  const std::filesystem::path dir = std::filesystem::path(d->socket_path_).parent_path();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  CAKE_RETURN_IF_ERROR(PrepareSocketFolder(std::filesystem::path(d->socket_path_).parent_path()));
   CAKE_RETURN_IF_ERROR(ClearStaleSocket(d->socket_path_));
 
+  // Regions a killed predecessor (or client) left in /dev/shm: nobody can ever release them now.
+  if (const SweptSharedMemory swept = SweepOrphanedSharedMemory(); swept.segments > 0) {
+    spdlog::info("removed {} shared-memory segments ({} bytes) left by processes that are gone", swept.segments,
+                 swept.bytes);
+  }
   d->state_ = std::make_unique<DaemonState>(config);
   DecideCudaRegions(config, *d->state_);
   CAKE_RETURN_IF_ERROR(AddTiersFromConfig(config, d->state_->cuda_usable && config.cuda_pin_dram, d->state_->tiers,
@@ -148,6 +187,8 @@ void Daemon::Stop() {
   spdlog::info("stopping: {} live loads cancelled, {} regions released", state_->loads.active(),
                state_->regions.count());
   state_->loads.CancelAll();
+  // A cancelled load's read asleep under a read cap (however small) must not hold its I/O thread past the stop.
+  state_->tiers.Interrupt();
   const auto grace = std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::duration<double>(state_->config.shutdown_grace_s));
   server_->Shutdown(std::chrono::system_clock::now() + grace);

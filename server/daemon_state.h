@@ -63,7 +63,8 @@ struct DaemonState {
   explicit DaemonState(const DaemonConfig& c)
       : config(c),
         tiers(TierManager::Options{c.write_back_queue_bytes, c.dram_promotion_queue_bytes, c.remote_promote_to_disk}),
-        regions(RegionRegistry::Limits{c.max_region_bytes, c.max_regions_per_client, c.cuda_max_region_bytes}),
+        regions(RegionRegistry::Limits{c.max_region_bytes, c.max_regions_per_client, c.cuda_max_region_bytes,
+                                       c.max_regions, c.max_total_region_bytes}),
         // Room for every live load's full window, so a load that got admitted is never refused a read.
         pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024,
              c.arbiter,

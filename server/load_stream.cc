@@ -52,6 +52,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     bool read_more = true;
     {
       absl::MutexLock lock(&mu_);
+      last_client_activity_ = Clock::now();
       switch (request.msg_case()) {
         case v1::LoadRequest::kStart:
           if (phase_ != Phase::kAwaitStart) {
@@ -96,6 +97,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
+      if (ok) last_client_activity_ = Clock::now();
       if (!ok) FinishLocked(absl::CancelledError("the client stopped reading the Load stream"));
       IssueReadsLocked();
     }
@@ -179,6 +181,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     started_ = Clock::now();
     last_progress_at_ = started_;
     phase_ = Phase::kLookingUp;
+    ArmIdleWatchLocked(std::chrono::milliseconds(config.load_idle_timeout_ms));
 
     auto lookup = std::make_shared<TierManager::PrefixLookup>(state_.tiers.LookupPrefixInMemory(keys_));
     if (lookup->needs_network() &&
@@ -377,6 +380,39 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     const ReadVerdict verdict = JudgeRead(in, plan_compute_);
     if (verdict.recheck_after_s) ArmRecheckLocked(*verdict.recheck_after_s);
     return verdict.issue;
+  }
+
+  // Ends the load once its client has been silent for loader.idle_timeout_ms: no message from it and none of
+  // ours read. Checked when the timeout could first have passed, then again at each later point it could.
+  void ArmIdleWatchLocked(std::chrono::nanoseconds after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // A new alarm each time: one may be armed from inside another's callback (see ArmRecheckLocked).
+    idle_alarms_.push_back(std::make_unique<grpc::Alarm>());
+    idle_alarms_.back()->Set(std::chrono::system_clock::now() +
+                                 std::chrono::duration_cast<std::chrono::system_clock::duration>(after),
+                             [weak = weak_from_this()](bool fired) {
+                               if (auto self = weak.lock(); self && fired) self->CheckIdle();
+                             });
+  }
+
+  void CheckIdle() {
+    bool cancel_write = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finishing_) return;
+      const auto timeout = std::chrono::milliseconds(state_.config.load_idle_timeout_ms);
+      const auto idle = Clock::now() - last_client_activity_;
+      if (idle < timeout) return ArmIdleWatchLocked(timeout - idle);
+      Bump(state_.counters.loads_idle_ended);
+      spdlog::info("{}: its client was silent for {} ms; the load is ended", load_id_, timeout.count());
+      FinishLocked(absl::DeadlineExceededError(
+          absl::StrCat("the load was ended after ", timeout.count(),
+                       " ms without a message from the client or a read of ours (loader.idle_timeout_ms); "
+                       "compute the rest of the prompt")));
+      // A write the client never reads would hold the stream open: cancel it, so the stream can end.
+      cancel_write = writing_;
+    }
+    if (cancel_write) context_->TryCancel();
+    Pump();
   }
 
   // Calls IssueReadsLocked again in `seconds` (once: a re-check already armed stays as it is). Each re-check gets
@@ -596,6 +632,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   uint32_t planned_meeting_ ABSL_GUARDED_BY(mu_) = 0;
   // Ask the judge again when it turned a read down with nothing in flight (the last one may be pending).
   std::vector<std::unique_ptr<grpc::Alarm>> rechecks_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<grpc::Alarm>> idle_alarms_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point last_client_activity_ ABSL_GUARDED_BY(mu_);
   bool recheck_armed_ ABSL_GUARDED_BY(mu_) = false;
   bool learned_ ABSL_GUARDED_BY(mu_) = false;  // observed_compute_ handed to state_.compute_models
   uint32_t reported_through_ ABSL_GUARDED_BY(mu_) = 0;

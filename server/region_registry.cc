@@ -24,11 +24,26 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::s
       return absl::ResourceExhaustedError(absl::StrCat("client ", client_id, " already holds ", held,
                                                        " regions (limits.max_regions_per_client); release one"));
     }
+    if (regions_.size() + pending_regions_ >= limits_.max_regions) {
+      return absl::ResourceExhaustedError(absl::StrCat("the daemon holds ", regions_.size() + pending_regions_,
+                                                       " regions for all clients (limits.max_regions); retry once "
+                                                       "some are released"));
+    }
+    if (held_bytes_ + pending_bytes_ + bytes > limits_.max_total_region_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "a region of ", bytes, " bytes would take all clients' regions past ", limits_.max_total_region_bytes,
+          " bytes (limits.max_total_region_bytes); ", held_bytes_ + pending_bytes_, " are held"));
+    }
+    ++pending_regions_;
+    pending_bytes_ += bytes;
   }
-  CAKE_ASSIGN_OR_RETURN(std::unique_ptr<Region> region,
-                        on_device ? CreateCudaRegion(bytes, placement.device) : CreateHostRegion(bytes));
-  Registered out{"r-" + RandomHex128(), std::shared_ptr<Region>(std::move(region))};
+  auto created = on_device ? CreateCudaRegion(bytes, placement.device) : CreateHostRegion(bytes);
   absl::MutexLock lock(&mu_);
+  --pending_regions_;
+  pending_bytes_ -= bytes;
+  if (!created.ok()) return created.status();
+  Registered out{"r-" + RandomHex128(), std::shared_ptr<Region>(std::move(*created))};
+  held_bytes_ += out.region->size();
   regions_.emplace(out.region_id, Entry{client_id, out.region, {}});
   return out;
 }
@@ -51,6 +66,7 @@ absl::Status RegionRegistry::Release(const std::string& client_id, const std::st
   absl::MutexLock lock(&mu_);
   CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(client_id, region_id));
   last_ref = std::move(entry->region);
+  held_bytes_ -= last_ref->size();
   regions_.erase(region_id);
   return absl::OkStatus();
 }
@@ -117,6 +133,7 @@ void RegionRegistry::Clear() {
   {
     absl::MutexLock lock(&mu_);
     doomed.swap(regions_);
+    held_bytes_ = 0;
   }
 }
 
@@ -127,9 +144,7 @@ size_t RegionRegistry::count() const {
 
 uint64_t RegionRegistry::total_bytes() const {
   absl::MutexLock lock(&mu_);
-  uint64_t total = 0;
-  for (const auto& [id, e] : regions_) total += e.region->size();
-  return total;
+  return held_bytes_;
 }
 
 }  // namespace cake

@@ -25,6 +25,10 @@ class RegionRegistry {
     uint64_t max_region_bytes;
     uint32_t max_regions_per_client;
     uint64_t max_cuda_region_bytes = uint64_t{64} << 30;
+    // Over every client together: a client id is a string the client picks, so per-client limits alone bound
+    // nothing.
+    uint32_t max_regions = 1024;
+    uint64_t max_total_region_bytes = uint64_t{512} << 30;
   };
   using Placement = RegionPlacement;
   explicit RegionRegistry(const Limits& limits) : limits_(limits) {}
@@ -34,7 +38,8 @@ class RegionRegistry {
     std::shared_ptr<Region> region;
   };
   // Creates a region owned by client_id. INVALID_ARGUMENT for a size of 0 or over the limit,
-  // RESOURCE_EXHAUSTED when the client holds too many or memory runs out.
+  // RESOURCE_EXHAUSTED when the client holds too many, all clients together hold too many or too many bytes, or
+  // memory runs out.
   absl::StatusOr<Registered> Register(const std::string& client_id, uint64_t bytes, Placement placement = {});
   // NOT_FOUND: unknown id. PERMISSION_DENIED: another client's. Loads still using it keep its memory alive
   // until they end; the name disappears at once.
@@ -88,6 +93,11 @@ class RegionRegistry {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> regions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
+  // Registrations admitted and still mapping their pages: counted against the limits, so concurrent ones cannot
+  // pass them together.
+  uint32_t pending_regions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cake

@@ -7,12 +7,50 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "server/load_stream.h"
 #include "server/requests.h"
 #include "spdlog/spdlog.h"
 
 namespace cake {
 namespace {
+
+// RegisterRegion's reply. A region whose id never reached the client (it cancelled, or its deadline passed while
+// the pages were being mapped) is released when the call ends: nobody else could ever release it.
+class RegisterRegionReactor final : public grpc::ServerUnaryReactor {
+ public:
+  RegisterRegionReactor(grpc::CallbackServerContext* context, DaemonState& state) : context_(context), state_(state) {}
+
+  void Created(const std::string& client_id, const std::string& region_id) {
+    absl::MutexLock lock(&mu_);
+    client_id_ = client_id;
+    region_id_ = region_id;
+  }
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!region_id_.empty() && (cancelled_ || context_->IsCancelled()) &&
+          state_.regions.Release(client_id_, region_id_).ok()) {
+        Bump(state_.counters.regions_reclaimed);
+        spdlog::info("region {} released: client {} gave up on its registration before the reply reached it",
+                     region_id_, client_id_);
+      }
+    }
+    delete this;
+  }
+
+ private:
+  grpc::CallbackServerContext* const context_;
+  DaemonState& state_;
+  absl::Mutex mu_;
+  std::string client_id_ ABSL_GUARDED_BY(mu_);
+  std::string region_id_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -47,7 +85,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
     placement = {RegionBackend::kCudaIpc, request->device()};
   }
   // Creating a region maps every page of it, which takes a while for large ones: an I/O thread does it.
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new RegisterRegionReactor(context, state_);
   const bool submitted = state_.pool.TrySubmit([this, reactor, request, response, placement] {
     auto registered = state_.regions.Register(request->client_id(), request->bytes(), placement);
     if (registered.ok()) {
@@ -63,6 +101,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
       Bump(state_.counters.regions_registered);
       spdlog::info("region {} ({} bytes) registered for client {}", registered->region_id, request->bytes(),
                    request->client_id());
+      reactor->Created(request->client_id(), registered->region_id);
     }
     reactor->Finish(ToGrpcStatus(registered.status()));
   });

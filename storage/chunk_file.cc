@@ -81,6 +81,9 @@ absl::StatusOr<ChunkHeader> ParseChunkHeader(std::span<const std::byte> bytes) {
 }
 
 uint64_t ChunkFileBytes(uint64_t payload_length) {
+  // A header's length is a peer's word: one too large to have a file is answered with a size no file has,
+  // rather than one that wrapped round to a small real one.
+  if (payload_length > UINT64_MAX - 2 * kChunkHeaderBytes) return UINT64_MAX;
   return kChunkHeaderBytes + (payload_length + kChunkHeaderBytes - 1) / kChunkHeaderBytes * kChunkHeaderBytes;
 }
 

@@ -57,7 +57,8 @@ void EncodeChunkHeader(const ChunkHeader& header, std::span<std::byte> out);
 // FAILED_PRECONDITION: a format version this daemon does not know (written by a newer one).
 absl::StatusOr<ChunkHeader> ParseChunkHeader(std::span<const std::byte> bytes);
 
-// Header plus padded payload: the exact size a valid chunk file has.
+// Header plus padded payload: the exact size a valid chunk file has (UINT64_MAX, which no file has, for a length
+// too large to pad without wrapping).
 uint64_t ChunkFileBytes(uint64_t payload_length);
 
 // <root>/v1/<2 hex>; the folder a chunk's file and its temporary files live in.

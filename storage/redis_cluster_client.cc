@@ -94,7 +94,10 @@ class RedisClusterClient::Impl {
         port > 65535) {
       return absl::InvalidArgumentError(absl::StrCat("endpoint '", endpoint, "' is not host:port"));
     }
-    NodeFor(endpoint.substr(0, colon), port);
+    std::lock_guard lock(mu_);
+    if (NodeIndexLocked(endpoint.substr(0, colon), port) < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("more than ", kMaxNodes, " Redis endpoints"));
+    }
     return absl::OkStatus();
   }
 
@@ -168,9 +171,16 @@ class RedisClusterClient::Impl {
         if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) continue;
         const redisReply* master = range->element[2];
         if (master->type != REDIS_REPLY_ARRAY || master->elements < 2) continue;
-        std::string host(master->element[0]->str ? master->element[0]->str : "", master->element[0]->len);
+        const redisReply* host_reply = master->element[0];
+        const redisReply* port_reply = master->element[1];
+        if (host_reply->type != REDIS_REPLY_STRING || host_reply->len > 255 || port_reply->type != REDIS_REPLY_INTEGER ||
+            port_reply->integer <= 0 || port_reply->integer > 65535) {
+          continue;  // not a node address
+        }
+        std::string host(host_reply->str, host_reply->len);
         if (host.empty() || host == "?") host = node->host;  // Redis 7 leaves it empty for "the node you asked"
-        const int index = NodeIndex(host, static_cast<int>(master->element[1]->integer));
+        const int index = NodeIndex(host, static_cast<int>(port_reply->integer));
+        if (index < 0) continue;  // more nodes than any cluster has: the rest of the map is not believed
         const long long first = range->element[0]->integer, last = range->element[1]->integer;
         for (long long s = std::max(0LL, first); s <= std::min<long long>(last, kRedisClusterSlots - 1); ++s) {
           owners[s] = index;
@@ -273,6 +283,7 @@ class RedisClusterClient::Impl {
     s.fast_failures = fast_failures_.load();
     s.moved = moved_.load();
     s.ask = ask_.load();
+    s.redirects_refused = redirects_refused_.load();
     return s;
   }
 
@@ -281,14 +292,26 @@ class RedisClusterClient::Impl {
              std::map<Node*, std::vector<size_t>>& asked, bool& refresh) {
     std::string host;
     int port = 0;
-    if (IsError(reply.get(), "MOVED ") && ParseRedirectTarget(reply.get(), &host, &port)) {
+    const bool moved = IsError(reply.get(), "MOVED ") && ParseRedirectTarget(reply.get(), &host, &port);
+    const bool ask = !moved && IsError(reply.get(), "ASK ") && ParseRedirectTarget(reply.get(), &host, &port);
+    const int target = moved || ask ? KnownNodeIndex(host, port) : -1;
+    if ((moved || ask) && target < 0) {
+      // Only the cluster's own map (from the seeds) names nodes: a redirect anywhere else could send our
+      // password to whoever asks. Ask the map again; the command goes where it says.
+      if (redirects_refused_++ == 0) {
+        spdlog::warn("{}: a Redis redirect to {}:{}, which no seed or slot map named, was not followed",
+                     options_.log_name, host, port);
+      }
+      refresh = true;
+      again.push_back(i);
+    } else if (moved) {
       moved_++;
       refresh = true;
-      SetOwner(slot, NodeIndex(host, port));  // right away; the full refresh follows
+      SetOwner(slot, target);  // right away; the full refresh follows
       again.push_back(i);
-    } else if (IsError(reply.get(), "ASK ") && ParseRedirectTarget(reply.get(), &host, &port)) {
+    } else if (ask) {
       ask_++;
-      asked[NodeFor(host, port)].push_back(i);
+      asked[NodeAt(target)].push_back(i);
     } else if (IsError(reply.get(), "TRYAGAIN")) {
       again.push_back(i);  // a multi-key operation mid-migration; ours are single-key, but be safe
     } else {
@@ -397,24 +420,35 @@ class RedisClusterClient::Impl {
     slot_owner_[slot] = index;
   }
 
+  // The node at host:port, added when it is new (seeds and slot maps only: the sources trusted to name nodes);
+  // -1 when the list is full.
   int NodeIndex(const std::string& host, int port) {
     std::lock_guard lock(mu_);
     return NodeIndexLocked(host, port);
-  }
-  Node* NodeFor(const std::string& host, int port) {
-    std::lock_guard lock(mu_);
-    return nodes_[NodeIndexLocked(host, port)].get();
   }
   int NodeIndexLocked(const std::string& host, int port) {
     for (size_t i = 0; i < nodes_.size(); ++i) {
       if (nodes_[i]->host == host && nodes_[i]->port == port) return static_cast<int>(i);
     }
+    if (nodes_.size() >= kMaxNodes) return -1;
     auto node = std::make_unique<Node>();
     node->host = host;
     node->port = port;
     node->address = absl::StrCat(host, ":", port);
     nodes_.push_back(std::move(node));
     return static_cast<int>(nodes_.size() - 1);
+  }
+  // A node already known, never added: -1 otherwise.
+  int KnownNodeIndex(const std::string& host, int port) {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i]->host == host && nodes_[i]->port == port) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  Node* NodeAt(int index) {
+    std::lock_guard lock(mu_);
+    return nodes_[index].get();
   }
   std::vector<Node*> NodesSnapshot() {
     std::lock_guard lock(mu_);
@@ -424,7 +458,7 @@ class RedisClusterClient::Impl {
   }
 
   const Options options_;
-  std::atomic<uint64_t> errors_{0}, connects_{0}, fast_failures_{0}, moved_{0}, ask_{0};
+  std::atomic<uint64_t> errors_{0}, connects_{0}, fast_failures_{0}, moved_{0}, ask_{0}, redirects_refused_{0};
 
   mutable std::mutex mu_;
   // Nodes are never removed, so a Node* stays valid for the client's life.

@@ -62,7 +62,12 @@ class RedisClusterClient {
     uint64_t fast_failures = 0;  // calls refused at once because their node was backing off
     uint64_t moved = 0;          // MOVED redirects followed (the slot map was refreshed)
     uint64_t ask = 0;            // ASK redirects followed (a slot being migrated)
+    // Redirects to a node neither the seeds nor the cluster's own slot map named: not followed (no connection,
+    // no AUTH); the slot map is asked again instead.
+    uint64_t redirects_refused = 0;
   };
+  // The most nodes a client keeps (seeds and the slot map's masters): Redis Cluster's own recommended ceiling.
+  static constexpr size_t kMaxNodes = 1000;
 
   // One Redis server: its connection pool and back-off. Owned by the client, alive as long as it is.
   struct Node;
@@ -75,7 +80,7 @@ class RedisClusterClient {
   RedisClusterClient& operator=(const RedisClusterClient&) = delete;
 
   // Runs the commands, each on the node owning its key's slot, pipelined per node, following MOVED and ASK
-  // redirects. One reply per command, in order; error replies other than redirects are replies. UNAVAILABLE when
+  // redirects to nodes the seeds or the slot map named (a redirect elsewhere is refused and the map refreshed). One reply per command, in order; error replies other than redirects are replies. UNAVAILABLE when
   // a node cannot be reached or redirects loop; with allow_partial, the commands of a node that cannot be reached
   // get a null reply instead and the others still run.
   absl::StatusOr<std::vector<RedisReply>> Execute(const std::vector<RedisCommand>& commands,

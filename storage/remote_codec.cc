@@ -30,7 +30,7 @@ T GetLe(const char* in) {
 }  // namespace
 
 uint64_t RemotePartCount(uint64_t payload_bytes, uint64_t part_bytes) {
-  return (payload_bytes + part_bytes - 1) / part_bytes;
+  return payload_bytes / part_bytes + (payload_bytes % part_bytes != 0);  // no wrap, whatever a header says
 }
 
 RemoteHeader MakeRemoteHeader(const ChunkKey& key, std::span<const std::byte> payload, uint64_t part_bytes) {
@@ -79,8 +79,11 @@ absl::StatusOr<RemoteHeader> ParseRemoteHeader(std::string_view bytes, const Chu
   h.part_bytes = GetLe<uint64_t>(p + 40);
   h.payload_checksum = GetLe<uint64_t>(p + 48);
   if (!(h.key == expected_key)) return absl::DataLossError("remote header names another chunk key");
-  const uint64_t expected_parts = h.part_bytes == 0 ? 0 : RemotePartCount(h.payload_length, h.part_bytes);
-  if (h.part_bytes == 0 || h.parts != expected_parts) {
+  if (h.part_bytes < kMinRemotePartBytes || h.part_bytes > kMaxRemotePartBytes) {
+    return absl::DataLossError(absl::StrCat("remote header's part size ", h.part_bytes, " is outside [",
+                                            kMinRemotePartBytes, ", ", kMaxRemotePartBytes, "]"));
+  }
+  if (h.parts != RemotePartCount(h.payload_length, h.part_bytes)) {
     return absl::DataLossError("remote header's part layout does not match its length");
   }
   return h;

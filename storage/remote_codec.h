@@ -25,6 +25,10 @@
 namespace cake {
 
 inline constexpr size_t kRemoteHeaderBytes = 64;
+// The part sizes a writer may choose (remote.part_bytes) and a reader accepts from a header: a forged header with
+// tiny parts would otherwise turn one chunk into a million GETs; Redis holds no value above 512 MiB.
+inline constexpr uint64_t kMinRemotePartBytes = 4096;
+inline constexpr uint64_t kMaxRemotePartBytes = uint64_t{512} << 20;
 
 struct RemoteHeader {
   ChunkKey key;
@@ -44,7 +48,8 @@ RemoteHeader MakeRemoteHeader(const ChunkKey& key, std::span<const std::byte> pa
 std::string EncodeRemoteHeader(const RemoteHeader& header);
 
 // Parses and checks a header read for expected_key. DATA_LOSS: the wrong size, a bad magic or header checksum,
-// another chunk's key, or a part layout that does not match the length. FAILED_PRECONDITION: a format version
+// another chunk's key, a part size outside [kMinRemotePartBytes, kMaxRemotePartBytes], or a part layout that does
+// not match the length. FAILED_PRECONDITION: a format version
 // this daemon does not know (written by a newer one: not corrupt, so not to be deleted).
 absl::StatusOr<RemoteHeader> ParseRemoteHeader(std::string_view bytes, const ChunkKey& expected_key);
 

@@ -52,9 +52,9 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Open(const Options& opti
     return absl::InvalidArgumentError(
         absl::StrCat("remote key prefix '", options.key_prefix, "' must not contain '{' or '}' (Redis hash tags)"));
   }
-  if (options.part_bytes == 0) return absl::InvalidArgumentError("remote part_bytes must be above 0");
-  if (options.part_bytes > (uint64_t{512} << 20)) {
-    return absl::InvalidArgumentError("remote part_bytes must be at most 512 MiB (Redis's largest value)");
+  if (options.part_bytes < kMinRemotePartBytes || options.part_bytes > kMaxRemotePartBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("remote part_bytes must be from ", kMinRemotePartBytes,
+                                                   " to 512 MiB (Redis's largest value); got ", options.part_bytes));
   }
   RedisClusterClient::Options client_options;
   client_options.endpoints = options.endpoints;
@@ -295,6 +295,7 @@ RemoteTier::Counters RemoteTier::counters() const {
   s.fast_failures = redis.fast_failures;
   s.moved = redis.moved;
   s.ask = redis.ask;
+  s.redirects_refused = redis.redirects_refused;
   s.corrupt_removed = impl_->corrupt_removed_.load();
   return s;
 }
@@ -304,7 +305,7 @@ TierStats RemoteTier::Stats() const {
   TierStats stats;
   stats.corrupt_removed = c.corrupt_removed;
   stats.own = {{"errors", c.errors}, {"connects", c.connects}, {"fast_failures", c.fast_failures},
-               {"moved", c.moved}, {"ask", c.ask}};
+               {"moved", c.moved}, {"ask", c.ask}, {"redirects_refused", c.redirects_refused}};
   return stats;
 }
 

@@ -45,6 +45,7 @@ class RemoteTier final : public Tier {
     uint64_t fast_failures = 0;    // calls refused at once because their node was backing off
     uint64_t moved = 0;            // MOVED redirects followed (the slot map was refreshed)
     uint64_t ask = 0;              // ASK redirects followed (a slot being migrated)
+    uint64_t redirects_refused = 0;  // redirects to nodes no seed or slot map named, not followed
     uint64_t corrupt_removed = 0;  // values with a bad header, missing part or checksum, deleted
   };
 

@@ -62,12 +62,20 @@ absl::StatusOr<RedisReply> RespReader::Next(std::span<std::byte> sink) {
       long long length = 0;
       if (!absl::SimpleAtoi(absl::string_view(rest.data(), rest.size()), &length)) break;
       if (length < 0) return NewRedisReply(REDIS_REPLY_NIL);
+      if (static_cast<uint64_t>(length) > kMaxBulkBytes) {
+        return absl::DataLossError(absl::StrCat("Redis announced a value of ", length, " bytes; no value this daemon "
+                                                "writes exceeds ", kMaxBulkBytes));
+      }
       RedisReply reply;
       if (static_cast<uint64_t>(length) == sink.size() && !sink.empty()) {
         CAKE_RETURN_IF_ERROR(Exact(sink.data(), sink.size()));
         reply = NewRedisReply(REDIS_REPLY_NIL);
         reply->type = REDIS_REPLY_STRING;  // landed in the sink: len set, str null
         reply->len = length;
+      } else if (static_cast<uint64_t>(length) > max_kept_) {
+        CAKE_RETURN_IF_ERROR(Skip(length));
+        reply = NewRedisReply(REDIS_REPLY_ERROR, absl::StrCat("a value of ", length, " bytes where at most ",
+                                                              max_kept_, " were expected (not kept)"));
       } else {
         std::string value(length, '\0');
         CAKE_RETURN_IF_ERROR(Exact(reinterpret_cast<std::byte*>(value.data()), value.size()));
@@ -75,6 +83,7 @@ absl::StatusOr<RedisReply> RespReader::Next(std::span<std::byte> sink) {
       }
       char crlf[2];
       CAKE_RETURN_IF_ERROR(Exact(reinterpret_cast<std::byte*>(crlf), 2));
+      if (crlf[0] != '\r' || crlf[1] != '\n') return absl::DataLossError("a bulk value not followed by CRLF");
       return reply;
     }
     default:
@@ -94,6 +103,9 @@ absl::StatusOr<std::string> RespReader::Line() {
     if (nl == nullptr) {
       line.append(start, end_ - pos_);
       pos_ = end_;
+      if (line.size() > kMaxLineBytes) {
+        return absl::DataLossError(absl::StrCat("a reply line longer than ", kMaxLineBytes, " bytes"));
+      }
       continue;
     }
     line.append(start, nl - start);
@@ -116,6 +128,16 @@ absl::Status RespReader::Exact(std::byte* dst, size_t n) {
     } else if (absl::Status s = Broken(r); !s.ok()) {
       return s;
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RespReader::Skip(uint64_t n) {
+  std::byte scratch[16 << 10];
+  while (n > 0) {
+    const size_t step = std::min<uint64_t>(n, sizeof(scratch));
+    CAKE_RETURN_IF_ERROR(Exact(scratch, step));
+    n -= step;
   }
   return absl::OkStatus();
 }

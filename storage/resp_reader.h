@@ -26,13 +26,24 @@ RedisReply NewRedisReply(int type, std::string_view text = {}, long long integer
 
 class RespReader {
  public:
-  // Reads fd, a connected socket; its receive timeout (SO_RCVTIMEO) bounds every wait. Does not own it.
-  explicit RespReader(int fd) : fd_(fd) {}
+  // What a peer may make this reader hold or wait for (Redis is a peer, not a master). A bulk reply longer than
+  // the largest value the remote tier's codec writes (a 512 MiB part) is a protocol violation, as is a line
+  // longer than any reply line Redis sends; a bulk reply that is not received into a sink is kept only up to
+  // kMaxKeptBulkBytes (the replies a pipeline keeps are headers, 64 bytes) and beyond that read past and
+  // answered as an error reply, so the connection stays in step and memory stays bounded (a caller may keep more).
+  static constexpr uint64_t kMaxBulkBytes = uint64_t{512} << 20;
+  static constexpr uint64_t kMaxKeptBulkBytes = 64 << 10;
+  static constexpr size_t kMaxLineBytes = 64 << 10;
+
+  // Reads fd, a connected socket; its receive timeout (SO_RCVTIMEO) bounds every wait. Does not own it. A bulk
+  // reply that does not go into a sink is kept up to max_kept_bytes.
+  explicit RespReader(int fd, uint64_t max_kept_bytes = kMaxKeptBulkBytes) : fd_(fd), max_kept_(max_kept_bytes) {}
 
   // The next reply. A bulk reply of exactly sink.size() bytes (sink not empty) is received into sink, and its
   // reply is a string with len set and str null; any other reply is returned in full.
   // UNAVAILABLE: the peer closed the connection or the socket failed; DEADLINE_EXCEEDED: the receive timeout
-  // passed; DATA_LOSS: a line that is not a reply of a kind understood here.
+  // passed; DATA_LOSS: a line that is not a reply of a kind understood here, a line or bulk length past the limits
+  // above, a bulk value not followed by CRLF.
   absl::StatusOr<RedisReply> Next(std::span<std::byte> sink);
 
   // False when bytes past the last reply were read: a connection in that state is out of step with its replies.
@@ -41,9 +52,11 @@ class RespReader {
  private:
   absl::StatusOr<std::string> Line();
   absl::Status Exact(std::byte* dst, size_t n);
+  absl::Status Skip(uint64_t n);  // reads n bytes and keeps none
   absl::Status Fill();
 
   const int fd_;
+  const uint64_t max_kept_;
   char buf_[16 << 10];
   size_t pos_ = 0, end_ = 0;
 };

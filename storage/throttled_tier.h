@@ -16,21 +16,34 @@ class TokenBucket {
   // rate_bytes_per_s == 0 means unlimited.
   TokenBucket(double rate_bytes_per_s, double burst_bytes, Clock* clock = Clock::Real());
 
-  // Blocks until n bytes may pass.
+  // Blocks until n bytes may pass, or the bucket is interrupted.
   void Acquire(uint64_t n);
+  // Bytes granted but not yet passed are re-timed at the new rate, in the same order, and waiting callers see it
+  // within one wake-up slice: a cap raised after a tiny one frees the reads queued under it.
   void SetRate(double rate_bytes_per_s, double burst_bytes);
   double rate() const;
+  // Every wait ends now, and later Acquires pass at once: the daemon is stopping.
+  void Interrupt();
 
  private:
+  // How long a waiter sleeps at most before it looks again at the rate and at an interrupt.
+  static constexpr Duration kWakeSlice = std::chrono::milliseconds(5);
+
   Clock* const clock_;
   mutable std::mutex mu_;
   double rate_;
   double burst_bytes_;
   // When the bytes already granted will all have passed; min() makes a new bucket start full, whatever the clock.
   TimePoint next_free_ = TimePoint::min();
+  uint64_t granted_bytes_ = 0;  // ever: a waiter's place is the count when its own bytes were added
+  bool interrupted_ = false;
 };
 
 inline double GbpsToBytesPerSecond(double gbps) { return gbps * 1e9 / 8; }
+
+// The lowest read cap there is: below it one chunk would take hours, and a load stays stalled long after the cap
+// is raised again.
+inline constexpr double kMinReadCapGbps = 0.001;
 
 class ThrottledTier final : public TierDecorator {
  public:
@@ -44,7 +57,9 @@ class ThrottledTier final : public TierDecorator {
   // cap like a Read of the same size.
   std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) override;
   double read_cap_gbps() const override;
-  absl::Status SetReadCapGbps(double gbps) override;  // 0: no cap, as when constructed with 0
+  // 0: no cap, as when constructed with 0; INVALID_ARGUMENT below kMinReadCapGbps.
+  absl::Status SetReadCapGbps(double gbps) override;
+  void Interrupt() override;
 
  private:
   TokenBucket bucket_;

@@ -68,6 +68,9 @@ class Tier {
   // thread that must stay free (gRPC's), and a frozen one delays only the calls that need it. Tiers that answer
   // Contains and Usage from memory (DRAM, disk's index) return false.
   virtual bool waits_on_network() const { return false; }
+  // Ends every wait inside the tier at once (a throttle's sleeps; later reads pass unpaced): the daemon is stopping
+  // and its I/O threads must come back.
+  virtual void Interrupt() {}
   // The cap on this tier's reads in Gbit/s, 0 when they are not capped.
   virtual double read_cap_gbps() const { return 0; }
   // Changes the cap; FAILED_PRECONDITION for a tier that was started without one (only a throttle has a cap).
@@ -93,6 +96,7 @@ class TierDecorator : public Tier {
   std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) override { return inner_->Lend(key); }
   TierStats Stats() const override { return inner_->Stats(); }
   bool waits_on_network() const override { return inner_->waits_on_network(); }
+  void Interrupt() override { inner_->Interrupt(); }
   double read_cap_gbps() const override { return inner_->read_cap_gbps(); }
   absl::Status SetReadCapGbps(double gbps) override { return inner_->SetReadCapGbps(gbps); }
 

@@ -92,6 +92,10 @@ std::vector<TierKind> TierManager::PrefixLookup::Prefix() const {
   return prefix;
 }
 
+void TierManager::Interrupt() {
+  for (const auto& e : tiers_) e->tier->Interrupt();
+}
+
 bool TierManager::has_network_tier() const {
   for (const auto& e : tiers_) {
     if (e->tier->waits_on_network()) return true;

@@ -81,6 +81,8 @@ class TierManager {
   // chunk is already in the fastest tier or the promotion queue is full (counted as dropped).
   bool PromoteLater(const ChunkKey& key, std::span<const std::byte> bytes, std::function<void()> done,
                     TierKind from = TierKind::kNone);
+  // Tier::Interrupt on every tier: reads asleep in a throttle come back now (the daemon is stopping).
+  void Interrupt();
   // Waits until every queued write-back is done or `bound` passes; returns the number still queued.
   size_t FlushWriteBack(Duration bound);
 

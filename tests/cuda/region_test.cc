@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "testing/child_process.h"
+
 namespace cake {
 namespace {
 
@@ -89,13 +91,48 @@ TEST_CASE("region: shared memory names are random and unguessable", "[region]") 
   auto b = SharedMemory::Create(4096);
   REQUIRE(a.ok());
   REQUIRE(b.ok());
+  const std::string prefix = "/cake-" + std::to_string(getpid()) + "-";
   for (const SharedMemory* shm : {&*a, &*b}) {
     const std::string& name = shm->name();
-    REQUIRE(name.size() == 6 + 32);
-    CHECK(name.substr(0, 6) == "/cake-");
-    CHECK(IsLowerHex(name.substr(6)));
+    REQUIRE(name.size() == prefix.size() + 32);
+    CHECK(name.substr(0, prefix.size()) == prefix);  // the creator's pid, for the sweep of a dead one's
+    CHECK(IsLowerHex(name.substr(prefix.size())));
   }
   CHECK(a->name() != b->name());
+}
+
+TEST_CASE("region: the sweep removes a dead creator's segments only", "[region]") {
+  // A pid that is surely gone: a child that has exited and been reaped.
+  ChildProcess::Options options;
+  options.argv = {"/bin/true"};
+  options.output_path = "/dev/null";
+  auto started = ChildProcess::Start(options);
+  REQUIRE(started.ok());
+  const pid_t child = started->pid();
+  REQUIRE(started->Wait() == 0);
+  auto make = [](const std::string& name) {
+    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(ftruncate(fd, 8192) == 0);
+    close(fd);
+  };
+  const std::string hex(32, 'a');
+  const std::string dead = "/cake-" + std::to_string(child) + "-" + hex;
+  const std::string alive = "/cake-1-" + hex;           // pid 1 is always there
+  const std::string other_form = "/cake-" + hex;        // an older daemon's name: no pid to judge by
+  for (const auto& n : {dead, alive, other_form}) make(n);
+  auto mine = SharedMemory::Create(4096);  // this process is alive
+  REQUIRE(mine.ok());
+
+  const SweptSharedMemory swept = SweepOrphanedSharedMemory();
+  CHECK(swept.segments >= 1);  // ours, and maybe leftovers of earlier test runs
+  CHECK(swept.bytes >= 8192);
+  auto exists = [](const std::string& n) { return access(("/dev/shm" + n).c_str(), F_OK) == 0; };
+  CHECK_FALSE(exists(dead));
+  CHECK(exists(alive));
+  CHECK(exists(other_form));
+  CHECK(exists(mine->name()));
+  for (const auto& n : {alive, other_form}) shm_unlink(n.c_str());
 }
 
 TEST_CASE("region: the shm object is owner-only", "[region]") {

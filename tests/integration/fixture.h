@@ -114,10 +114,11 @@ inline void ToProto(const NamespaceSpec& spec, v1::Namespace* out) {
   out->set_tenant(spec.tenant);
 }
 
-// Polls until pred() holds or 10 s pass.
+// Polls until pred() holds or `bound` (10 s) passes; the bound only turns a bug into a failure instead of a hang.
 template <typename Pred>
-bool Eventually(Pred pred) {
-  for (int i = 0; i < 1000; ++i) {
+bool Eventually(Pred pred, std::chrono::milliseconds bound = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (std::chrono::steady_clock::now() < deadline) {
     if (pred()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

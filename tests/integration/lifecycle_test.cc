@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "tests/integration/fixture.h"
 
@@ -78,14 +79,70 @@ TEST_CASE("start-up refuses bad configuration and a second daemon on a live sock
   CHECK(Connect(daemon)->Ping().ok());  // the first daemon is unharmed
 }
 
-TEST_CASE("a daemon killed with SIGKILL leaves a stale socket the next start replaces", "[lifecycle]") {
+TEST_CASE("a socket folder in a folder anyone may write to must be this user's own, closed, and no symlink",
+          "[lifecycle][hostile]") {
+  // A stand-in for /tmp: world-writable and sticky, as the fallback run folder's parent is.
+  char base[] = "/tmp/cake-shared-XXXXXX";
+  REQUIRE(mkdtemp(base) != nullptr);
+  REQUIRE(chmod(base, 01777) == 0);
+  const std::string dir = std::string(base) + "/cake-run";
+  const std::string socket = dir + "/caked.sock";
+  auto refused = [&](const std::string& why) {
+    auto result = Run(std::string(CAKE_CAKED_PATH) + " --socket " + socket + " --dram-capacity-mib 16");
+    CHECK(result.exit_code == 1);
+    CHECK_THAT(result.output, Catch::Contains(why));
+    CHECK_FALSE(std::filesystem::exists(socket));
+  };
+  SECTION("absent: the daemon creates it 0700 and serves") {
+    auto daemon = StartDaemon({"--socket", socket});
+    struct stat st {};
+    REQUIRE(stat(dir.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0700);
+    CHECK(Connect(daemon)->Ping().ok());
+  }
+  SECTION("made first, open to everyone: refused") {
+    REQUIRE(mkdir(dir.c_str(), 0700) == 0);
+    REQUIRE(chmod(dir.c_str(), 0777) == 0);
+    refused("is open to other users (mode 0777)");
+  }
+  SECTION("a symbolic link to somewhere else: refused") {
+    REQUIRE(symlink(base, dir.c_str()) == 0);
+    refused("is a symbolic link");
+  }
+  SECTION("made first by another user: refused (run as root, which can give the folder away)") {
+    if (geteuid() == 0) {
+      REQUIRE(mkdir(dir.c_str(), 0700) == 0);
+      REQUIRE(chown(dir.c_str(), 65534, 65534) == 0);
+      refused("belongs to another user (uid 65534)");
+    }
+  }
+  std::filesystem::remove_all(base);
+}
+
+TEST_CASE("a daemon killed with SIGKILL leaves a stale socket and regions the next start clears", "[lifecycle]") {
   auto daemon = StartDaemon();
   const std::string socket = daemon.socket_path();
+  const std::string its_segments = "cake-" + std::to_string(daemon.pid()) + "-";
+  auto segments_left = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+      n += e.path().filename().string().rfind(its_segments, 0) == 0;
+    }
+    return n;
+  };
+  auto client = Connect(daemon);
+  auto first = client->RegisterRegion(1 << 20);
+  auto second = client->RegisterRegion(1 << 20);
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
   daemon.Kill();
   REQUIRE(std::filesystem::exists(socket));
+  CHECK(segments_left() == 2);  // nobody will release these now
   auto again = SpawnedDaemon::Start(CAKE_CAKED_PATH, {"--socket", socket});
   REQUIRE(again.ok());
   CHECK(again->log().find("stale socket") != std::string::npos);
+  CHECK(again->log().find("shared-memory segments") != std::string::npos);
+  CHECK(segments_left() == 0);
   CHECK(Connect(*again)->Ping().ok());
 }
 
@@ -135,4 +192,43 @@ TEST_CASE("a tier's read cap changes while the daemon runs; bad requests get the
   CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(refused.status().message().find("--dram-read-gbps") != std::string_view::npos);
   CHECK(client->Ping().ok());  // the daemon serves on
+}
+
+TEST_CASE("read caps cannot wedge the daemon: a floor, a raised cap frees queued reads, a stop interrupts them",
+          "[lifecycle][admin][hostile]") {
+  auto daemon = StartDaemon({"--dram-read-gbps", "8"});
+  auto client = Connect(daemon);
+  CHECK(client->SetReadCap("dram", 1e-6).status().code() == absl::StatusCode::kInvalidArgument);
+  const auto ns = SmallNamespace(1024);
+  const uint64_t chunk_bytes = 1024 * kSmallBytesPerToken;  // 1 MiB
+  const auto tokens = Tokens(1024 * 16);
+  StorePrompt(*client, ns, tokens, 81, 16, chunk_bytes);
+
+  // At the floor, 16 MiB take over two minutes; raised to 8 Gbit/s, the reads already waiting finish at once.
+  REQUIRE(client->SetReadCap("dram", 0.001).ok());
+  {
+    LoadOptions options{ns, {tokens, {}}, nullptr};
+    options.io_only = true;
+    auto session = client->StartLoad(options);
+    REQUIRE(session.ok());
+    REQUIRE((*session)->WaitPlan().ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the first reads are asleep in the bucket
+    REQUIRE(client->SetReadCap("dram", 8).ok());
+    auto done = (*session)->WaitDone();
+    REQUIRE(done.ok());
+    CHECK(done->loaded_chunks == 16);
+    REQUIRE((*session)->Release().ok());
+  }
+
+  // At the floor again, with a load asleep in the bucket: SIGTERM still stops the daemon within its grace.
+  REQUIRE(client->SetReadCap("dram", 0.001).ok());
+  LoadOptions options{ns, {tokens, {}}, nullptr};
+  options.io_only = true;
+  auto stuck = client->StartLoad(options);
+  REQUIRE(stuck.ok());
+  REQUIRE((*stuck)->WaitPlan().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto stop_started = std::chrono::steady_clock::now();
+  CHECK(daemon.Stop() == 0);
+  CHECK(std::chrono::steady_clock::now() - stop_started < std::chrono::seconds(30));  // bounded, not a speed
 }

@@ -93,6 +93,26 @@ TEST_CASE("region registry: a region released during a load keeps its memory unt
   { RegionRegistry::WindowLease ended = std::move(*lease); }  // ending a lease on a released region is harmless
 }
 
+TEST_CASE("region registry: caps over every client bound clients that rotate their ids", "[regions]") {
+  RegionRegistry::Limits limits = SmallLimits();
+  limits.max_regions = 3;
+  limits.max_total_region_bytes = 5 * 4096;
+  RegionRegistry registry(limits);
+  REQUIRE(registry.Register("a", 4096).ok());
+  REQUIRE(registry.Register("b", 8192).ok());
+  const auto too_many_bytes = registry.Register("c", 3 * 4096);
+  CHECK(too_many_bytes.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(too_many_bytes.status().message()), Catch::Contains("limits.max_total_region_bytes"));
+  auto c = registry.Register("c", 4096);
+  REQUIRE(c.ok());
+  const auto too_many = registry.Register("d", 4096);
+  CHECK(too_many.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(too_many.status().message()), Catch::Contains("limits.max_regions"));
+  CHECK(registry.total_bytes() == 4 * 4096);
+  REQUIRE(registry.Release("c", c->region_id).ok());
+  CHECK(registry.Register("d", 4096).ok());  // room again
+}
+
 TEST_CASE("region registry: Clear drops every region", "[regions]") {
   RegionRegistry registry(SmallLimits());
   REQUIRE(registry.Register("a", 4096).ok());

@@ -337,6 +337,27 @@ TEST_CASE("disk tier Open drops truncated and garbage files and counts them", "[
   CHECK(out == TestValue(3, 30000));
 }
 
+TEST_CASE("disk tier Open drops a sealed header whose length would wrap the size arithmetic", "[disk]") {
+  TempDir dir;
+  {
+    auto tier = MustOpen(OptionsFor(dir.path()));
+    REQUIRE(tier->Write(TestKey(2), TestValue(2, 5000)).ok());
+  }
+  // A header alone (4096 bytes) with a valid checksum claiming 2^64 - 4095 payload bytes: rounded up naively, its
+  // file size would wrap to 4096 and match.
+  CHECK(ChunkFileBytes(UINT64_MAX - 4094) == UINT64_MAX);
+  std::vector<std::byte> forged(kChunkHeaderBytes);
+  EncodeChunkHeader(ChunkHeader{TestKey(1), UINT64_MAX - 4094, 0}, forged);
+  fs::create_directories(ChunkFolder(dir.path(), TestKey(1)));
+  WriteFileBytes(ChunkPath(dir.path(), TestKey(1)), forged);
+
+  auto tier = MustOpen(OptionsFor(dir.path()));
+  CHECK(tier->recovery().corrupt_files_removed == 1);
+  CHECK_FALSE(tier->Contains(TestKey(1)));
+  CHECK(tier->Usage().used_bytes == 5000);  // the forged length never entered the budget
+  CHECK(tier->Contains(TestKey(2)));
+}
+
 TEST_CASE("disk tier Open reads headers on many threads and counts every outcome once", "[disk]") {
   // 600 files, so several threads claim batches of them; every 50th is damaged.
   TempDir dir;

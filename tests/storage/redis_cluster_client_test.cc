@@ -3,12 +3,20 @@
 // (timeouts), a slot migrated under the client (ASK, then MOVED) and a master killed.
 #include "storage/redis_cluster_client.h"
 
+#include <arpa/inet.h>
 #include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -149,7 +157,10 @@ TEST_CASE("RedisClusterClient: a GET's value can land in the caller's buffer", "
   CHECK(r[0]->len == big.size());
   CHECK(SinkHolds(exact, big));
   CHECK(r[1]->integer == 1);
-  CHECK(Text(r[2]) == big);  // not the sink's size: a reply of its own
+  // Neither the sink's size nor small enough to keep (a pipeline keeps headers, not stray values): read past, and
+  // answered as an error reply of its own.
+  CHECK(r[2]->type == REDIS_REPLY_ERROR);
+  CHECK(Text(r[2]).find("not kept") != std::string::npos);
   CHECK(r[3]->type == REDIS_REPLY_NIL);
   CHECK(Text(r[4]) == small);
   CHECK(Text(r[5]) == small);
@@ -401,6 +412,106 @@ TEST_CASE("RedisClusterClient: a dead master fails its own slots only; allow_par
   auto live = client->Execute(live_gets);
   REQUIRE(live.ok());
   CHECK(client->Masters().size() == 3);  // the slot map still names it: no failover without replicas
+}
+
+}  // namespace cake
+
+namespace cake {
+namespace {
+
+// A hostile "Redis": a TCP listener on loopback that accepts AUTH and answers every other command with `reply`,
+// and counts the connections it took and the bytes it was sent (to see whether a client ever came, and with what).
+class HostilePeer {
+ public:
+  explicit HostilePeer(std::string reply) : reply_(std::move(reply)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    socklen_t len = sizeof(addr);
+    REQUIRE(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    port_ = ntohs(addr.sin_port);
+    REQUIRE(listen(fd_, 16) == 0);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~HostilePeer() {
+    stopping_ = true;
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+  }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  int port() const { return port_; }
+  int connections() const { return connections_.load(); }
+  std::string received() {
+    std::lock_guard lock(mu_);
+    return received_;
+  }
+
+ private:
+  void Serve() {
+    while (!stopping_) {
+      const int c = accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      ++connections_;
+      char buf[4096];
+      for (;;) {
+        pollfd p{c, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) {
+          if (stopping_) break;
+          continue;
+        }
+        const ssize_t n = recv(c, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        {
+          std::lock_guard lock(mu_);
+          received_.append(buf, n);
+        }
+        // One answer per command: each command of a pipeline starts with '*' at the start of a line.
+        int commands = 0;
+        for (ssize_t i = 0; i < n; ++i) commands += buf[i] == '*' && (i == 0 || buf[i - 1] == '\n');
+        const bool auth = std::string_view(buf, n).find("AUTH") != std::string_view::npos;
+        std::string out;
+        for (int i = 0; i < std::max(commands, 1); ++i) out += auth ? "+OK\r\n" : reply_;
+        if (send(c, out.data(), out.size(), MSG_NOSIGNAL) < 0) break;
+      }
+      close(c);
+    }
+  }
+
+  const std::string reply_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> connections_{0};
+  std::mutex mu_;
+  std::string received_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("RedisClusterClient: a redirect to a node no seed or slot map named is not followed", "[redis][hostile]") {
+  // The node a hostile server would send our password to, and the hostile server itself.
+  HostilePeer elsewhere("+OK\r\n");
+  const std::string redirect = GENERATE(std::string("MOVED"), std::string("ASK"));
+  CAPTURE(redirect);
+  HostilePeer seed(absl::StrCat("-", redirect, " 1 127.0.0.1:", elsewhere.port(), "\r\n"));
+  RedisClusterClient::Options options = OptionsFor({seed.address()});
+  options.password = "secret-password";
+  options.command_timeout = milliseconds(500);
+  auto client = OpenClient(options);
+
+  auto got = client->Execute({Cmd("GET", "some-key")});
+  CHECK_FALSE(got.ok());  // the redirects never end, and none is followed
+  CHECK(client->counters().redirects_refused >= 1);
+  CHECK(client->counters().moved == 0);
+  CHECK(client->counters().ask == 0);
+  CHECK(elsewhere.connections() == 0);  // never connected, so never sent AUTH there
+  CHECK(elsewhere.received().find("secret-password") == std::string::npos);
+  CHECK(client->Masters().size() == 1);  // the node list did not grow
 }
 
 }  // namespace cake

@@ -57,11 +57,12 @@ TEST_CASE("remote codec: parts are the payload cut into part_bytes, the last one
   CHECK(RemotePartCount(4096, 4096) == 1);
   CHECK(RemotePartCount(4097, 4096) == 2);
   CHECK(RemotePartCount(uint64_t{64} << 20, uint64_t{4} << 20) == 16);
+  CHECK(RemotePartCount(UINT64_MAX, 4096) == UINT64_MAX / 4096 + 1);  // no wrap
 }
 
 TEST_CASE("remote codec: a corrupt or inconsistent header is DATA_LOSS", "[remote][codec]") {
   const ChunkKey key = TestKey(9);
-  const std::string good = EncodeRemoteHeader(MakeRemoteHeader(key, TestValue(9, 5000), 1000));
+  const std::string good = EncodeRemoteHeader(MakeRemoteHeader(key, TestValue(9, 20000), 4096));
   REQUIRE(ParseRemoteHeader(good, key).ok());
   auto refused = [&](const std::string& bytes, const ChunkKey& expected, std::string_view why) {
     auto parsed = ParseRemoteHeader(bytes, expected);
@@ -94,9 +95,26 @@ TEST_CASE("remote codec: a corrupt or inconsistent header is DATA_LOSS", "[remot
     refused(good, TestKey(10), "another chunk key");
   }
   SECTION("absurd sizes, sealed with a valid checksum") {
-    RemoteHeader header = MakeRemoteHeader(key, TestValue(9, 5000), 1000);
+    RemoteHeader header = MakeRemoteHeader(key, TestValue(9, 20000), 4096);
+    std::string why = "part layout does not match its length";
     SECTION("parts of 0 bytes") {
       header.part_bytes = 0;
+      header.parts = 0;
+      why = "part size 0 is outside";
+    }
+    SECTION("one-byte parts: a million GETs for a megabyte, were it believed") {
+      header.payload_length = 1 << 20;
+      header.part_bytes = 1;
+      header.parts = 1 << 20;
+      why = "part size 1 is outside";
+    }
+    SECTION("parts larger than any Redis value") {
+      header.part_bytes = uint64_t{1} << 30;
+      header.parts = 1;
+      why = "is outside";
+    }
+    SECTION("a length near 2^64 does not wrap the part count") {
+      header.payload_length = UINT64_MAX - 10;
       header.parts = 0;
     }
     SECTION("fewer parts than the length needs") {
@@ -105,14 +123,13 @@ TEST_CASE("remote codec: a corrupt or inconsistent header is DATA_LOSS", "[remot
     SECTION("more parts than the length needs") {
       header.parts = 6;
     }
-    SECTION("a terabyte payload in one-byte parts (more parts than a header can count)") {
+    SECTION("a terabyte payload (more parts than a header can count)") {
       header.payload_length = uint64_t{1} << 40;
-      header.part_bytes = 1;
     }
     SECTION("no parts for a payload") {
       header.parts = 0;
     }
-    refused(EncodeRemoteHeader(header), key, "part layout does not match its length");
+    refused(EncodeRemoteHeader(header), key, why);
   }
 }
 

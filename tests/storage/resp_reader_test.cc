@@ -1,7 +1,6 @@
 // RespReader on a real socket (a socketpair): every kind of reply it understands, values into the caller's
 // buffer or not, values larger than its buffer arriving in pieces, and malformed, truncated and stalled replies.
 #include "storage/resp_reader.h"
-#include "tests/storage/tier_test_util.h"
 
 #include <hiredis/hiredis.h>
 #include <sys/socket.h>
@@ -13,6 +12,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "tests/storage/tier_test_util.h"
 
 namespace cake {
 namespace {
@@ -118,7 +119,7 @@ TEST_CASE("RespReader: a bulk reply of the sink's size lands in the sink; any ot
 
 TEST_CASE("RespReader: values larger than its buffer, arriving in small pieces, come whole", "[resp]") {
   SocketPair pair;
-  RespReader reader(pair.reader());
+  RespReader reader(pair.reader(), /*max_kept_bytes=*/1 << 20);
   const std::string big = testing::TestText(1, 1 << 20), medium = testing::TestText(2, 100 << 10);
   const std::string stream = "+OK\r\n" + Bulk(big) + Bulk(medium) + ":1\r\n";
   std::thread writer([&] {
@@ -171,6 +172,49 @@ TEST_CASE("RespReader: a malformed reply is DATA_LOSS, with the line in the mess
   REQUIRE_FALSE(reply.ok());
   CHECK(reply.status().code() == absl::StatusCode::kDataLoss);
   CHECK(std::string(reply.status().message()) == message);
+}
+
+TEST_CASE("RespReader: a hostile peer cannot make it allocate or wait past its limits", "[resp]") {
+  SECTION("an absurd bulk length is DATA_LOSS at once, nothing allocated") {
+    SocketPair pair;
+    RespReader reader(pair.reader());
+    pair.Send("$99999999999999\r\n");
+    auto reply = reader.Next({});
+    REQUIRE_FALSE(reply.ok());
+    CHECK(reply.status().code() == absl::StatusCode::kDataLoss);
+    CHECK_THAT(std::string(reply.status().message()), Catch::Contains("99999999999999 bytes"));
+  }
+  SECTION("a line that never ends is DATA_LOSS once it passes the line limit") {
+    SocketPair pair;
+    RespReader reader(pair.reader());
+    pair.Send("+" + std::string(RespReader::kMaxLineBytes + 1024, 'x'));
+    auto reply = reader.Next({});
+    REQUIRE_FALSE(reply.ok());
+    CHECK(reply.status().code() == absl::StatusCode::kDataLoss);
+  }
+  SECTION("a value larger than what is kept is read past, answered as an error, and the next reply still parses") {
+    SocketPair pair;
+    RespReader reader(pair.reader());
+    const std::string big = testing::TestText(4, RespReader::kMaxKeptBulkBytes + 1);
+    std::thread server([&] { pair.Send(Bulk(big) + "+OK\r\n"); });
+    auto skipped = reader.Next({});
+    auto next = reader.Next({});
+    server.join();
+    REQUIRE(skipped.ok());
+    CHECK((*skipped)->type == REDIS_REPLY_ERROR);
+    CHECK_THAT(Text(*skipped), Catch::Contains("not kept"));
+    REQUIRE(next.ok());
+    CHECK((*next)->type == REDIS_REPLY_STATUS);
+    CHECK(reader.drained());
+  }
+  SECTION("a bulk value not followed by CRLF is DATA_LOSS") {
+    SocketPair pair;
+    RespReader reader(pair.reader());
+    pair.Send("$3\r\nabcXY");
+    auto reply = reader.Next({});
+    REQUIRE_FALSE(reply.ok());
+    CHECK(reply.status().code() == absl::StatusCode::kDataLoss);
+  }
 }
 
 TEST_CASE("RespReader: a reply cut short is UNAVAILABLE when the server closes, DEADLINE_EXCEEDED when it stalls",

@@ -169,6 +169,40 @@ TEST_CASE("token bucket: SetRate changes the pacing", "[throttle]") {
   ExpectBlocksFor(clock, 1s, [&] { bucket.Acquire(256); });
 }
 
+TEST_CASE("token bucket: a raised rate frees a reader queued under a tiny one at once", "[throttle]") {
+  FakeClock clock;
+  TokenBucket bucket(kRate, kBurst, &clock);
+  CHECK(ReturnsAtOnce(clock, [&] { bucket.Acquire(512); }));  // the burst, spent
+  {
+    // 5120 bytes at 512 bytes/s: 10 s. After 1 s the rate goes up 100 times: the 9 s still owed become 90 ms.
+    Background call([&] { bucket.Acquire(5120); });
+    REQUIRE(Eventually([&] { return clock.sleepers() == 1; }));
+    clock.Advance(1s);
+    bucket.SetRate(100 * kRate, kBurst);
+    clock.Advance(89ms);
+    std::this_thread::sleep_for(5ms);
+    CHECK_FALSE(call.done());
+    clock.Advance(2ms);
+    CHECK(Eventually([&] { return call.done(); }));
+    while (!call.done()) clock.Advance(24h);
+  }
+  // Later callers queue behind at the new rate: 5120 bytes at 51200 bytes/s take 100 ms, less the 1 ms since the
+  // queue drained (a credit well within the 10 ms burst).
+  ExpectBlocksFor(clock, 99ms, [&] { bucket.Acquire(5120); });
+}
+
+TEST_CASE("token bucket: Interrupt ends every wait, and later ones pass at once", "[throttle]") {
+  FakeClock clock;
+  TokenBucket bucket(kRate, kBurst, &clock);
+  Background call([&] { bucket.Acquire(uint64_t{1} << 30); });  // years at 512 bytes/s
+  REQUIRE(Eventually([&] { return clock.sleepers() == 1; }));
+  bucket.Interrupt();
+  clock.Advance(10ms);  // one wake-up slice: the sleeper looks again and leaves
+  CHECK(Eventually([&] { return call.done(); }));
+  while (!call.done()) clock.Advance(24h);
+  CHECK(ReturnsAtOnce(clock, [&] { bucket.Acquire(uint64_t{1} << 30); }));
+}
+
 TEST_CASE("throttled tier: reads are paced, writes are not", "[throttle]") {
   FakeClock clock;
   // 0.008 Gbps = 1e6 bytes/s; the tier's burst is 1 ms of that, 1000 bytes.
@@ -227,6 +261,8 @@ TEST_CASE("throttled tier: lending is paced like a read; the cap and stats are o
   REQUIRE(as_tier.SetReadCapGbps(0.016).ok());
   CHECK(as_tier.read_cap_gbps() == Approx(0.016));
   CHECK(as_tier.SetReadCapGbps(-1).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(as_tier.SetReadCapGbps(1e-6).code() == absl::StatusCode::kInvalidArgument);  // below the floor
+  CHECK(as_tier.read_cap_gbps() == Approx(0.016));
   CHECK(as_tier.Stats().evictions == 0);
 
   DramTier plain(8 << 20);

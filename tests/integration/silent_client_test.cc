@@ -1,0 +1,138 @@
+// Clients that go silent or give up cannot hold the daemon's resources: a load whose client neither sends nor reads
+// is ended and frees its slot and window (one that keeps reporting is not), and a region whose registration the
+// client gave up on is released.
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "tests/integration/fixture.h"
+
+using namespace cake;
+using namespace cake::testing;
+
+namespace {
+
+SpawnedDaemon DaemonWithIdleTimeout(uint32_t ms) {
+  char dir[] = "/tmp/cake-idle-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string config = WriteFile(dir, "caked.toml", "[loader]\nidle_timeout_ms = " + std::to_string(ms) + "\n");
+  auto daemon = StartDaemon({"--config", config});
+  std::filesystem::remove_all(dir);
+  return daemon;
+}
+
+v1::LoadRequest StartOf(const NamespaceSpec& ns, const std::vector<uint32_t>& tokens, const std::string& client_id,
+                        const std::string& region_id, v1::LoadStart::Mode mode) {
+  v1::LoadRequest request;
+  v1::LoadStart* start = request.mutable_start();
+  start->set_client_id(client_id);
+  ToProto(ns, start->mutable_namespace_());
+  start->mutable_prompt()->mutable_tokens()->Add(tokens.begin(), tokens.end());
+  start->set_region_id(region_id);
+  start->set_mode(mode);
+  return request;
+}
+
+uint64_t ActiveLoads(RawStubs& raw) {
+  grpc::ClientContext context;
+  v1::StatusResponse status;
+  REQUIRE(raw.admin->Status(&context, v1::StatusRequest(), &status).ok());
+  return status.active_loads();
+}
+
+}  // namespace
+
+TEST_CASE("a load whose client goes silent is ended, and its slot and window come back", "[silent]") {
+  auto daemon = DaemonWithIdleTimeout(300);
+  auto client = Connect(daemon);
+  RawStubs raw(daemon);
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  const auto tokens = Tokens(64 * 8);
+  StorePrompt(*client, ns, tokens, 71, 8, chunk_bytes);
+  auto region = client->RegisterRegion(8 * chunk_bytes);
+  REQUIRE(region.ok());
+
+  // An engine that sends Start and then nothing, and reads nothing.
+  grpc::ClientContext context;
+  auto stream = raw.kv->Load(&context);
+  REQUIRE(stream->Write(StartOf(ns, tokens, client->client_id(), region->id(), v1::LoadStart::MODE_IO_ONLY)));
+  REQUIRE(Eventually([&] { return ActiveLoads(raw) == 1; }));
+  REQUIRE(Eventually([&] { return ActiveLoads(raw) == 0; }, std::chrono::seconds(20)));
+  CHECK(Counter(*client, "loads_idle_ended") == 1);
+
+  // The stream it held says why, once the engine looks.
+  v1::LoadResponse response;
+  while (stream->Read(&response)) {
+  }
+  const grpc::Status ended = stream->Finish();
+  INFO(ended.error_message());
+  CHECK(ended.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK(ended.error_message().find("loader.idle_timeout_ms") != std::string::npos);
+
+  // Its window is free: the same region loads again at once.
+  auto done = LoadAndVerify(*client, ns, tokens, 71, &*region);
+  CHECK(done.loaded_chunks == 8);
+}
+
+TEST_CASE("an engine that keeps reporting keeps its load, however long it computes", "[silent]") {
+  auto daemon = DaemonWithIdleTimeout(300);
+  auto client = Connect(daemon);
+  RawStubs raw(daemon);
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  const auto tokens = Tokens(64 * 8);
+  StorePrompt(*client, ns, tokens, 72, 8, chunk_bytes);
+  auto region = client->RegisterRegion(8 * chunk_bytes);
+  REQUIRE(region.ok());
+
+  grpc::ClientContext context;
+  auto stream = raw.kv->Load(&context);
+  REQUIRE(stream->Write(StartOf(ns, tokens, client->client_id(), region->id(), v1::LoadStart::MODE_CAKE)));
+  std::thread reader([&] {
+    v1::LoadResponse response;
+    while (stream->Read(&response)) {
+    }
+  });
+  // Ten times the idle timeout, with a Progress (the same chunk count: it is still computing) every 100 ms.
+  for (int i = 0; i < 30; ++i) {
+    v1::LoadRequest progress;
+    progress.mutable_progress()->set_computed_through(0);
+    REQUIRE(stream->Write(progress));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(ActiveLoads(raw) == 1);
+  v1::LoadRequest release;
+  release.mutable_release();
+  REQUIRE(stream->Write(release));
+  stream->WritesDone();
+  reader.join();
+  CHECK(stream->Finish().ok());
+  CHECK(Counter(*client, "loads_idle_ended") == 0);
+}
+
+TEST_CASE("a region whose registration the client gave up on is released, not left to nobody", "[silent]") {
+  auto daemon = StartDaemon();
+  auto client = Connect(daemon);
+  RawStubs raw(daemon);
+  // A 256 MiB region takes far longer than a millisecond to map: the client's deadline passes first.
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1));
+  v1::RegisterRegionRequest request;
+  request.set_client_id("impatient");
+  request.set_bytes(uint64_t{256} << 20);
+  v1::RegisterRegionResponse response;
+  const grpc::Status status = raw.kv->RegisterRegion(&context, request, &response);
+  REQUIRE(status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+
+  auto regions = [&] {
+    grpc::ClientContext c;
+    v1::StatusResponse s;
+    REQUIRE(raw.admin->Status(&c, v1::StatusRequest(), &s).ok());
+    return s.regions();
+  };
+  // Whether the daemon made it before noticing or not, nothing is left, and a made one is counted as reclaimed.
+  REQUIRE(Eventually([&] { return Counter(*client, "regions_registered") == Counter(*client, "regions_reclaimed"); },
+                     std::chrono::seconds(20)));
+  CHECK(regions() == 0);
+}
