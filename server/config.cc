@@ -197,6 +197,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   TableReader limits(root, "limits");
   limits.Unsigned("max_prompt_tokens", &c.max_prompt_tokens, 1, uint64_t{1} << 32);
   limits.Unsigned("max_chunk_bytes", &c.max_chunk_bytes, 1, uint64_t{1} << 40);
+  limits.Unsigned("min_chunk_bytes", &c.min_chunk_bytes, 1, uint64_t{1} << 30);
   limits.Unsigned("max_chunk_tokens", &c.max_chunk_tokens, 1, kU32);
   limits.Unsigned("default_chunk_tokens", &c.default_chunk_tokens, 1, kU32);
   limits.Unsigned("max_region_bytes", &c.max_region_bytes, 1, uint64_t{1} << 50);

@@ -22,6 +22,7 @@ struct DaemonConfig {
   // [limits]
   uint64_t max_prompt_tokens = 1u << 20;
   uint64_t max_chunk_bytes = uint64_t{1} << 30;
+  uint64_t min_chunk_bytes = 4096;  // a page: what a chunk costs every tier at the least
   uint32_t max_chunk_tokens = 1u << 16;
   uint32_t default_chunk_tokens = 256;
   uint64_t max_region_bytes = uint64_t{64} << 30;

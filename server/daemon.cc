@@ -81,7 +81,7 @@ absl::Status ClearStaleSocket(const std::string& path) {
 
 // The socket's folder. One inside a folder anyone may write to (the /tmp fallback) could have been made first by
 // another user, who could then swap the socket and take cakectl's connection: such a folder is created 0700 and
-// must be a real folder (not a symlink), owned by this user and closed to everyone else. Elsewhere it is created
+// must be a real folder (not a symlink), owned by this user and writable by nobody else. Elsewhere it is created
 // when missing and must not be a symlink or owned by another user (root aside).
 absl::Status PrepareSocketFolder(const std::filesystem::path& dir) {
   const std::filesystem::path parent = dir.parent_path();
@@ -108,7 +108,8 @@ absl::Status PrepareSocketFolder(const std::filesystem::path& dir) {
   if (st.st_uid != ::geteuid() && st.st_uid != 0) return refuse(absl::StrCat("belongs to another user (uid ", st.st_uid, ")"));
   if (shared_parent) {
     if (st.st_uid != ::geteuid()) return refuse(absl::StrCat("belongs to another user (uid ", st.st_uid, ")"));
-    if ((st.st_mode & 077) != 0) {
+    // Writable by others is what lets them swap the socket; reading the folder only shows its name.
+    if ((st.st_mode & 022) != 0) {
       return refuse(absl::StrCat("is open to other users (mode ", absl::StrFormat("%04o", st.st_mode & 07777), ")"));
     }
   }

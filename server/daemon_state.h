@@ -88,10 +88,16 @@ struct DaemonState {
   // it): here rather than on gRPC's threads, which Ping and every other call need, or the I/O threads, which
   // DRAM and disk reads need; a frozen Redis ties up these threads only. Destroyed before what it touches.
   IoPool network_calls{kNetworkCallThreads, kNetworkCallQueue, ArbiterPolicy::kFifo};
-  IoPool pool;  // last member: destroyed first, so queued work never outlives what it touches
+  // Work that is not a load's read: RegisterRegion's page mapping, Store's copies, Evict. Its own threads, so a
+  // load's reads never queue behind a 1 GiB registration (they still share the cores). Before `pool`: Store
+  // copies may hand write-backs to the tiers, which outlive both pools.
+  IoPool background{kBackgroundThreads, kBackgroundQueue, ArbiterPolicy::kFifo};
+  IoPool pool;  // the loads' reads; last member: destroyed first, so queued work never outlives what it touches
 
   static constexpr int kNetworkCallThreads = 4;
   static constexpr size_t kNetworkCallQueue = 1024;
+  static constexpr int kBackgroundThreads = 2;
+  static constexpr size_t kBackgroundQueue = 4096;
 };
 
 }  // namespace cake

@@ -1,6 +1,7 @@
 #include "server/requests.h"
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace cake {
 
@@ -25,7 +26,15 @@ absl::StatusOr<Namespace> ParseNamespace(const v1::Namespace& p, const DaemonCon
   spec.chunk_tokens = p.chunk_tokens() == 0 ? config.default_chunk_tokens : p.chunk_tokens();
   spec.tenant = p.tenant();
   NamespaceLimits limits{config.max_chunk_bytes, config.max_chunk_tokens};
-  return Namespace::Create(std::move(spec), limits, config.key_secret);
+  CAKE_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(std::move(spec), limits, config.key_secret));
+  // Every tier spends at least a page (DRAM extents, disk blocks) and an index entry per chunk: tiny chunks would
+  // make the budgets, which count chunk bytes, say a fraction of what is used.
+  if (ns.chunk_bytes() < config.min_chunk_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a chunk of this namespace is ", ns.chunk_bytes(),
+                                                   " bytes, below limits.min_chunk_bytes (", config.min_chunk_bytes,
+                                                   "): use more tokens per chunk"));
+  }
+  return ns;
 }
 
 absl::StatusOr<std::vector<ChunkKey>> PromptKeys(const Namespace& ns, const v1::Prompt& prompt,

@@ -84,9 +84,10 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
     }
     placement = {RegionBackend::kCudaIpc, request->device()};
   }
-  // Creating a region maps every page of it, which takes a while for large ones: an I/O thread does it.
+  // Creating a region maps every page of it, which takes a while for large ones: a background thread does it,
+  // never one a load's reads wait for.
   auto* reactor = new RegisterRegionReactor(context, state_);
-  const bool submitted = state_.pool.TrySubmit([this, reactor, request, response, placement] {
+  const bool submitted = state_.background.TrySubmit([this, reactor, request, response, placement] {
     auto registered = state_.regions.Register(request->client_id(), request->bytes(), placement);
     if (registered.ok()) {
       response->set_region_id(registered->region_id);
@@ -204,9 +205,10 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
     if (count > UINT64_MAX / chunk_bytes) return reject(absl::OutOfRangeError("chunk_count * chunk_bytes overflows"));
     if (auto s = CheckRange(region->size(), request->region_offset(), count * chunk_bytes); !s.ok()) return reject(s);
   }
-  // The copies run on an I/O thread: a gRPC thread never waits on memory traffic of this size.
+  // The copies run on a background thread: a gRPC thread never waits on memory traffic of this size, and a load's
+  // reads never queue behind them.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const bool submitted = state_.pool.TrySubmit(
+  const bool submitted = state_.background.TrySubmit(
       [this, reactor, request, response, keys = std::move(*keys), first, count, chunk_bytes, region] {
         std::vector<std::byte> staging;
         absl::Status status;
@@ -347,7 +349,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* c
   // Removing thousands of files takes a while: an I/O thread does it.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // A networked tier's scan and deletes wait on it: not on the I/O threads that DRAM and disk reads need.
-  IoPool& runner = tier->waits_on_network() ? state_.network_calls : state_.pool;
+  IoPool& runner = tier->waits_on_network() ? state_.network_calls : state_.background;
   const bool submitted = runner.TrySubmit([reactor, tier, response, name = request->tier()] {
     std::vector<std::pair<ChunkKey, uint64_t>> chunks;
     tier->ForEach([&](const ChunkKey& key, uint64_t bytes) { chunks.emplace_back(key, bytes); });

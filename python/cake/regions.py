@@ -9,7 +9,8 @@ import os
 import re
 import sys
 
-# The daemon names host regions "/cake-<32 hex digits>"; anything else is refused before it reaches the file system.
+# The daemon names host regions "/cake-<its pid>-<32 hex digits>"; a name not of the form /name is refused before it
+# reaches the file system.
 _SHM_NAME = re.compile(r"^/[A-Za-z0-9._-]{1,200}$")
 _IPC_HANDLE_BYTES = 64
 

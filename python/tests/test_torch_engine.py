@@ -90,7 +90,7 @@ def test_a_cached_prefix_shorter_than_the_prompt(daemon, small_model):
 
 
 def test_bf16(daemon):
-    model = TorchLlama(ModelConfig(layers=2, hidden=64, heads=4, kv_heads=1, intermediate=128, vocab=256,
+    model = TorchLlama(ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=256,
                                    seed=5, dtype="bf16"))
     with daemon.client() as client:
         engine = TorchPrefillEngine(model, make_prompt(CHUNK * 4 + 1, seed=5), CHUNK, client)

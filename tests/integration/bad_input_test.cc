@@ -99,6 +99,14 @@ TEST_CASE("bad requests get specific codes and the daemon keeps serving", "[bad-
     huge_chunk.chunk_tokens = 4096;
     ExpectCode(CallLookup(raw, LookupOf(huge_chunk, Tokens(4096))), grpc::StatusCode::INVALID_ARGUMENT,
                "limits.max_chunk_bytes");
+    // 2-byte chunks would cost every tier a page and an index entry each while its budget counted 2 bytes.
+    auto tiny_chunk = ns;
+    tiny_chunk.num_layers = 1;
+    tiny_chunk.num_kv_heads = 1;
+    tiny_chunk.head_dim = 1;
+    tiny_chunk.chunk_tokens = 1;
+    ExpectCode(CallLookup(raw, LookupOf(tiny_chunk, Tokens(16))), grpc::StatusCode::INVALID_ARGUMENT,
+               "limits.min_chunk_bytes");
   }
 
   SECTION("regions") {
