@@ -115,6 +115,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   }
 
   void OnDone() {
+    {
+      absl::MutexLock lock(&context_mu_);
+      rpc_done_ = true;  // the context goes with the reactor
+    }
     absl::MutexLock lock(&mu_);
     reactor_ = nullptr;
     LearnComputeLocked();
@@ -411,7 +415,12 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       // A write the client never reads would hold the stream open: cancel it, so the stream can end.
       cancel_write = writing_;
     }
-    if (cancel_write) context_->TryCancel();
+    if (cancel_write) {
+      // The RPC may end meanwhile (the write completes, the stream finishes): its context is used only while
+      // OnDone has not run.
+      absl::MutexLock lock(&context_mu_);
+      if (!rpc_done_) context_->TryCancel();
+    }
     Pump();
   }
 
@@ -606,6 +615,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   absl::Mutex mu_;
   std::atomic<bool> cancelled_{false};
+  // Guards the use of context_ from outside gRPC's own callbacks (the idle watch), which may race the RPC's end.
+  // Never held with mu_: a cancel may call back into the session.
+  absl::Mutex context_mu_;
+  bool rpc_done_ ABSL_GUARDED_BY(context_mu_) = false;
 
   // Fixed under the lock once the plan is made, before the first read is submitted (the submission orders it
   // before the reads), and only read after that, by I/O threads without the lock.

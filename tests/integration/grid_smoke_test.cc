@@ -44,7 +44,9 @@ TEST_CASE("cake-bench grid runs a few cells and Cake is never far behind the bet
                  << oracle[i]);
     CHECK(oracle[i] > 0);
     CHECK(oracle[i] <= std::min(compute[i], io[i]) * 1.05);  // the oracle is a lower bound, up to timing noise
-    CHECK(cake[i] <= std::min(compute[i], io[i]) * 1.3);
+    // A smoke check, not a figure (section 5 of docs/benchmarks.md has those): 30% and 20 ms of room for a busy
+    // or instrumented build (ASan) on cells that last tens of milliseconds.
+    CHECK(cake[i] <= std::min(compute[i], io[i]) * 1.3 + 0.02);
   }
   CHECK(result.output.find("Cake's speedup over I/O-only / over compute-only") != std::string::npos);
 }

@@ -76,6 +76,30 @@ TEST_CASE("a load whose client goes silent is ended, and its slot and window com
   CHECK(done.loaded_chunks == 8);
 }
 
+TEST_CASE("an inline load whose client never reads is ended, its unread bytes freed", "[silent]") {
+  auto daemon = DaemonWithIdleTimeout(300);
+  auto client = Connect(daemon);
+  RawStubs raw(daemon);
+  const auto ns = SmallNamespace(1024);
+  const uint64_t chunk_bytes = 1024 * kSmallBytesPerToken;  // 1 MiB a message: more than gRPC buffers unread
+  const auto tokens = Tokens(1024 * 16);
+  StorePrompt(*client, ns, tokens, 73, 16, chunk_bytes);
+
+  grpc::ClientContext context;
+  auto stream = raw.kv->Load(&context);
+  REQUIRE(stream->Write(StartOf(ns, tokens, client->client_id(), "", v1::LoadStart::MODE_IO_ONLY)));
+  REQUIRE(Eventually([&] { return ActiveLoads(raw) == 1; }));
+  // The daemon's write of a chunk nobody reads stays pending: the idle watch cancels it and ends the load.
+  REQUIRE(Eventually([&] { return ActiveLoads(raw) == 0; }, std::chrono::seconds(20)));
+  CHECK(Counter(*client, "loads_idle_ended") == 1);
+  v1::LoadResponse response;
+  while (stream->Read(&response)) {
+  }
+  const grpc::Status ended = stream->Finish();
+  CHECK_FALSE(ended.ok());
+  CHECK(client->Ping().ok());
+}
+
 TEST_CASE("an engine that keeps reporting keeps its load, however long it computes", "[silent]") {
   auto daemon = DaemonWithIdleTimeout(300);
   auto client = Connect(daemon);
