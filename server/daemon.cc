@@ -23,7 +23,7 @@
 namespace cake {
 
 uint64_t LoadTracker::TryAdd(uint32_t max_loads, std::function<void()> cancel) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (cancels_.size() >= max_loads) return 0;
   const uint64_t ticket = next_++;
   cancels_.emplace(ticket, std::move(cancel));
@@ -31,14 +31,14 @@ uint64_t LoadTracker::TryAdd(uint32_t max_loads, std::function<void()> cancel) {
 }
 
 void LoadTracker::Remove(uint64_t ticket) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   cancels_.erase(ticket);
 }
 
 void LoadTracker::CancelAll() {
   std::vector<std::function<void()>> cancels;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     for (auto& [ticket, cancel] : cancels_) cancels.push_back(cancel);
   }
   // Outside the lock: a cancelled load leaves the tracker on its way out.
@@ -46,7 +46,7 @@ void LoadTracker::CancelAll() {
 }
 
 uint32_t LoadTracker::active() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return static_cast<uint32_t>(cancels_.size());
 }
 

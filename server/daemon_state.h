@@ -8,7 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "cuda/cuda_backend.h"
 #include "scheduler/io_pool.h"
 #include "scheduler/planner.h"
@@ -29,7 +29,7 @@ class LoadTracker {
   uint32_t active() const;
 
  private:
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<uint64_t, std::function<void()>> cancels_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;
 };
@@ -39,14 +39,14 @@ class LoadTracker {
 class ComputeModels {
  public:
   ComputeModel Get(const ChunkKey& ns) const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = models_.find(ns);
     return it == models_.end() ? ComputeModel() : it->second;
   }
   // Older knowledge fades (the engine's load changes), the latest load counts most.
   void Learn(const ChunkKey& ns, const ComputeModel& observed) {
     if (!observed.known()) return;
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (models_.size() >= kMaxNamespaces && !models_.contains(ns)) models_.clear();  // rare: start over
     ComputeModel& model = models_[ns];
     model.Scale(0.5);
@@ -55,7 +55,7 @@ class ComputeModels {
 
  private:
   static constexpr size_t kMaxNamespaces = 4096;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<ChunkKey, ComputeModel> models_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -7,7 +7,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "base/status_macros.h"
 #include "cuda/cuda_backend.h"
 #include "grpcpp/alarm.h"
@@ -51,7 +51,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   bool OnRequest(const v1::LoadRequest& request) {
     bool read_more = true;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       last_client_activity_ = Clock::now();
       switch (request.msg_case()) {
         case v1::LoadRequest::kStart:
@@ -87,7 +87,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   void OnClientClosed() {
     if (context_->IsCancelled()) return Cancel(absl::CancelledError("load cancelled"));
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       FinishLocked(absl::OkStatus());
     }
     Pump();
@@ -95,7 +95,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   void OnWriteDone(bool ok) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       writing_ = false;
       if (ok) last_client_activity_ = Clock::now();
       if (!ok) FinishLocked(absl::CancelledError("the client stopped reading the Load stream"));
@@ -107,7 +107,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // The client cancelled, or the daemon is stopping: the engine computes whatever was not loaded.
   void Cancel(const absl::Status& why) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (!finishing_) Bump(state_.counters.loads_cancelled);
       FinishLocked(why);
     }
@@ -116,10 +116,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   void OnDone() {
     {
-      absl::MutexLock lock(&context_mu_);
+      MutexLock lock(&context_mu_);
       rpc_done_ = true;  // the context goes with the reactor
     }
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     reactor_ = nullptr;
     LearnComputeLocked();
     if (ticket_ != 0) state_.loads.Remove(std::exchange(ticket_, 0));  // ended without Finish (never, today)
@@ -200,7 +200,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   void LookedUpOverNetwork(TierManager::PrefixLookup& lookup) {
     state_.tiers.FinishLookupOverNetwork(lookup);
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (phase_ != Phase::kLookingUp || finishing_) return;
       if (auto s = PlanLocked(lookup.Prefix()); !s.ok()) {
         Bump(state_.counters.invalid_requests);
@@ -401,7 +401,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   void CheckIdle() {
     bool cancel_write = false;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (finishing_) return;
       const auto timeout = std::chrono::milliseconds(state_.config.load_idle_timeout_ms);
       const auto idle = Clock::now() - last_client_activity_;
@@ -418,7 +418,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     if (cancel_write) {
       // The RPC may end meanwhile (the write completes, the stream finishes): its context is used only while
       // OnDone has not run.
-      absl::MutexLock lock(&context_mu_);
+      MutexLock lock(&context_mu_);
       if (!rpc_done_) context_->TryCancel();
     }
     Pump();
@@ -437,7 +437,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       auto self = weak.lock();
       if (!self) return;
       {
-        absl::MutexLock lock(&self->mu_);
+        MutexLock lock(&self->mu_);
         self->recheck_armed_ = false;
         if (fired) self->IssueReadsLocked();
       }
@@ -464,7 +464,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // read. The read retires (and the window stays held) until the promotion has copied the bytes.
   void ChunkRead(uint32_t chunk, ChunkLanding::Landed landed, bool promote_later) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (phase_ == Phase::kLoading && !finishing_) {
         ChunkReadLocked(chunk, landed.status, std::move(landed.inline_bytes));
       }
@@ -482,7 +482,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   void ReadRetired() {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       --reads_outstanding_;
     }
     Pump();
@@ -579,7 +579,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     std::optional<grpc::Status> to_finish;
     RegionRegistry::WindowLease ended_lease;  // freed after the lock is dropped
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (finished_ || reactor_ == nullptr || writing_) return;
       if (finishing_) {
         // The window is free for the engine's next load the moment it hears the stream end, so every read
@@ -613,11 +613,11 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   grpc::CallbackServerContext* const context_;
   DaemonState& state_;
 
-  absl::Mutex mu_;
+  Mutex mu_;
   std::atomic<bool> cancelled_{false};
   // Guards the use of context_ from outside gRPC's own callbacks (the idle watch), which may race the RPC's end.
   // Never held with mu_: a cancel may call back into the session.
-  absl::Mutex context_mu_;
+  Mutex context_mu_;
   bool rpc_done_ ABSL_GUARDED_BY(context_mu_) = false;
 
   // Fixed under the lock once the plan is made, before the first read is submitted (the submission orders it

@@ -17,7 +17,7 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::s
                                                    on_device ? " (cuda.max_region_bytes)" : " (limits.max_region_bytes)"));
   }
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     uint32_t held = 0;
     for (const auto& [id, e] : regions_) held += e.client_id == client_id;
     if (held >= limits_.max_regions_per_client) {
@@ -38,7 +38,7 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::s
     pending_bytes_ += bytes;
   }
   auto created = on_device ? CreateCudaRegion(bytes, placement.device) : CreateHostRegion(bytes);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   --pending_regions_;
   pending_bytes_ -= bytes;
   if (!created.ok()) return created.status();
@@ -63,7 +63,7 @@ absl::StatusOr<RegionRegistry::Entry*> RegionRegistry::FindOwned(const std::stri
 
 absl::Status RegionRegistry::Release(const std::string& client_id, const std::string& region_id) {
   std::shared_ptr<Region> last_ref;  // destroyed outside the lock: unmapping can take a while
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(client_id, region_id));
   last_ref = std::move(entry->region);
   held_bytes_ -= last_ref->size();
@@ -74,7 +74,7 @@ absl::Status RegionRegistry::Release(const std::string& client_id, const std::st
 absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const std::string& client_id,
                                                                           const std::string& region_id, uint64_t offset,
                                                                           uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(client_id, region_id));
   Entry& e = *entry;
   CAKE_RETURN_IF_ERROR(CheckRange(e.region->size(), offset, bytes));
@@ -98,7 +98,7 @@ absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const 
 
 absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Get(const std::string& client_id,
                                                             const std::string& region_id) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(client_id, region_id));
   return entry->region;
 }
@@ -109,7 +109,7 @@ absl::StatusOr<uint64_t> RegionRegistry::Size(const std::string& client_id, cons
 }
 
 void RegionRegistry::EndLease(const std::string& region_id, uint64_t lease_id) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (auto it = regions_.find(region_id); it != regions_.end()) it->second.windows.erase(lease_id);
 }
 
@@ -131,19 +131,19 @@ RegionRegistry::WindowLease::~WindowLease() {
 void RegionRegistry::Clear() {
   absl::flat_hash_map<std::string, Entry> doomed;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     doomed.swap(regions_);
     held_bytes_ = 0;
   }
 }
 
 size_t RegionRegistry::count() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return regions_.size();
 }
 
 uint64_t RegionRegistry::total_bytes() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return held_bytes_;
 }
 

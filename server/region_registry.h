@@ -8,7 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "cuda/region.h"
 
 namespace cake {
@@ -90,7 +90,7 @@ class RegionRegistry {
   void EndLease(const std::string& region_id, uint64_t lease_id);
 
   const Limits limits_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<std::string, Entry> regions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   // Registrations admitted and still mapping their pages: counted against the limits, so concurrent ones cannot

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "server/load_stream.h"
 #include "server/requests.h"
 #include "spdlog/spdlog.h"
@@ -22,17 +22,17 @@ class RegisterRegionReactor final : public grpc::ServerUnaryReactor {
   RegisterRegionReactor(grpc::CallbackServerContext* context, DaemonState& state) : context_(context), state_(state) {}
 
   void Created(const std::string& client_id, const std::string& region_id) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     client_id_ = client_id;
     region_id_ = region_id;
   }
   void OnCancel() override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     cancelled_ = true;
   }
   void OnDone() override {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (!region_id_.empty() && (cancelled_ || context_->IsCancelled()) &&
           state_.regions.Release(client_id_, region_id_).ok()) {
         Bump(state_.counters.regions_reclaimed);
@@ -46,7 +46,7 @@ class RegisterRegionReactor final : public grpc::ServerUnaryReactor {
  private:
   grpc::CallbackServerContext* const context_;
   DaemonState& state_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::string client_id_ ABSL_GUARDED_BY(mu_);
   std::string region_id_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

@@ -341,7 +341,7 @@ absl::Status DiskTier::Recover(uint32_t threads) {
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
     return std::tie(a.mtime.tv_sec, a.mtime.tv_nsec) < std::tie(b.mtime.tv_sec, b.mtime.tv_nsec);
   });
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (const Found& f : found) {
     if (index_.Insert(f.key, Entry{f.bytes})) used_bytes_ += f.bytes;
   }
@@ -356,13 +356,13 @@ absl::Status DiskTier::Recover(uint32_t threads) {
 }
 
 bool DiskTier::Contains(const ChunkKey& key) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return index_.Contains(key);
 }
 
 absl::StatusOr<DiskTier::Reader> DiskTier::AcquireReader() {
   {
-    absl::MutexLock lock(&readers_mu_);
+    MutexLock lock(&readers_mu_);
     if (!idle_readers_.empty()) {
       Reader reader = std::move(idle_readers_.back());
       idle_readers_.pop_back();
@@ -384,14 +384,14 @@ void DiskTier::ReleaseReader(Reader reader) {
     return;
   }
   if (reader.bounce.size() > kMaxRetainedBounceBytes) reader.bounce = AlignedBuffer();
-  absl::MutexLock lock(&readers_mu_);
+  MutexLock lock(&readers_mu_);
   if (idle_readers_.size() < kMaxIdleReaders) idle_readers_.push_back(std::move(reader));
 }
 
 absl::Status DiskTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   LruIndex<Entry>::ReadPin pin;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     const Entry* e = index_.Find(key);
     if (e == nullptr) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not on disk"));
     if (e->bytes != dst.size()) {
@@ -404,7 +404,7 @@ absl::Status DiskTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   // and an explicit Remove meanwhile is harmless (an open file outlives its unlink).
   absl::Status status = ReadFile(key, dst);
 
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!pin.current()) return status;  // removed (and maybe rewritten) meanwhile: not ours to judge
   pin.ReleaseLocked();
   switch (status.code()) {
@@ -575,7 +575,7 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
         absl::StrCat("a chunk of ", src.size(), " bytes exceeds the disk tier's ", capacity_bytes_, "-byte capacity"));
   }
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (index_.Touch(key) != nullptr) return absl::OkStatus();
     // Room is taken before the (slow) file write, so concurrent writers cannot together overfill the disk.
     if (!MakeRoom(src.size())) {
@@ -592,7 +592,7 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
 
   uint64_t generation;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     reserved_bytes_ -= src.size();
     if (!written.ok()) return written;
     if (index_.Touch(key) != nullptr) {
@@ -612,7 +612,7 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
 
   if (absl::Status synced = SyncFolder(folder); !synced.ok()) {
     // Not durable, so not acknowledged: forget it rather than promise a chunk a crash could take away.
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (index_.Current(key, generation)) EraseLocked(key);
     return synced;
   }
@@ -620,19 +620,19 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
 }
 
 absl::Status DiskTier::Remove(const ChunkKey& key) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!index_.Contains(key)) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not on disk"));
   EraseLocked(key);
   return absl::OkStatus();
 }
 
 TierUsage DiskTier::Usage() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return TierUsage{used_bytes_, capacity_bytes_, index_.size()};
 }
 
 void DiskTier::ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   index_.ForEach([&](const ChunkKey& key, const Entry& entry) { fn(key, entry.bytes); });
 }
 
@@ -644,12 +644,12 @@ TierStats DiskTier::Stats() const {
 }
 
 uint64_t DiskTier::evictions() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return evictions_;
 }
 
 uint64_t DiskTier::corrupt_removed() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return corrupt_removed_;
 }
 

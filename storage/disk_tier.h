@@ -11,7 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "storage/aligned_buffer.h"
 #include "storage/io_engine.h"
 #include "storage/lru_index.h"
@@ -113,12 +113,12 @@ class DiskTier final : public Tier {
 
   // Engines are not thread-safe: each is owned by one reader at a time, checked out of this pool and handed
   // back, so a thread reuses a ring without a thread_local that would outlive the tier.
-  absl::Mutex readers_mu_;
+  Mutex readers_mu_;
   std::vector<Reader> idle_readers_ ABSL_GUARDED_BY(readers_mu_);
 
   // Guards the index and every rename or unlink of a chunk file, so the index and the folder never disagree
   // about which file a key has.
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   // A chunk being read is pinned: never evicted underneath its reader.
   LruIndex<Entry> index_ ABSL_GUARDED_BY(mu_){mu_};
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;

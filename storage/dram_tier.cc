@@ -44,7 +44,7 @@ DramTier::DramTier(uint64_t capacity_bytes, bool prefault) : capacity_bytes_(cap
 DramTier::~DramTier() = default;
 
 bool DramTier::Contains(const ChunkKey& key) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return index_.Contains(key);
 }
 
@@ -52,7 +52,7 @@ absl::Status DramTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   std::shared_ptr<Extent> extent;
   LruIndex<Entry>::ReadPin pin;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     Entry* e = index_.Find(key);
     if (e == nullptr) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in DRAM"));
     if (e->extent->size() != dst.size()) {
@@ -69,7 +69,7 @@ absl::Status DramTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
 }
 
 std::shared_ptr<const std::span<const std::byte>> DramTier::Lend(const ChunkKey& key) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Entry* e = index_.Find(key);
   if (e == nullptr) return nullptr;
   const std::shared_ptr<Extent>& extent = e->extent;
@@ -105,7 +105,7 @@ absl::Status DramTier::Write(const ChunkKey& key, std::span<const std::byte> src
   }
   std::shared_ptr<Extent> extent;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (index_.Touch(key) != nullptr) return absl::OkStatus();
     extent = AllocateLocked(src.size());
     if (extent == nullptr) {
@@ -118,7 +118,7 @@ absl::Status DramTier::Write(const ChunkKey& key, std::span<const std::byte> src
   // Copy outside the lock: writers of large chunks must not stall readers.
   if (!src.empty()) std::memcpy(extent->data(), src.data(), src.size());
 
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!index_.Insert(key, Entry{std::move(extent)})) {
     used_bytes_ -= src.size();  // a concurrent write of the same key got there first
   }
@@ -126,7 +126,7 @@ absl::Status DramTier::Write(const ChunkKey& key, std::span<const std::byte> src
 }
 
 absl::Status DramTier::Remove(const ChunkKey& key) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Entry* e = index_.Find(key);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in DRAM"));
   used_bytes_ -= e->extent->size();
@@ -135,12 +135,12 @@ absl::Status DramTier::Remove(const ChunkKey& key) {
 }
 
 TierUsage DramTier::Usage() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return TierUsage{used_bytes_, capacity_bytes_, index_.size()};
 }
 
 void DramTier::ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   index_.ForEach([&](const ChunkKey& key, const Entry& entry) { fn(key, entry.extent->size()); });
 }
 
@@ -151,7 +151,7 @@ TierStats DramTier::Stats() const {
 }
 
 uint64_t DramTier::evictions() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return evictions_;
 }
 

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "storage/lru_index.h"
 #include "storage/tier.h"
 
@@ -53,7 +53,7 @@ class DramTier final : public Tier {
   const uint64_t capacity_bytes_;
   absl::Status status_;
   std::shared_ptr<Memory> memory_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   // A chunk being copied out is pinned: never evicted underneath its reader.
   LruIndex<Entry> index_ ABSL_GUARDED_BY(mu_){mu_};
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // stored chunks plus writes in progress

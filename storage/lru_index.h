@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "storage/namespace.h"
 
 namespace cake {
@@ -20,7 +20,7 @@ namespace cake {
 template <typename Value>
 class LruIndex {
  public:
-  explicit LruIndex(absl::Mutex& owner_mu) : mu_(owner_mu) {}
+  explicit LruIndex(Mutex& owner_mu) : mu_(owner_mu) {}
   LruIndex(const LruIndex&) = delete;
   LruIndex& operator=(const LruIndex&) = delete;
 
@@ -47,7 +47,7 @@ class LruIndex {
     // Requires the owner's mutex NOT held.
     void Release() {
       if (index_ == nullptr) return;
-      absl::MutexLock lock(&index_->mu_);
+      MutexLock lock(&index_->mu_);
       ReleaseLocked();
     }
     // The same, with the owner's mutex held.
@@ -153,7 +153,7 @@ class LruIndex {
     return it == nodes_.end() || it->second.generation != generation ? nullptr : &it->second;
   }
 
-  absl::Mutex& mu_;
+  Mutex& mu_;
   absl::flat_hash_map<ChunkKey, Node> nodes_;
   std::list<ChunkKey> lru_;  // front: most recently used
   uint64_t next_generation_ = 1;

@@ -155,7 +155,7 @@ absl::Status TierManager::Write(const ChunkKey& key, std::span<const std::byte> 
 }
 
 void TierManager::Count(uint64_t WriteBackStats::*counter) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ++(stats_.*counter);
 }
 
@@ -197,7 +197,7 @@ bool TierManager::PromoteLater(const ChunkKey& key, std::span<const std::byte> b
 TierManager::WriteBackStats TierManager::write_back_stats() const {
   WriteBackStats stats;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stats = stats_;
   }
   stats.queued_bytes = write_back_.queued_bytes();

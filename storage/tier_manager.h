@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "base/clock.h"
+#include "base/mutex.h"
 #include "storage/bounded_worker.h"
 #include "storage/tier.h"
 #include "storage/tier_kind.h"
@@ -125,7 +125,7 @@ class TierManager {
   const Options options_;
   std::vector<std::unique_ptr<Entry>> tiers_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   WriteBackStats stats_ ABSL_GUARDED_BY(mu_);
   // Declared last: their threads stop, and their queued jobs let go of chunks, before the tiers go away.
   BoundedWorker write_back_;

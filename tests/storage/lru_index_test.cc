@@ -20,18 +20,18 @@ struct Sized {
 
 // An owner as the tiers are: a budget in bytes, the index under its mutex.
 struct Owner {
-  absl::Mutex mu;
+  Mutex mu;
   LruIndex<Sized> index{mu};
   uint64_t used = 0;
   std::vector<uint32_t> evicted;  // key numbers, in eviction order
 
   void Add(uint32_t k, uint64_t bytes) {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     REQUIRE(index.Insert(TestKey(k), Sized{bytes}));
     used += bytes;
   }
   bool MakeRoom(uint64_t capacity, uint64_t bytes) {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     return index.EvictUntil([&] { return used + bytes <= capacity; },
                             [&](const ChunkKey& key, const Sized& v) {
                               used -= v.bytes;
@@ -48,7 +48,7 @@ TEST_CASE("lru index: the least recently used goes first; a touch or a read make
   Owner o;
   for (uint32_t k = 0; k < 4; ++k) o.Add(k, 10);
   {
-    absl::MutexLock lock(&o.mu);
+    MutexLock lock(&o.mu);
     CHECK(o.index.Touch(TestKey(0)) != nullptr);           // 0 is now the most recent
     CHECK(o.index.Find(TestKey(1))->bytes == 10);          // Find is not a use
     CHECK(o.index.Touch(TestKey(9)) == nullptr);
@@ -58,7 +58,7 @@ TEST_CASE("lru index: the least recently used goes first; a touch or a read make
   REQUIRE(o.MakeRoom(40, 15));  // two must go
   CHECK(o.evicted == std::vector<uint32_t>{1, 2});
   CHECK(o.used == 20);
-  absl::MutexLock lock(&o.mu);
+  MutexLock lock(&o.mu);
   CHECK(o.index.size() == 2);
 }
 
@@ -67,7 +67,7 @@ TEST_CASE("lru index: a pinned entry is skipped by eviction until its pin goes",
   for (uint32_t k = 0; k < 3; ++k) o.Add(k, 10);
   LruIndex<Sized>::ReadPin pin;
   {
-    absl::MutexLock lock(&o.mu);
+    MutexLock lock(&o.mu);
     pin = *o.index.PinForRead(TestKey(0));  // also a use: 0 becomes the most recent
     CHECK(pin.current());
     CHECK_FALSE(o.index.PinForRead(TestKey(7)));
@@ -85,7 +85,7 @@ TEST_CASE("lru index: a pin outlives the entry it pinned, and never pins a newer
   LruIndex<Sized>::ReadPin stale;
   uint64_t first_generation = 0, second_generation = 0;
   {
-    absl::MutexLock lock(&o.mu);
+    MutexLock lock(&o.mu);
     first_generation = o.index.Insert(TestKey(1), Sized{10}).value();
     stale = *o.index.PinForRead(TestKey(1));
     REQUIRE(o.index.Erase(TestKey(1)));  // removed while being read
@@ -112,7 +112,7 @@ TEST_CASE("lru index: pins taken and released from many threads balance out", "[
       for (int i = 0; i < 2000; ++i) {
         std::optional<LruIndex<Sized>::ReadPin> pin;
         {
-          absl::MutexLock lock(&o.mu);
+          MutexLock lock(&o.mu);
           pin = o.index.PinForRead(TestKey((t + i) % 8));
         }
         // the read would run here, unlocked; the pin goes at the end of the iteration
