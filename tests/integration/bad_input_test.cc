@@ -34,18 +34,6 @@ grpc::Status RunLoadStream(RawStubs& raw, const std::vector<v1::LoadRequest>& re
   return stream->Finish();
 }
 
-v1::LoadRequest StartOf(const NamespaceSpec& ns, const std::vector<uint32_t>& tokens, const std::string& client_id,
-                        const std::string& region_id, uint64_t offset = 0) {
-  v1::LoadRequest request;
-  v1::LoadStart* start = request.mutable_start();
-  start->set_client_id(client_id);
-  ToProto(ns, start->mutable_namespace_());
-  start->mutable_prompt()->mutable_tokens()->Add(tokens.begin(), tokens.end());
-  start->set_region_id(region_id);
-  start->set_region_offset(offset);
-  return request;
-}
-
 void ExpectCode(const grpc::Status& status, grpc::StatusCode code, const std::string& words) {
   INFO("status: " << status.error_code() << " " << status.error_message());
   CHECK(status.error_code() == code);

@@ -114,6 +114,21 @@ inline void ToProto(const NamespaceSpec& spec, v1::Namespace* out) {
   out->set_tenant(spec.tenant);
 }
 
+// A LoadStart message for a raw Load stream (tests that speak the protocol themselves, not through the client).
+inline v1::LoadRequest StartOf(const NamespaceSpec& ns, const std::vector<uint32_t>& tokens,
+                               const std::string& client_id, const std::string& region_id, uint64_t offset = 0,
+                               v1::LoadStart::Mode mode = v1::LoadStart::MODE_CAKE) {
+  v1::LoadRequest request;
+  v1::LoadStart* start = request.mutable_start();
+  start->set_client_id(client_id);
+  ToProto(ns, start->mutable_namespace_());
+  start->mutable_prompt()->mutable_tokens()->Add(tokens.begin(), tokens.end());
+  start->set_region_id(region_id);
+  start->set_region_offset(offset);
+  start->set_mode(mode);
+  return request;
+}
+
 // Polls until pred() holds or `bound` (10 s) passes; the bound only turns a bug into a failure instead of a hang.
 template <typename Pred>
 bool Eventually(Pred pred, std::chrono::milliseconds bound = std::chrono::seconds(10)) {

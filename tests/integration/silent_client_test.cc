@@ -22,18 +22,6 @@ SpawnedDaemon DaemonWithIdleTimeout(uint32_t ms) {
   return daemon;
 }
 
-v1::LoadRequest StartOf(const NamespaceSpec& ns, const std::vector<uint32_t>& tokens, const std::string& client_id,
-                        const std::string& region_id, v1::LoadStart::Mode mode) {
-  v1::LoadRequest request;
-  v1::LoadStart* start = request.mutable_start();
-  start->set_client_id(client_id);
-  ToProto(ns, start->mutable_namespace_());
-  start->mutable_prompt()->mutable_tokens()->Add(tokens.begin(), tokens.end());
-  start->set_region_id(region_id);
-  start->set_mode(mode);
-  return request;
-}
-
 uint64_t ActiveLoads(RawStubs& raw) {
   grpc::ClientContext context;
   v1::StatusResponse status;
@@ -57,7 +45,7 @@ TEST_CASE("a load whose client goes silent is ended, and its slot and window com
   // An engine that sends Start and then nothing, and reads nothing.
   grpc::ClientContext context;
   auto stream = raw.kv->Load(&context);
-  REQUIRE(stream->Write(StartOf(ns, tokens, client->client_id(), region->id(), v1::LoadStart::MODE_IO_ONLY)));
+  REQUIRE(stream->Write(StartOf(ns, tokens, client->client_id(), region->id(), 0, v1::LoadStart::MODE_IO_ONLY)));
   REQUIRE(Eventually([&] { return ActiveLoads(raw) == 1; }));
   REQUIRE(Eventually([&] { return ActiveLoads(raw) == 0; }, std::chrono::seconds(20)));
   CHECK(Counter(*client, "loads_idle_ended") == 1);
@@ -87,7 +75,7 @@ TEST_CASE("an inline load whose client never reads is ended, its unread bytes fr
 
   grpc::ClientContext context;
   auto stream = raw.kv->Load(&context);
-  REQUIRE(stream->Write(StartOf(ns, tokens, client->client_id(), "", v1::LoadStart::MODE_IO_ONLY)));
+  REQUIRE(stream->Write(StartOf(ns, tokens, client->client_id(), "", 0, v1::LoadStart::MODE_IO_ONLY)));
   REQUIRE(Eventually([&] { return ActiveLoads(raw) == 1; }));
   // The daemon's write of a chunk nobody reads stays pending: the idle watch cancels it and ends the load.
   REQUIRE(Eventually([&] { return ActiveLoads(raw) == 0; }, std::chrono::seconds(20)));
@@ -113,7 +101,7 @@ TEST_CASE("an engine that keeps reporting keeps its load, however long it comput
 
   grpc::ClientContext context;
   auto stream = raw.kv->Load(&context);
-  REQUIRE(stream->Write(StartOf(ns, tokens, client->client_id(), region->id(), v1::LoadStart::MODE_CAKE)));
+  REQUIRE(stream->Write(StartOf(ns, tokens, client->client_id(), region->id(), 0, v1::LoadStart::MODE_CAKE)));
   std::thread reader([&] {
     v1::LoadResponse response;
     while (stream->Read(&response)) {
