@@ -7,7 +7,7 @@ status is 1 if any failed.
 
 1. engine-bitexact: the torch engine on cuda:N, compute-only, I/O-only, Cake and fixed splits, loaded chunks
    spliced into its cache on a side stream: KV cache and first-token logits bit-identical to full compute.
-2. engine-demo: the engine's own demo (python3 -m cake_torch_engine demo) on a larger model, compute-only,
+2. engine-demo: the engine's own demo (/usr/bin/python3 -m cake_torch_engine demo) on a larger model, compute-only,
    I/O-only and Cake time to first token, reads of the DRAM tier capped so loading takes as long as computing.
 3. hf-dynamic-cache: LlamaForCausalLM from a small config with seeded random weights; its chunked prefill's KV
    is stored, then chunks [m, H) are loaded into a device region and spliced into a DynamicCache after
@@ -50,7 +50,7 @@ def check_engine_bitexact(client, device):
 
 
 def check_engine_demo(socket, device, tokens, scratch):
-    """The engine's own demo (python3 -m cake_torch_engine demo) on a larger model, against this daemon's DRAM
+    """The engine's own demo (/usr/bin/python3 -m cake_torch_engine demo) on a larger model, against this daemon's DRAM
     tier (started with a read cap, so the demo can set the balanced one)."""
     from cake_torch_engine.__main__ import main as engine_main
     out = os.path.join(scratch, "demo.json")

@@ -22,6 +22,35 @@ SpawnedDaemon DaemonWithIdleTimeout(uint32_t ms) {
   return daemon;
 }
 
+// A daemon that ends loads after 300 ms of silence, a client and raw stubs on it, and a prompt of `chunks` chunks
+// of `chunk_tokens` tokens stored in it.
+struct SilentSetup {
+  SilentSetup(uint32_t chunk_tokens, uint32_t chunks, uint32_t seed)
+      : daemon(DaemonWithIdleTimeout(300)),
+        client(Connect(daemon)),
+        raw(daemon),
+        ns(SmallNamespace(chunk_tokens)),
+        chunk_bytes(uint64_t{chunk_tokens} * kSmallBytesPerToken),
+        tokens(Tokens(size_t{chunk_tokens} * chunks)) {
+    StorePrompt(*client, ns, tokens, seed, chunks, chunk_bytes);
+  }
+  SpawnedDaemon daemon;
+  std::unique_ptr<Client> client;
+  RawStubs raw;
+  NamespaceSpec ns;
+  uint64_t chunk_bytes;
+  std::vector<uint32_t> tokens;
+};
+
+// Reads what the stream still holds, then its end.
+template <typename Stream>
+grpc::Status ReadToEnd(Stream& stream) {
+  v1::LoadResponse response;
+  while (stream->Read(&response)) {
+  }
+  return stream->Finish();
+}
+
 uint64_t ActiveLoads(RawStubs& raw) {
   grpc::ClientContext context;
   v1::StatusResponse status;
@@ -32,13 +61,8 @@ uint64_t ActiveLoads(RawStubs& raw) {
 }  // namespace
 
 TEST_CASE("a load whose client goes silent is ended, and its slot and window come back", "[silent]") {
-  auto daemon = DaemonWithIdleTimeout(300);
-  auto client = Connect(daemon);
-  RawStubs raw(daemon);
-  const auto ns = SmallNamespace(64);
-  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
-  const auto tokens = Tokens(64 * 8);
-  StorePrompt(*client, ns, tokens, 71, 8, chunk_bytes);
+  SilentSetup s(64, 8, 71);
+  auto& [daemon, client, raw, ns, chunk_bytes, tokens] = s;
   auto region = client->RegisterRegion(8 * chunk_bytes);
   REQUIRE(region.ok());
 
@@ -51,10 +75,7 @@ TEST_CASE("a load whose client goes silent is ended, and its slot and window com
   CHECK(Counter(*client, "loads_idle_ended") == 1);
 
   // The stream it held says why, once the engine looks.
-  v1::LoadResponse response;
-  while (stream->Read(&response)) {
-  }
-  const grpc::Status ended = stream->Finish();
+  const grpc::Status ended = ReadToEnd(stream);
   INFO(ended.error_message());
   CHECK(ended.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
   CHECK(ended.error_message().find("loader.idle_timeout_ms") != std::string::npos);
@@ -65,13 +86,8 @@ TEST_CASE("a load whose client goes silent is ended, and its slot and window com
 }
 
 TEST_CASE("an inline load whose client never reads is ended, its unread bytes freed", "[silent]") {
-  auto daemon = DaemonWithIdleTimeout(300);
-  auto client = Connect(daemon);
-  RawStubs raw(daemon);
-  const auto ns = SmallNamespace(1024);
-  const uint64_t chunk_bytes = 1024 * kSmallBytesPerToken;  // 1 MiB a message: more than gRPC buffers unread
-  const auto tokens = Tokens(1024 * 16);
-  StorePrompt(*client, ns, tokens, 73, 16, chunk_bytes);
+  SilentSetup s(1024, 16, 73);  // 1 MiB chunks, one a message: more than gRPC buffers unread
+  auto& [daemon, client, raw, ns, chunk_bytes, tokens] = s;
 
   grpc::ClientContext context;
   auto stream = raw.kv->Load(&context);
@@ -80,22 +96,13 @@ TEST_CASE("an inline load whose client never reads is ended, its unread bytes fr
   // The daemon's write of a chunk nobody reads stays pending: the idle watch cancels it and ends the load.
   REQUIRE(Eventually([&] { return ActiveLoads(raw) == 0; }, std::chrono::seconds(20)));
   CHECK(Counter(*client, "loads_idle_ended") == 1);
-  v1::LoadResponse response;
-  while (stream->Read(&response)) {
-  }
-  const grpc::Status ended = stream->Finish();
-  CHECK_FALSE(ended.ok());
+  CHECK_FALSE(ReadToEnd(stream).ok());
   CHECK(client->Ping().ok());
 }
 
 TEST_CASE("an engine that keeps reporting keeps its load, however long it computes", "[silent]") {
-  auto daemon = DaemonWithIdleTimeout(300);
-  auto client = Connect(daemon);
-  RawStubs raw(daemon);
-  const auto ns = SmallNamespace(64);
-  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
-  const auto tokens = Tokens(64 * 8);
-  StorePrompt(*client, ns, tokens, 72, 8, chunk_bytes);
+  SilentSetup s(64, 8, 72);
+  auto& [daemon, client, raw, ns, chunk_bytes, tokens] = s;
   auto region = client->RegisterRegion(8 * chunk_bytes);
   REQUIRE(region.ok());
 
