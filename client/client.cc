@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -233,6 +234,15 @@ class GrpcClient final : public Client {
         admin_(v1::AdminService::NewStub(channel_)),
         client_id_(std::move(client_id)) {}
 
+  ~GrpcClient() override {
+    {
+      std::lock_guard lock(lease_mu_);
+      closing_ = true;
+    }
+    lease_wake_.notify_all();
+    if (renewer_.joinable()) renewer_.join();
+  }
+
   const std::string& client_id() const override { return client_id_; }
 
   absl::StatusOr<MappedRegion> RegisterRegion(uint64_t bytes, RegionRequest where) override {
@@ -260,10 +270,12 @@ class GrpcClient final : public Client {
     if (response.kind() == v1::REGION_CUDA_IPC) {
       auto mapping = CudaIpcMapping::Open(response.cuda_ipc_handle(), response.bytes(), where.device);
       if (!mapping.ok()) return give_back(mapping.status());
+      KeepRenewing(response.region_id(), std::chrono::milliseconds(response.lease_ms()));
       return MappedRegion(response.region_id(), std::move(*mapping));
     }
     auto shm = SharedMemory::Open(response.shm_name(), response.bytes());
     if (!shm.ok()) return give_back(shm.status());
+    KeepRenewing(response.region_id(), std::chrono::milliseconds(response.lease_ms()));
     return MappedRegion(response.region_id(), std::move(*shm));
   }
 
@@ -273,6 +285,10 @@ class GrpcClient final : public Client {
     request.set_region_id(region.id());
     v1::ReleaseRegionResponse response;
     grpc::ClientContext context;
+    {
+      std::lock_guard lock(lease_mu_);
+      leased_.erase(region.id());
+    }
     return FromGrpc(kv_->ReleaseRegion(&context, request, &response));
   }
 
@@ -298,9 +314,28 @@ class GrpcClient final : public Client {
 
   absl::StatusOr<StoreResult> StoreInline(const NamespaceSpec& ns, const PromptRef& prompt, uint32_t first_chunk,
                                           std::span<const std::string_view> chunks) override {
-    v1::StoreRequest request;
-    for (std::string_view chunk : chunks) request.add_inline_chunks(std::string(chunk));
-    return DoStore(ns, prompt, first_chunk, static_cast<uint32_t>(chunks.size()), &request);
+    // One message per batch of at most kInlineStoreBatchBytes (a larger chunk goes alone): the daemon takes
+    // messages up to server.max_message_bytes (256 MiB by default), and one huge message would hold that much in
+    // both processes at once.
+    StoreResult total{0, 0};
+    size_t next = 0;
+    while (next < chunks.size()) {
+      v1::StoreRequest request;
+      uint64_t batch_bytes = 0;
+      const size_t batch_first = next;
+      while (next < chunks.size() &&
+             (next == batch_first || batch_bytes + chunks[next].size() <= kInlineStoreBatchBytes)) {
+        batch_bytes += chunks[next].size();
+        request.add_inline_chunks(std::string(chunks[next]));
+        ++next;
+      }
+      CAKE_ASSIGN_OR_RETURN(const StoreResult batch,
+                            DoStore(ns, prompt, first_chunk + static_cast<uint32_t>(batch_first),
+                                    static_cast<uint32_t>(next - batch_first), &request));
+      total.stored_chunks += batch.stored_chunks;
+      total.already_cached += batch.already_cached;
+    }
+    return total;
   }
 
   absl::StatusOr<std::unique_ptr<LoadSession>> StartLoad(const LoadOptions& options) override {
@@ -372,6 +407,45 @@ class GrpcClient final : public Client {
   }
 
  private:
+  static constexpr uint64_t kInlineStoreBatchBytes = uint64_t{64} << 20;
+
+  // The daemon releases a region its owner has not named for its lease (a client that died cannot hold memory
+  // for ever); while this client lives, a thread names each of its regions every third of the lease.
+  void KeepRenewing(const std::string& region_id, std::chrono::milliseconds lease) {
+    std::lock_guard lock(lease_mu_);
+    leased_.insert(region_id);
+    if (lease.count() > 0) renew_period_ = std::min(renew_period_, lease / 3);
+    if (!renewer_.joinable()) {
+      renewer_ = std::thread([this] { RenewLeases(); });
+    } else {
+      lease_wake_.notify_all();  // a shorter period takes effect now
+    }
+  }
+
+  void RenewLeases() {
+    std::unique_lock lock(lease_mu_);
+    while (!closing_) {
+      const auto period = renew_period_;
+      if (lease_wake_.wait_for(lock, period, [&] { return closing_ || renew_period_ < period; })) continue;
+      const std::vector<std::string> ids(leased_.begin(), leased_.end());
+      lock.unlock();
+      for (const std::string& id : ids) {
+        v1::RenewRegionRequest request;
+        request.set_client_id(client_id_);
+        request.set_region_id(id);
+        v1::RenewRegionResponse response;
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + period);
+        const grpc::Status status = kv_->RenewRegion(&context, request, &response);
+        if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+          std::lock_guard gone(lease_mu_);
+          leased_.erase(id);  // released by another thread meanwhile, or expired: nothing left to renew
+        }
+      }
+      lock.lock();
+    }
+  }
+
   absl::StatusOr<StoreResult> DoStore(const NamespaceSpec& ns, const PromptRef& prompt, uint32_t first_chunk,
                                       uint32_t count, v1::StoreRequest* request) {
     request->set_client_id(client_id_);
@@ -389,6 +463,12 @@ class GrpcClient final : public Client {
   std::unique_ptr<v1::KvService::Stub> kv_;
   std::unique_ptr<v1::AdminService::Stub> admin_;
   std::string client_id_;
+  std::mutex lease_mu_;
+  std::condition_variable lease_wake_;
+  std::set<std::string> leased_;  // regions of this client to renew; guarded by lease_mu_
+  std::chrono::milliseconds renew_period_{10000};
+  bool closing_ = false;
+  std::thread renewer_;  // started with the first region
 };
 
 }  // namespace

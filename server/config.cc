@@ -192,6 +192,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   server.String("socket", &c.socket);
   server.Unsigned("socket_mode", &c.socket_mode, 0, 0777);
   server.Unsigned("max_message_bytes", &c.max_message_bytes, 1 << 20, INT32_MAX);
+  server.Unsigned("transport_memory_bytes", &c.transport_memory_bytes, 2 << 20, uint64_t{1} << 40);
   server.Double("shutdown_grace_s", &c.shutdown_grace_s, 0, 3600);
   server.String("log_level", &c.log_level);
   TableReader limits(root, "limits");
@@ -205,6 +206,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   limits.Unsigned("max_regions", &c.max_regions, 1, kU32);
   limits.Unsigned("max_total_region_bytes", &c.max_total_region_bytes, 1, uint64_t{1} << 56);
   limits.Unsigned("max_concurrent_loads", &c.max_concurrent_loads, 1, 1 << 20);
+  limits.Unsigned("region_lease_ms", &c.region_lease_ms, 100, 86400000);
   TableReader dram(root, "dram");
   dram.Unsigned("capacity_bytes", &c.dram_capacity_bytes, 1, uint64_t{1} << 50);
   dram.Double("read_gbps", &c.dram_read_gbps, 0, 1e6);
@@ -242,6 +244,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   loader.Unsigned("window", &c.load_window, 1, 4096);
   loader.Unsigned("max_window", &c.max_load_window, 1, 4096);
   loader.Unsigned("idle_timeout_ms", &c.load_idle_timeout_ms, 50, 86400000);
+  loader.Unsigned("max_inline_bytes", &c.max_inline_bytes, 1 << 20, uint64_t{1} << 44);
   loader.Unsigned("io_threads", &c.io_threads, 1, 1024);
   loader.Word("arbiter", &c.arbiter, ParseArbiterOption);
   loader.Unsigned("arbiter_starvation_ms", &c.arbiter_starvation_ms, 1, 3600000);
@@ -278,6 +281,11 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.load_window > c.max_load_window) {
     return absl::InvalidArgumentError(
         absl::StrCat("loader.window (", c.load_window, ") exceeds loader.max_window (", c.max_load_window, ")"));
+  }
+  if (c.transport_memory_bytes < 2 * c.max_message_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "server.transport_memory_bytes (", c.transport_memory_bytes, ") must be at least twice server.max_message_bytes (",
+        c.max_message_bytes, "): one message of the largest size must fit beside the rest of the traffic"));
   }
   if (c.default_chunk_tokens > c.max_chunk_tokens) {
     return absl::InvalidArgumentError("limits.default_chunk_tokens exceeds limits.max_chunk_tokens");

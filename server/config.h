@@ -16,7 +16,11 @@ struct DaemonConfig {
   std::string run_dir;          // holds the socket; default: /run/cake as root, else $XDG_RUNTIME_DIR/cake
   std::string socket;           // default: <run_dir>/caked.sock
   uint32_t socket_mode = 0660;  // engines in the socket's group may connect
-  uint64_t max_message_bytes = uint64_t{1} << 30;
+  // The largest gRPC message, either way: an inline Store's chunks, an inline load's chunk.
+  uint64_t max_message_bytes = uint64_t{256} << 20;
+  // What gRPC's transport may hold for all connections together (its resource quota). gRPC reads a message whole
+  // before it compares it with max_message_bytes, so this, not that, bounds what oversized messages cost.
+  uint64_t transport_memory_bytes = uint64_t{1} << 30;
   double shutdown_grace_s = 5;
   std::string log_level = "info";  // checked by ValidateConfig; spdlog parses it once, at start-up
   // [limits]
@@ -30,6 +34,9 @@ struct DaemonConfig {
   uint32_t max_regions = 1024;                            // all clients together
   uint64_t max_total_region_bytes = uint64_t{512} << 30;  // all clients together
   uint32_t max_concurrent_loads = 256;
+  // A region lives this long after its owner last named it (RenewRegion, Load, Store); then, once no load uses
+  // it, it is released: a client that died or hangs cannot hold its memory forever.
+  uint32_t region_lease_ms = 30000;
   // [dram]
   uint64_t dram_capacity_bytes = uint64_t{4} << 30;
   double dram_read_gbps = 0;         // 0: not throttled
@@ -69,6 +76,8 @@ struct DaemonConfig {
   // A load whose client neither sends a message nor reads one for this long is ended (DEADLINE_EXCEEDED), so a
   // silent or vanished engine gives back its slot, window and unread bytes.
   uint32_t load_idle_timeout_ms = 60000;
+  // Chunk bytes all inline loads together may hold, read and not yet handed to gRPC; past it, their reads wait.
+  uint64_t max_inline_bytes = uint64_t{512} << 20;
   uint32_t max_load_window = 64;
   uint32_t io_threads = 4;
   ArbiterPolicy arbiter = ArbiterPolicy::kShortestRemaining;

@@ -1,10 +1,12 @@
 #include "server/daemon.h"
 
+#include <malloc.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -16,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "cuda/cuda_backend.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
 #include "server/tier_factory.h"
 #include "spdlog/spdlog.h"
@@ -170,11 +173,18 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   builder.RegisterService(d->admin_service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  // gRPC reads a request whole before comparing it with the limit above: only the quota bounds what a client
+  // sending oversized messages (or many large ones at once) makes the transport hold. Past it, the stream is
+  // reset (RESOURCE_EXHAUSTED at the client) and the daemon serves on.
+  grpc::ResourceQuota transport_quota("caked-transport");
+  transport_quota.Resize(config.transport_memory_bytes);
+  builder.SetResourceQuota(transport_quota);
   d->server_ = builder.BuildAndStart();
   if (d->server_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("could not listen on ", d->socket_path_, " (see the gRPC error above)"));
   }
   chmod(d->socket_path_.c_str(), config.socket_mode);
+  d->housekeeping_ = std::thread([daemon = d.get()] { daemon->Housekeep(); });
   spdlog::info("caked {} listening on {} (DRAM tier {} MiB{}, {} I/O threads, window {})", CAKE_VERSION,
                d->socket_path_, config.dram_capacity_bytes >> 20,
                config.dram_read_gbps > 0 ? absl::StrCat(", reads capped at ", config.dram_read_gbps, " Gbps") : "",
@@ -182,9 +192,42 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   return d;
 }
 
+void Daemon::Housekeep() {
+  // Often enough that an expired region goes within a quarter of its lease; rarely enough to cost nothing.
+  const auto period = std::clamp<std::chrono::milliseconds>(state_->regions.lease() / 4,
+                                                            std::chrono::milliseconds(20), std::chrono::seconds(1));
+  constexpr auto kTrimPeriod = std::chrono::seconds(10);
+  auto last_trim = std::chrono::steady_clock::now();
+  std::unique_lock lock(housekeeping_mu_);
+  while (!housekeeping_wake_.wait_for(lock, period, [this] { return housekeeping_stop_; })) {
+    for (const RegionRegistry::Expired& gone : state_->regions.ReleaseExpired()) {
+      Bump(state_->counters.regions_expired);
+      spdlog::warn("region {} ({} bytes) of client {} released: its lease ran out ({} ms without a call naming it)",
+                   gone.region_id, gone.bytes, gone.client_id, state_->regions.lease().count());
+    }
+    // gRPC frees a large message as many small buffers scattered through the heap, which the allocator keeps
+    // (an oversized request would stay resident for good); hand the free pages back now and then.
+    if (const auto now = std::chrono::steady_clock::now(); now - last_trim >= kTrimPeriod) {
+      malloc_trim(0);
+      last_trim = now;
+    }
+  }
+}
+
+void Daemon::StopHousekeeping() {
+  if (!housekeeping_.joinable()) return;
+  {
+    std::lock_guard lock(housekeeping_mu_);
+    housekeeping_stop_ = true;
+  }
+  housekeeping_wake_.notify_all();
+  housekeeping_.join();
+}
+
 void Daemon::Stop() {
   if (stopped_ || server_ == nullptr) return;  // a daemon that never started serving has nothing to stop
   stopped_ = true;
+  StopHousekeeping();
   spdlog::info("stopping: {} live loads cancelled, {} regions released", state_->loads.active(),
                state_->regions.count());
   state_->loads.CancelAll();

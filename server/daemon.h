@@ -1,7 +1,10 @@
 // A running caked: its state, its gRPC server on the unix socket, and an orderly stop.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
@@ -27,6 +30,9 @@ class Daemon {
 
  private:
   Daemon() = default;
+  // Periodic work no request triggers: releasing regions whose lease ran out, handing freed heap back.
+  void Housekeep();
+  void StopHousekeeping();
 
   std::string socket_path_;
   std::unique_ptr<DaemonState> state_;
@@ -34,6 +40,10 @@ class Daemon {
   std::unique_ptr<AdminServiceImpl> admin_service_;
   std::unique_ptr<grpc::Server> server_;
   bool stopped_ = false;
+  std::mutex housekeeping_mu_;
+  std::condition_variable housekeeping_wake_;
+  bool housekeeping_stop_ = false;  // guarded by housekeeping_mu_
+  std::thread housekeeping_;
 };
 
 }  // namespace cake

@@ -14,6 +14,7 @@
 #include "scheduler/planner.h"
 #include "server/config.h"
 #include "server/counters.h"
+#include "server/inline_budget.h"
 #include "server/region_registry.h"
 #include "storage/tier_manager.h"
 
@@ -64,7 +65,8 @@ struct DaemonState {
       : config(c),
         tiers(TierManager::Options{c.write_back_queue_bytes, c.dram_promotion_queue_bytes, c.remote_promote_to_disk}),
         regions(RegionRegistry::Limits{c.max_region_bytes, c.max_regions_per_client, c.cuda_max_region_bytes,
-                                       c.max_regions, c.max_total_region_bytes}),
+                                       c.max_regions, c.max_total_region_bytes,
+                                       std::chrono::milliseconds(c.region_lease_ms)}),
         // Room for every live load's full window, so a load that got admitted is never refused a read.
         pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024,
              c.arbiter,
@@ -75,6 +77,7 @@ struct DaemonState {
   TierManager tiers;
   RegionRegistry regions;
   Counters counters;
+  InlineBudget inline_budget{config.max_inline_bytes};  // before the pools: queued reads hold loads that use it
   LoadTracker loads;
   ComputeModels compute_models;
   // Device regions: whether this daemon serves them (cuda.enabled, the build, a device), why not otherwise, and

@@ -45,7 +45,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       : reactor_(reactor), context_(context), state_(state) {}
 
   // The window lease ends with the session, once no read can still land in it.
-  ~LoadSession() = default;
+  ~LoadSession() {
+    if (inline_held_chunks_ > 0) state_.inline_budget.Give(inline_held_chunks_ * chunk_bytes_);
+  }
 
   // Returns whether the reactor should read the next message.
   bool OnRequest(const v1::LoadRequest& request) {
@@ -97,6 +99,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     {
       MutexLock lock(&mu_);
       writing_ = false;
+      writing_inline_chunk_ = false;
       if (ok) last_client_activity_ = Clock::now();
       if (!ok) FinishLocked(absl::CancelledError("the client stopped reading the Load stream"));
       IssueReadsLocked();
@@ -347,8 +350,21 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     if (phase_ != Phase::kLoading || finishing_) return;
     for (;;) {
       // Inline bytes wait in the outbox until the client reads them: count them against the window so a slow
-      // client holds at most `window` chunks of daemon memory.
+      // client holds at most `window` chunks of daemon memory, and against the daemon's inline budget (taken
+      // before the read, so the bytes are counted from the moment they exist), so all of them together hold at
+      // most loader.max_inline_bytes. Without room, the read waits for some to come back.
       if (inline_ && cursor_->in_flight() + outbox_.size() >= window_) return;
+      if (inline_ && inline_held_chunks_ <= InlineChunksLiveLocked()) {
+        if (waiting_inline_room_) return;
+        if (!state_.inline_budget.TakeOrWait(chunk_bytes_, [weak = weak_from_this()] {
+              if (auto self = weak.lock()) self->OnInlineRoom();
+            })) {
+          waiting_inline_room_ = true;
+          Bump(state_.counters.inline_reads_waited);
+          return;
+        }
+        ++inline_held_chunks_;
+      }
       std::optional<uint32_t> chunk =
           cursor_->NextRead([this](uint32_t c, uint32_t queued) {
         mu_.AssertHeld();  // NextRead calls back at once, on this thread, under this lock
@@ -360,6 +376,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       const uint32_t c = *chunk;
       const bool submitted = state_.pool.TrySubmit(io_group_, [self, c] { self->ReadChunk(c); });
       if (submitted) ++reads_outstanding_;
+      if (submitted && inline_) ++inline_reads_in_flight_;
       if (!submitted) {
         spdlog::warn("{}: the I/O queue is full; chunk {} will be computed", load_id_, c);
         cursor_->OnReadDone(c, false);
@@ -465,6 +482,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   void ChunkRead(uint32_t chunk, ChunkLanding::Landed landed, bool promote_later) {
     {
       MutexLock lock(&mu_);
+      if (inline_) --inline_reads_in_flight_;
       if (phase_ == Phase::kLoading && !finishing_) {
         ChunkReadLocked(chunk, landed.status, std::move(landed.inline_bytes));
       }
@@ -506,6 +524,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
         auto it = pending_inline_.find(loaded);
         msg->set_data(std::move(it->second));
         pending_inline_.erase(it);
+        ++outbox_inline_chunks_;
       } else {
         msg->set_region_offset(landing_->OffsetOf(loaded));
       }
@@ -569,11 +588,39 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     finish_status_ = status;
     cancelled_.store(true, std::memory_order_relaxed);
     outbox_.clear();
+    outbox_inline_chunks_ = 0;
     pending_inline_.clear();
+  }
+
+  // Chunks of this inline load in the daemon's memory: being read, read and waiting for the ones above them, in
+  // the outbox, or being written.
+  uint64_t InlineChunksLiveLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return inline_reads_in_flight_ + pending_inline_.size() + outbox_inline_chunks_ + (writing_inline_chunk_ ? 1 : 0);
+  }
+
+  // Room in the inline budget came back: try the reads that waited for it.
+  void OnInlineRoom() {
+    {
+      MutexLock lock(&mu_);
+      waiting_inline_room_ = false;
+      IssueReadsLocked();
+    }
+    Pump();
   }
 
   // Issues the next gRPC operation, if one is due. Called without the lock after every event.
   void Pump() {
+    // What the budget lent for chunks that are gone (written, failed, dropped) goes back first; never under mu_,
+    // since giving back wakes other loads, which take their own locks.
+    uint64_t spare_bytes = 0;
+    {
+      MutexLock lock(&mu_);
+      if (const uint64_t live = InlineChunksLiveLocked(); inline_held_chunks_ > live) {
+        spare_bytes = (inline_held_chunks_ - live) * chunk_bytes_;
+        inline_held_chunks_ = live;
+      }
+    }
+    if (spare_bytes > 0) state_.inline_budget.Give(spare_bytes);
     LoadReactor* reactor = nullptr;
     v1::LoadResponse* to_write = nullptr;
     std::optional<grpc::Status> to_finish;
@@ -594,6 +641,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
         writing_ = true;
         current_ = std::move(outbox_.front());
         outbox_.pop_front();
+        if (current_.has_loaded() && !current_.loaded().data().empty()) {
+          --outbox_inline_chunks_;
+          writing_inline_chunk_ = true;
+        }
         to_write = &current_;
       } else {
         return;
@@ -666,6 +717,12 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   std::optional<LoadCursor> cursor_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<IoGroup> io_group_ ABSL_GUARDED_BY(mu_);  // this load's place in the I/O arbiter
   absl::flat_hash_map<uint32_t, std::string> pending_inline_ ABSL_GUARDED_BY(mu_);
+  // The inline budget: chunks' worth taken from state_.inline_budget, and what they are for (InlineChunksLive).
+  uint64_t inline_held_chunks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t inline_reads_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t outbox_inline_chunks_ ABSL_GUARDED_BY(mu_) = 0;
+  bool writing_inline_chunk_ ABSL_GUARDED_BY(mu_) = false;
+  bool waiting_inline_room_ ABSL_GUARDED_BY(mu_) = false;  // queued in the budget for a callback
   Clock::time_point started_ ABSL_GUARDED_BY(mu_);
   std::optional<Clock::time_point> first_read_ ABSL_GUARDED_BY(mu_);
   Clock::time_point last_read_ ABSL_GUARDED_BY(mu_);

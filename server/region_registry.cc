@@ -1,5 +1,7 @@
 #include "server/region_registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/random_id.h"
 #include "base/status_macros.h"
@@ -44,7 +46,7 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::s
   if (!created.ok()) return created.status();
   Registered out{"r-" + RandomHex128(), std::shared_ptr<Region>(std::move(*created))};
   held_bytes_ += out.region->size();
-  regions_.emplace(out.region_id, Entry{client_id, out.region, {}});
+  regions_.emplace(out.region_id, Entry{client_id, out.region, {}, clock_->Now() + limits_.lease});
   return out;
 }
 
@@ -58,6 +60,8 @@ absl::StatusOr<RegionRegistry::Entry*> RegionRegistry::FindOwned(const std::stri
   if (it->second.client_id != client_id) {
     return absl::PermissionDeniedError(absl::StrCat("region \"", region_id, "\" belongs to another client"));
   }
+  // Its owner named it: alive, so the lease starts again.
+  it->second.lease_ends = clock_->Now() + limits_.lease;
   return &it->second;
 }
 
@@ -108,9 +112,37 @@ absl::StatusOr<uint64_t> RegionRegistry::Size(const std::string& client_id, cons
   return region->size();
 }
 
+absl::Status RegionRegistry::Renew(const std::string& client_id, const std::string& region_id) {
+  MutexLock lock(&mu_);
+  return FindOwned(client_id, region_id).status();
+}
+
+std::vector<RegionRegistry::Expired> RegionRegistry::ReleaseExpired() {
+  std::vector<Expired> released;
+  std::vector<std::shared_ptr<Region>> last_refs;  // unmapped outside the lock
+  const TimePoint now = clock_->Now();
+  MutexLock lock(&mu_);
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    Entry& e = it->second;
+    if (e.lease_ends > now || !e.windows.empty()) {
+      ++it;
+      continue;
+    }
+    released.push_back(Expired{e.client_id, it->first, e.region->size()});
+    held_bytes_ -= e.region->size();
+    last_refs.push_back(std::move(e.region));
+    regions_.erase(it++);
+  }
+  return released;
+}
+
 void RegionRegistry::EndLease(const std::string& region_id, uint64_t lease_id) {
   MutexLock lock(&mu_);
-  if (auto it = regions_.find(region_id); it != regions_.end()) it->second.windows.erase(lease_id);
+  auto it = regions_.find(region_id);
+  if (it == regions_.end()) return;
+  it->second.windows.erase(lease_id);
+  // The load kept its region alive however long it ran; its owner gets a whole lease from its end.
+  it->second.lease_ends = std::max(it->second.lease_ends, clock_->Now() + limits_.lease);
 }
 
 RegionRegistry::WindowLease& RegionRegistry::WindowLease::operator=(WindowLease&& o) noexcept {

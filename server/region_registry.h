@@ -1,13 +1,16 @@
 // The regions the daemon has created for engines: who owns each, and which byte ranges live loads are using.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "base/clock.h"
 #include "base/mutex.h"
 #include "cuda/region.h"
 
@@ -29,9 +32,11 @@ class RegionRegistry {
     // nothing.
     uint32_t max_regions = 1024;
     uint64_t max_total_region_bytes = uint64_t{512} << 30;
+    // How long a region outlives its owner's last call naming it (Register, Renew, ReserveWindow, Get, Size).
+    std::chrono::milliseconds lease{30000};
   };
   using Placement = RegionPlacement;
-  explicit RegionRegistry(const Limits& limits) : limits_(limits) {}
+  explicit RegionRegistry(const Limits& limits, Clock* clock = Clock::Real()) : limits_(limits), clock_(clock) {}
 
   struct Registered {
     std::string region_id;
@@ -61,7 +66,7 @@ class RegionRegistry {
     uint64_t lease_id_ = 0;
     std::shared_ptr<Region> region_;
   };
-  // Checks ownership and reserves [offset, offset + bytes) of the region for one load.
+  // Checks ownership (which renews the region's lease) and reserves [offset, offset + bytes) of the region for one load.
   // NOT_FOUND / PERMISSION_DENIED as above; OUT_OF_RANGE outside the region; FAILED_PRECONDITION when the
   // range overlaps a window another live load holds.
   absl::StatusOr<WindowLease> ReserveWindow(const std::string& client_id, const std::string& region_id, uint64_t offset,
@@ -70,6 +75,19 @@ class RegionRegistry {
   absl::StatusOr<std::shared_ptr<Region>> Get(const std::string& client_id, const std::string& region_id);
   // Size of a region (for window defaults) after the same checks.
   absl::StatusOr<uint64_t> Size(const std::string& client_id, const std::string& region_id);
+
+  // Starts the region's lease again (every other call of its owner naming it does too). NOT_FOUND /
+  // PERMISSION_DENIED as above.
+  absl::Status Renew(const std::string& client_id, const std::string& region_id);
+  std::chrono::milliseconds lease() const { return limits_.lease; }
+
+  struct Expired {
+    std::string client_id, region_id;
+    uint64_t bytes;
+  };
+  // Releases every region whose lease has run out and that no live load is using (a load's window keeps its
+  // region: the owner is evidently alive; the lease runs again from the load's end). Returns what it released.
+  std::vector<Expired> ReleaseExpired();
 
   // Drops every region (daemon stop).
   void Clear();
@@ -83,13 +101,15 @@ class RegionRegistry {
   struct Entry {
     std::string client_id;
     std::shared_ptr<Region> region;
-    absl::flat_hash_map<uint64_t, Window> windows;  // by lease id
+    absl::flat_hash_map<uint64_t, Window> windows;  // by window lease id
+    TimePoint lease_ends;
   };
   absl::StatusOr<Entry*> FindOwned(const std::string& client_id, const std::string& region_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLease(const std::string& region_id, uint64_t lease_id);
 
   const Limits limits_;
+  Clock* const clock_;
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, Entry> regions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;

@@ -92,6 +92,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
     if (registered.ok()) {
       response->set_region_id(registered->region_id);
       response->set_bytes(registered->region->size());
+      response->set_lease_ms(static_cast<uint32_t>(state_.regions.lease().count()));
       if (placement.backend == RegionBackend::kCudaIpc) {
         response->set_kind(v1::REGION_CUDA_IPC);
         response->set_cuda_ipc_handle(registered->region->export_handle());
@@ -121,6 +122,15 @@ grpc::ServerUnaryReactor* KvServiceImpl::ReleaseRegion(grpc::CallbackServerConte
     Bump(state_.counters.regions_released);
     spdlog::info("region {} released by client {}", request->region_id(), request->client_id());
   }
+  return Reply(context, status);
+}
+
+grpc::ServerUnaryReactor* KvServiceImpl::RenewRegion(grpc::CallbackServerContext* context,
+                                                     const v1::RenewRegionRequest* request,
+                                                     v1::RenewRegionResponse* response) {
+  if (auto s = CheckClientId(request->client_id()); !s.ok()) return Reply(context, s);
+  absl::Status status = state_.regions.Renew(request->client_id(), request->region_id());
+  if (status.ok()) response->set_lease_ms(static_cast<uint32_t>(state_.regions.lease().count()));
   return Reply(context, status);
 }
 
@@ -304,6 +314,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* c
 
 void AdminServiceImpl::FillStats(v1::StatsResponse* response) {
   for (const auto& [name, value] : state_.counters.Snapshot()) (*response->mutable_counters())[name] = value;
+  (*response->mutable_counters())["inline_bytes_held"] = state_.inline_budget.held();
   for (const auto& entry : state_.tiers.tiers()) {
     const TierUsage usage = entry->tier->Usage();
     const std::string prefix = absl::StrCat("tier_", TierKindName(entry->kind), "_");

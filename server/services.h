@@ -18,6 +18,8 @@ class KvServiceImpl final : public v1::KvService::CallbackService {
                                            v1::RegisterRegionResponse* response) override;
   grpc::ServerUnaryReactor* ReleaseRegion(grpc::CallbackServerContext* context, const v1::ReleaseRegionRequest* request,
                                           v1::ReleaseRegionResponse* response) override;
+  grpc::ServerUnaryReactor* RenewRegion(grpc::CallbackServerContext* context, const v1::RenewRegionRequest* request,
+                                        v1::RenewRegionResponse* response) override;
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context, const v1::LookupRequest* request,
                                    v1::LookupResponse* response) override;
   grpc::ServerBidiReactor<v1::LoadRequest, v1::LoadResponse>* Load(grpc::CallbackServerContext* context) override;

@@ -1,6 +1,7 @@
 """Client: regions, lookups, stores and loads against caked over its unix socket; admin calls for tools."""
 import os
 import socket as _socket
+import threading
 from dataclasses import dataclass
 
 import grpc
@@ -10,8 +11,10 @@ from cake.errors import CakeError
 from cake.load import TIER_NAMES, LoadSession
 from cake.regions import CudaIpcRegion, HostShmRegion
 
-# The daemon accepts messages up to this size (limits.max_message_bytes; inline chunks travel in them).
+# The largest message this client sends or accepts; the daemon's own limit is server.max_message_bytes (256 MiB by
+# default), so inline stores go in batches of at most INLINE_STORE_BATCH_BYTES (a larger chunk goes alone).
 MAX_MESSAGE_BYTES = 1 << 30
+INLINE_STORE_BATCH_BYTES = 64 << 20
 _REGION_KINDS = {"host": kv_pb2.REGION_HOST_SHM, "cuda": kv_pb2.REGION_CUDA_IPC, "auto": kv_pb2.REGION_AUTO}
 _MODES = {"cake": kv_pb2.LoadStart.MODE_CAKE, "io_only": kv_pb2.LoadStart.MODE_IO_ONLY}
 
@@ -95,14 +98,43 @@ class Client:
         self._kv = kv_pb2_grpc.KvServiceStub(self._channel)
         self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
         self._regions = {}
+        # The daemon releases a region its owner has not named for its lease (a dead client cannot hold memory
+        # for ever); while this client is open, a thread renews each of its regions every third of the lease.
+        self._lease_lock = threading.Lock()
+        self._renew_period_s = 10.0
+        self._closing = threading.Event()
+        self._renewer = None
 
     def close(self):
+        self._closing.set()
+        if self._renewer is not None:
+            self._renewer.join()
         for region in list(self._regions.values()):
             try:
                 self.release_region(region)
             except CakeError:
                 pass
         self._channel.close()
+
+    def _keep_renewing(self, lease_ms):
+        with self._lease_lock:
+            if lease_ms > 0:
+                self._renew_period_s = min(self._renew_period_s, lease_ms / 3000.0)
+            if self._renewer is None:
+                self._renewer = threading.Thread(target=self._renew_leases, name="cake-region-leases", daemon=True)
+                self._renewer.start()
+
+    def _renew_leases(self):
+        while not self._closing.wait(self._renew_period_s):
+            for region_id in list(self._regions):
+                try:
+                    self._kv.RenewRegion(kv_pb2.RenewRegionRequest(client_id=self.client_id, region_id=region_id),
+                                         timeout=self._renew_period_s)
+                except grpc.RpcError as error:
+                    if error.code() == grpc.StatusCode.NOT_FOUND:
+                        self._regions.pop(region_id, None)  # released meanwhile, or expired
+                except ValueError:
+                    return  # the channel was closed under us
 
     def __enter__(self):
         return self
@@ -136,6 +168,7 @@ class Client:
                        kv_pb2.ReleaseRegionRequest(client_id=self.client_id, region_id=reply.region_id))
             raise
         self._regions[region.id] = region
+        self._keep_renewing(reply.lease_ms)
         return region
 
     def release_region(self, region):
@@ -162,7 +195,10 @@ class Client:
         if chunks is not None:
             if region is not None:
                 raise ValueError("give a region or inline chunks, not both")
-            request.inline_chunks.extend(bytes(c) for c in chunks)
+            chunks = [bytes(c) for c in chunks]
+            if chunk_count is None and sum(len(c) for c in chunks) > INLINE_STORE_BATCH_BYTES:
+                return self._store_inline_batches(ns, tokens, chunk_keys, first_chunk, chunks)
+            request.inline_chunks.extend(chunks)
             request.chunk_count = len(chunks) if chunk_count is None else chunk_count
         else:
             if region is None:
@@ -174,6 +210,21 @@ class Client:
             request.chunk_count = chunk_count
         reply = self._call(self._kv.Store, request)
         return StoreResult(stored_chunks=reply.stored_chunks, already_cached=reply.already_cached)
+
+    def _store_inline_batches(self, ns, tokens, chunk_keys, first_chunk, chunks):
+        stored = already = 0
+        start = 0
+        while start < len(chunks):
+            end, size = start + 1, len(chunks[start])
+            while end < len(chunks) and size + len(chunks[end]) <= INLINE_STORE_BATCH_BYTES:
+                size += len(chunks[end])
+                end += 1
+            result = self.store(ns, tokens=tokens, chunk_keys=chunk_keys, first_chunk=first_chunk + start,
+                                chunk_count=end - start, chunks=chunks[start:end])
+            stored += result.stored_chunks
+            already += result.already_cached
+            start = end
+        return StoreResult(stored_chunks=stored, already_cached=already)
 
     def load(self, ns, tokens=None, chunk_keys=None, region=None, region_offset=0, region_bytes=0, mode="cake",
              window=0, compute_first_chunk_s=0.0, compute_growth_s=0.0, computed_through=0):

@@ -13,10 +13,15 @@ using namespace cake::testing;
 
 namespace {
 
-SpawnedDaemon DaemonWithIdleTimeout(uint32_t ms) {
+SpawnedDaemon DaemonWithIdleTimeout(uint32_t ms, uint32_t region_lease_ms = 30000,
+                                    uint64_t max_inline_bytes = uint64_t{512} << 20) {
   char dir[] = "/tmp/cake-idle-XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
-  const std::string config = WriteFile(dir, "caked.toml", "[loader]\nidle_timeout_ms = " + std::to_string(ms) + "\n");
+  const std::string config =
+      WriteFile(dir, "caked.toml",
+                "[loader]\nidle_timeout_ms = " + std::to_string(ms) + "\nmax_inline_bytes = " +
+                    std::to_string(max_inline_bytes) + "\n[limits]\nregion_lease_ms = " +
+                    std::to_string(region_lease_ms) + "\n");
   auto daemon = StartDaemon({"--config", config});
   std::filesystem::remove_all(dir);
   return daemon;
@@ -100,6 +105,37 @@ TEST_CASE("an inline load whose client never reads is ended, its unread bytes fr
   CHECK(client->Ping().ok());
 }
 
+TEST_CASE("inline loads whose clients do not read hold loader.max_inline_bytes at most, all together", "[silent]") {
+  // 1 MiB chunks, window 4: each unread load alone would hold 4 MiB; the budget is 3 MiB for all of them.
+  auto daemon = DaemonWithIdleTimeout(1500, 30000, uint64_t{3} << 20);
+  auto client = Connect(daemon);
+  RawStubs raw(daemon);
+  const auto ns = SmallNamespace(1024);
+  const uint64_t chunk_bytes = 1024 * kSmallBytesPerToken;
+  const auto tokens = Tokens(1024 * 16, 74);
+  StorePrompt(*client, ns, tokens, 74, 16, chunk_bytes);
+
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::LoadRequest, v1::LoadResponse>>> streams;
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(raw.kv->Load(contexts.back().get()));
+    REQUIRE(streams.back()->Write(StartOf(ns, tokens, "engine-unread", "", 0, v1::LoadStart::MODE_IO_ONLY)));
+  }
+  REQUIRE(Eventually([&] { return raw.Status().active_loads() == 3; }));
+  REQUIRE(Eventually([&] { return Counter(*client, "inline_reads_waited") >= 1; }));
+  for (int i = 0; i < 5; ++i) {  // however long they sit there
+    CHECK(Counter(*client, "inline_bytes_held") <= uint64_t{3} << 20);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  // An engine that reads gets its turn as soon as room comes back (here: once the silent loads are ended).
+  auto done = LoadAndVerify(*client, ns, tokens, 74);
+  CHECK(done.loaded_chunks == 16);
+  CHECK(Counter(*client, "loads_idle_ended") == 3);
+  for (auto& stream : streams) CHECK_FALSE(ReadToEnd(stream).ok());
+  CHECK(Eventually([&] { return Counter(*client, "inline_bytes_held") == 0; }));
+}
+
 TEST_CASE("an engine that keeps reporting keeps its load, however long it computes", "[silent]") {
   SilentSetup s(64, 8, 72);
   auto& [daemon, client, raw, ns, chunk_bytes, tokens] = s;
@@ -155,6 +191,49 @@ TEST_CASE("a region whose registration the client gave up on is released, not le
   REQUIRE(Eventually([&] { return Counter(*client, "regions_registered") == Counter(*client, "regions_reclaimed"); },
                      std::chrono::seconds(20)));
   CHECK(regions() == 0);
+}
+
+TEST_CASE("a region whose owner died or went silent is released once its lease runs out; a live owner's is kept",
+          "[silent][lease]") {
+  auto daemon = DaemonWithIdleTimeout(300, 400);
+  RawStubs raw(daemon);
+  const auto ns = SmallNamespace(256);
+  const uint64_t chunk_bytes = 256 * kSmallBytesPerToken;
+  const auto tokens = Tokens(256 * 4, 1);  // the vanishing engine generates the same prompt
+  auto client = Connect(daemon, "engine-alive");
+  StorePrompt(*client, ns, tokens, 9, 4, chunk_bytes);
+  // The client library renews its regions (every third of the 400 ms lease) while it lives.
+  auto kept = client->RegisterRegion(4 * chunk_bytes);
+  REQUIRE(kept.ok());
+
+  // A real process that registers a region, starts a load and dies without a word.
+  const std::string command = std::string(CAKE_VANISHING_ENGINE_PATH) + " " + daemon.socket_path() + " 256 4";
+  REQUIRE(std::system(command.c_str()) == 0);
+  // A caller that registers through the raw API and never renews.
+  grpc::ClientContext context;
+  v1::RegisterRegionRequest request;
+  request.set_client_id("engine-silent");
+  request.set_bytes(4096);
+  v1::RegisterRegionResponse registered;
+  REQUIRE(raw.kv->RegisterRegion(&context, request, &registered).ok());
+  CHECK(registered.lease_ms() == 400);
+
+  // Both are gone within a few leases (the dead engine's load ends first, after the idle timeout); the live
+  // client's region is kept all along, however long it stays unused.
+  REQUIRE(Eventually([&] { return Counter(*client, "regions_expired") == 2; }, std::chrono::seconds(20)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // three more leases
+  CHECK(Counter(*client, "regions_expired") == 2);
+  CHECK(raw.Status().regions() == 1);
+  grpc::ClientContext renew_context;
+  v1::RenewRegionRequest renew;
+  renew.set_client_id("engine-silent");
+  renew.set_region_id(registered.region_id());
+  v1::RenewRegionResponse renewed;
+  const grpc::Status late = raw.kv->RenewRegion(&renew_context, renew, &renewed);
+  CHECK(late.error_code() == grpc::StatusCode::NOT_FOUND);
+  auto done = LoadAndVerify(*client, ns, tokens, 9, &*kept);
+  CHECK(done.loaded_chunks == 4);
+  CHECK(client->ReleaseRegion(*kept).ok());
 }
 
 TEST_CASE("a load's reads never queue behind a region's set-up", "[silent][reads-first]") {

@@ -53,7 +53,9 @@ TEST_CASE("config: defaults", "[config]") {
   CHECK(c.socket.empty());
   CHECK(c.socket_path() == c.run_dir + "/caked.sock");
   CHECK(c.socket_mode == 0660);
-  CHECK(c.max_message_bytes == uint64_t{1} << 30);
+  CHECK(c.max_message_bytes == uint64_t{256} << 20);
+  CHECK(c.transport_memory_bytes == uint64_t{1} << 30);
+  CHECK(c.region_lease_ms == 30000);
   CHECK(c.shutdown_grace_s == 5);
   CHECK(c.log_level == "info");
   CHECK(c.max_prompt_tokens == 1u << 20);
@@ -226,6 +228,12 @@ TEST_CASE("config: ValidateConfig checks rules across fields", "[config]") {
     c.dram_read_burst_us = -1;
     CHECK_THAT(std::string(ValidateConfig(c).message()), Catch::Contains("--dram-read-burst-us"));
     c.dram_read_burst_us = 0;
+    CHECK(ValidateConfig(c).ok());
+  }
+  SECTION("a transport quota that a largest message could fill alone") {
+    c.transport_memory_bytes = 2 * c.max_message_bytes - 1;
+    CHECK_THAT(std::string(ValidateConfig(c).message()), Catch::Contains("server.transport_memory_bytes"));
+    c.transport_memory_bytes = 2 * c.max_message_bytes;
     CHECK(ValidateConfig(c).ok());
   }
   SECTION("default chunk larger than the maximum") {

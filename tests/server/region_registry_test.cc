@@ -122,4 +122,51 @@ TEST_CASE("region registry: Clear drops every region", "[regions]") {
   CHECK(registry.total_bytes() == 0);
 }
 
+
+TEST_CASE("region registry: a region its owner stops naming is released once its lease runs out", "[regions][lease]") {
+  FakeClock clock;
+  RegionRegistry::Limits limits = SmallLimits();
+  limits.max_regions_per_client = 8;
+  limits.lease = std::chrono::milliseconds(1000);
+  RegionRegistry registry(limits, &clock);
+  auto silent = registry.Register("silent", 4096);
+  auto renewing = registry.Register("renewing", 4096);
+  auto loading = registry.Register("loading", 8192);
+  REQUIRE(silent.ok());
+  REQUIRE(renewing.ok());
+  REQUIRE(loading.ok());
+  auto window = registry.ReserveWindow("loading", loading->region_id, 0, 4096);
+  REQUIRE(window.ok());
+
+  clock.Advance(std::chrono::milliseconds(600));
+  CHECK(registry.ReleaseExpired().empty());
+  REQUIRE(registry.Renew("renewing", renewing->region_id).ok());
+  CHECK(registry.Renew("intruder", renewing->region_id).code() == absl::StatusCode::kPermissionDenied);
+
+  clock.Advance(std::chrono::milliseconds(600));  // 1.2 s: the silent one's lease ran out; the others' did not
+  const auto expired = registry.ReleaseExpired();
+  REQUIRE(expired.size() == 1);
+  CHECK(expired[0].client_id == "silent");
+  CHECK(expired[0].region_id == silent->region_id);
+  CHECK(expired[0].bytes == silent->region->size());
+  CHECK(registry.Renew("silent", silent->region_id).code() == absl::StatusCode::kNotFound);
+  CHECK(registry.count() == 2);
+  CHECK(registry.total_bytes() == renewing->region->size() + loading->region->size());
+
+  // A live load's window keeps its region however long the load runs; the owner gets a whole lease from its end.
+  clock.Advance(std::chrono::milliseconds(5000));
+  const auto while_loading = registry.ReleaseExpired();
+  REQUIRE(while_loading.size() == 1);
+  CHECK(while_loading[0].client_id == "renewing");
+  *window = RegionRegistry::WindowLease();  // the load ends
+  clock.Advance(std::chrono::milliseconds(900));
+  CHECK(registry.ReleaseExpired().empty());
+  clock.Advance(std::chrono::milliseconds(200));
+  CHECK(registry.ReleaseExpired().size() == 1);
+  CHECK(registry.count() == 0);
+  CHECK(registry.total_bytes() == 0);
+  // The memory a caller still holds (a Store copying out of it) stays valid until it lets go.
+  CHECK(silent->region->host_data() != nullptr);
+}
+
 }  // namespace cake
