@@ -18,6 +18,8 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "cuda/cuda_backend.h"
+#include "cake/v1/admin.grpc.pb.h"
+#include "grpcpp/create_channel.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
 #include "server/tier_factory.h"
@@ -190,6 +192,24 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
                config.dram_read_gbps > 0 ? absl::StrCat(", reads capped at ", config.dram_read_gbps, " Gbps") : "",
                config.io_threads, config.load_window);
   return d;
+}
+
+absl::Status Daemon::CheckServing(std::chrono::milliseconds timeout) const {
+  grpc::ChannelArguments args;
+  // Its own connection: gRPC would otherwise share one with earlier checks, which an unlinked socket file
+  // does not break.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel(state_->listen_address, grpc::InsecureChannelCredentials(), args);
+  auto admin = v1::AdminService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  v1::PingResponse response;
+  const grpc::Status status = admin->Ping(&context, v1::PingRequest(), &response);
+  if (!status.ok()) {
+    return absl::UnavailableError(absl::StrCat("Ping on ", state_->listen_address, " got no answer within ",
+                                               timeout.count(), " ms: ", status.error_message()));
+  }
+  return absl::OkStatus();
 }
 
 void Daemon::Housekeep() {

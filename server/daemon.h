@@ -1,6 +1,7 @@
 // A running caked: its state, its gRPC server on the unix socket, and an orderly stop.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,11 @@ class Daemon {
   // Stops accepting, cancels live loads, waits up to the grace period for the rest, releases every region and
   // removes the socket. Idempotent.
   void Stop();
+
+  // Whether a client can reach the daemon now: a fresh connection to its own socket gets a Ping answered
+  // within `timeout`. The systemd watchdog is fed only after this passes, so a daemon whose socket is gone or
+  // whose gRPC server is wedged is restarted instead of being kept alive by a timer.
+  absl::Status CheckServing(std::chrono::milliseconds timeout) const;
 
   DaemonState& state() { return *state_; }
   const std::string& socket_path() const { return socket_path_; }

@@ -143,15 +143,30 @@ int main(int argc, char** argv) {
   }
   cake::NotifySystemd("READY=1");
 
-  // The watchdog pings only while the main thread is alive and not stuck in a stop.
+  // The watchdog is fed only after a client's path through the socket got an answer (Daemon::CheckServing),
+  // and never once the stop has begun.
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
   std::thread watchdog;
   if (auto interval = cake::SystemdWatchdogInterval()) {
     watchdog = std::thread([&, period = *interval / 2] {
+      const auto check_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(period);
+      bool failing = false;
       std::unique_lock lock(mu);
-      while (!cv.wait_for(lock, period, [&] { return stopping; })) cake::NotifySystemd("WATCHDOG=1");
+      while (!cv.wait_for(lock, period, [&] { return stopping; })) {
+        lock.unlock();
+        const absl::Status serving = (*daemon)->CheckServing(check_timeout);
+        lock.lock();
+        if (stopping) break;
+        if (serving.ok()) {
+          cake::NotifySystemd("WATCHDOG=1");
+          if (failing) spdlog::info("self-check: the daemon answers on its socket again");
+        } else if (!failing) {
+          spdlog::error("self-check failed, the systemd watchdog is no longer fed: {}", serving.ToString());
+        }
+        failing = !serving.ok();
+      }
     });
   }
 

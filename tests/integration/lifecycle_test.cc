@@ -1,8 +1,13 @@
 // The daemon's life cycle as an operator sees it: start-up checks, cakectl, a clean stop that leaves nothing
 // behind, and recovery from a crash's stale socket.
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -231,4 +236,78 @@ TEST_CASE("read caps cannot wedge the daemon: a floor, a raised cap frees queued
   const auto stop_started = std::chrono::steady_clock::now();
   CHECK(daemon.Stop() == 0);
   CHECK(std::chrono::steady_clock::now() - stop_started < std::chrono::seconds(30));  // bounded, not a speed
+}
+
+namespace {
+
+// The socket systemd gives a Type=notify service: the daemon's READY=1, WATCHDOG=1 and STOPPING=1 land here.
+class NotifySocket {
+ public:
+  NotifySocket() {
+    char dir[] = "/tmp/cake-notify-XXXXXX";
+    REQUIRE(mkdtemp(dir) != nullptr);
+    dir_ = dir;
+    path_ = dir_ + "/notify.sock";
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path_.c_str());
+    REQUIRE(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  }
+  ~NotifySocket() {
+    close(fd_);
+    std::filesystem::remove_all(dir_);
+  }
+  const std::string& path() const { return path_; }
+  // Every message that arrives within `window`.
+  std::vector<std::string> Collect(std::chrono::milliseconds window) {
+    std::vector<std::string> out;
+    const auto end = std::chrono::steady_clock::now() + window;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return out;
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buf[512];
+      const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+      if (n > 0) out.emplace_back(buf, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  std::string dir_, path_;
+  int fd_ = -1;
+};
+
+size_t CountOf(const std::vector<std::string>& messages, const std::string& what) {
+  return static_cast<size_t>(std::count(messages.begin(), messages.end(), what));
+}
+
+}  // namespace
+
+TEST_CASE("the systemd watchdog is fed only while a new connection to the socket gets an answer", "[lifecycle]") {
+  NotifySocket notify;
+  setenv("NOTIFY_SOCKET", notify.path().c_str(), 1);
+  setenv("WATCHDOG_USEC", "300000", 1);  // a self-check every 150 ms
+  auto daemon = StartDaemon();
+  unsetenv("NOTIFY_SOCKET");
+  unsetenv("WATCHDOG_USEC");
+
+  const auto serving = notify.Collect(std::chrono::milliseconds(1000));
+  CHECK(CountOf(serving, "READY=1") == 1);
+  CHECK(CountOf(serving, "WATCHDOG=1") >= 3);
+
+  // The socket file goes (a clean-up of /run, say): connected engines go on, but no new one can reach the
+  // daemon, so systemd must get to restart it.
+  const std::string moved = daemon.socket_path() + ".moved";
+  REQUIRE(std::rename(daemon.socket_path().c_str(), moved.c_str()) == 0);
+  notify.Collect(std::chrono::milliseconds(400));  // a check that began before the move may still pass
+  CHECK(CountOf(notify.Collect(std::chrono::milliseconds(1000)), "WATCHDOG=1") == 0);
+  CHECK(daemon.log().find("self-check failed") != std::string::npos);
+
+  REQUIRE(std::rename(moved.c_str(), daemon.socket_path().c_str()) == 0);
+  CHECK(CountOf(notify.Collect(std::chrono::milliseconds(1000)), "WATCHDOG=1") >= 2);
+  CHECK(daemon.Stop() == 0);
+  CHECK(CountOf(notify.Collect(std::chrono::milliseconds(200)), "STOPPING=1") == 1);
 }
