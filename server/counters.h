@@ -16,7 +16,7 @@ namespace cake {
       X(load_chunk_read_failures) X(load_chunks_computed) X(loads_not_promoted) X(loads_cake) X(loads_io_only)        \
           X(loads_compute_only) X(stores) X(store_chunks_stored) X(store_chunks_already_cached) X(store_bytes_stored) \
               X(store_chunks_rejected) X(regions_registered) X(regions_released) X(invalid_requests)   \
-                  X(loads_idle_ended) X(regions_reclaimed) X(regions_expired) X(inline_reads_waited)
+                  X(loads_idle_ended) X(regions_reclaimed) X(regions_expired) X(inline_reads_waited) X(lookups_network_skipped)
 
 struct Counters {
 #define CAKE_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};

@@ -196,6 +196,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       return absl::OkStatus();
     }
     // All in memory, or too many calls already wait on the network: the cached prefix ends where memory's does.
+    if (lookup->needs_network()) Bump(state_.counters.lookups_network_skipped);
     return PlanLocked(lookup->Prefix());
   }
 

@@ -162,6 +162,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* con
   }
   // Everything was in memory, or too many calls wait on the network already: the answer stops where the
   // in-memory tiers do (a shorter prefix is a correct answer; the engine computes the rest).
+  if (lookup->needs_network()) Bump(state_.counters.lookups_network_skipped);
   answer(*lookup);
   reactor->Finish(grpc::Status::OK);
   return reactor;

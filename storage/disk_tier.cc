@@ -343,7 +343,7 @@ absl::Status DiskTier::Recover(uint32_t threads) {
   });
   MutexLock lock(&mu_);
   for (const Found& f : found) {
-    if (index_.Insert(f.key, Entry{f.bytes})) used_bytes_ += f.bytes;
+    if (index_.Insert(f.key, Entry{f.bytes})) used_bytes_ += FileFootprint(f.bytes);
   }
   const uint64_t before = evictions_;
   MakeRoom(0);  // a smaller capacity than last time: drop the oldest until the rest fits
@@ -415,7 +415,7 @@ absl::Status DiskTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
       break;
     case absl::StatusCode::kNotFound:            // the file vanished under us (an operator cleaning up): forget it
     case absl::StatusCode::kFailedPrecondition:  // replaced by a newer daemon's file: forget it, leave the file
-      used_bytes_ -= index_.Find(key)->bytes;
+      used_bytes_ -= FileFootprint(index_.Find(key)->bytes);
       index_.Erase(key);
       break;
     default:
@@ -483,6 +483,10 @@ absl::Status DiskTier::ReadFile(const ChunkKey& key, std::span<std::byte> dst) {
   return absl::OkStatus();
 }
 
+// What a chunk really costs the disk: its whole file (header, payload, padding to the O_DIRECT alignment), so
+// the budget is what `du` says, not the sum of payloads.
+uint64_t DiskTier::FileFootprint(uint64_t payload_bytes) { return ChunkFileBytes(payload_bytes); }
+
 bool DiskTier::MakeRoom(uint64_t bytes) {
   // Both callbacks run inside EvictUntil, on this thread, under the lock this function requires.
   return index_.EvictUntil(
@@ -493,7 +497,7 @@ bool DiskTier::MakeRoom(uint64_t bytes) {
       [&](const ChunkKey& key, const Entry& entry) {
         mu_.AssertHeld();
         UnlinkChunkFile(key);
-        used_bytes_ -= entry.bytes;
+        used_bytes_ -= FileFootprint(entry.bytes);
         ++evictions_;
       });
 }
@@ -508,7 +512,7 @@ void DiskTier::UnlinkChunkFile(const ChunkKey& key) const {
 
 void DiskTier::EraseLocked(const ChunkKey& key) {
   UnlinkChunkFile(key);
-  used_bytes_ -= index_.Find(key)->bytes;
+  used_bytes_ -= FileFootprint(index_.Find(key)->bytes);
   index_.Erase(key);
 }
 
@@ -570,7 +574,8 @@ absl::Status DiskTier::WriteTempFile(const fs::path& temp, const ChunkKey& key, 
 }
 
 absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src) {
-  if (src.size() > capacity_bytes_) {
+  const uint64_t footprint = FileFootprint(src.size());
+  if (footprint > capacity_bytes_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("a chunk of ", src.size(), " bytes exceeds the disk tier's ", capacity_bytes_, "-byte capacity"));
   }
@@ -578,12 +583,12 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
     MutexLock lock(&mu_);
     if (index_.Touch(key) != nullptr) return absl::OkStatus();
     // Room is taken before the (slow) file write, so concurrent writers cannot together overfill the disk.
-    if (!MakeRoom(src.size())) {
+    if (!MakeRoom(footprint)) {
       return absl::ResourceExhaustedError(absl::StrCat("disk tier is full (", used_bytes_, " stored and ",
                                                        reserved_bytes_, " being written of ", capacity_bytes_,
                                                        " bytes) and every chunk in it is being read"));
     }
-    reserved_bytes_ += src.size();
+    reserved_bytes_ += footprint;
   }
 
   const fs::path folder = ChunkFolder(root_, key);
@@ -593,7 +598,7 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
   uint64_t generation;
   {
     MutexLock lock(&mu_);
-    reserved_bytes_ -= src.size();
+    reserved_bytes_ -= footprint;
     if (!written.ok()) return written;
     if (index_.Touch(key) != nullptr) {
       // Another writer of the same key won the race; both wrote the same content.
@@ -607,7 +612,7 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
       return ErrnoStatus(err, "renaming into", final_path);
     }
     generation = *index_.Insert(key, Entry{src.size()});  // absent: checked above, under the same lock
-    used_bytes_ += src.size();
+    used_bytes_ += footprint;
   }
 
   if (absl::Status synced = SyncFolder(folder); !synced.ok()) {

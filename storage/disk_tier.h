@@ -65,6 +65,7 @@ class DiskTier final : public Tier {
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override;
   absl::Status Remove(const ChunkKey& key) override;
   TierUsage Usage() const override;
+  uint64_t Footprint(uint64_t chunk_bytes) const override { return FileFootprint(chunk_bytes); }
   void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override;
 
   // The backend actually in use: kUring or kPread, never kAuto.
@@ -98,6 +99,7 @@ class DiskTier final : public Tier {
   // Evicts unread entries from the cold end until `bytes` more fit beside what is stored and reserved;
   // unlinks their files. Requires mu_.
   bool MakeRoom(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static uint64_t FileFootprint(uint64_t payload_bytes);
   // Drops an entry and its file. Requires mu_ and an indexed key.
   void EraseLocked(const ChunkKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnlinkChunkFile(const ChunkKey& key) const;

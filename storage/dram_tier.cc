@@ -76,13 +76,17 @@ std::shared_ptr<const std::span<const std::byte>> DramTier::Lend(const ChunkKey&
   return std::shared_ptr<const std::span<const std::byte>>(extent, &extent->bytes);
 }
 
+// What a chunk of `bytes` really costs the tier: the arena hands out whole pages, so the budget counts them (150k
+// two-byte chunks would otherwise read as 300 KB used while holding 600 MB).
+uint64_t DramTier::PageFootprint(uint64_t bytes) { return ExtentAllocator::Rounded(bytes); }
+
 std::shared_ptr<DramTier::Extent> DramTier::AllocateLocked(uint64_t bytes) {
   std::shared_ptr<Extent> extent;
   index_.EvictUntil(
       // Both run inside EvictUntil, on this thread, under the lock this function requires.
       [&] {
         mu_.AssertHeld();
-        if (used_bytes_ + bytes > capacity_bytes_) return false;
+        if (used_bytes_ + PageFootprint(bytes) > capacity_bytes_) return false;
         std::optional<uint64_t> offset = memory_->allocator.Allocate(bytes);
         if (!offset) return false;
         extent = std::make_shared<Extent>(memory_, *offset, bytes);
@@ -91,7 +95,7 @@ std::shared_ptr<DramTier::Extent> DramTier::AllocateLocked(uint64_t bytes) {
       // The extent returns to the arena as the entry goes, or when its last borrower lets go.
       [&](const ChunkKey&, const Entry& e) {
         mu_.AssertHeld();
-        used_bytes_ -= e.extent->size();
+        used_bytes_ -= PageFootprint(e.extent->size());
         ++evictions_;
       });
   return extent;
@@ -99,7 +103,7 @@ std::shared_ptr<DramTier::Extent> DramTier::AllocateLocked(uint64_t bytes) {
 
 absl::Status DramTier::Write(const ChunkKey& key, std::span<const std::byte> src) {
   if (!status_.ok()) return status_;
-  if (src.size() > capacity_bytes_) {
+  if (PageFootprint(src.size()) > capacity_bytes_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("a chunk of ", src.size(), " bytes exceeds the DRAM tier's ", capacity_bytes_, "-byte capacity"));
   }
@@ -113,14 +117,14 @@ absl::Status DramTier::Write(const ChunkKey& key, std::span<const std::byte> src
           absl::StrCat("DRAM tier is full (", used_bytes_, " of ", capacity_bytes_,
                        " bytes) and every chunk in it is being read or written back; retry when loads finish"));
     }
-    used_bytes_ += src.size();  // reserved while the copy runs
+    used_bytes_ += PageFootprint(src.size());  // reserved while the copy runs
   }
   // Copy outside the lock: writers of large chunks must not stall readers.
   if (!src.empty()) std::memcpy(extent->data(), src.data(), src.size());
 
   MutexLock lock(&mu_);
   if (!index_.Insert(key, Entry{std::move(extent)})) {
-    used_bytes_ -= src.size();  // a concurrent write of the same key got there first
+    used_bytes_ -= PageFootprint(src.size());  // a concurrent write of the same key got there first
   }
   return absl::OkStatus();
 }
@@ -129,7 +133,7 @@ absl::Status DramTier::Remove(const ChunkKey& key) {
   MutexLock lock(&mu_);
   Entry* e = index_.Find(key);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in DRAM"));
-  used_bytes_ -= e->extent->size();
+  used_bytes_ -= PageFootprint(e->extent->size());
   index_.Erase(key);
   return absl::OkStatus();
 }

@@ -28,6 +28,7 @@ class DramTier final : public Tier {
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override;
   absl::Status Remove(const ChunkKey& key) override;
   TierUsage Usage() const override;
+  uint64_t Footprint(uint64_t chunk_bytes) const override { return PageFootprint(chunk_bytes); }
   void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override;
   // The chunk's extent itself: it returns to the arena only when the last holder lets go, so an evicted chunk
   // that is still lent keeps its memory (the holders' bytes are bounded by them, e.g. the write-back queue).
@@ -49,6 +50,7 @@ class DramTier final : public Tier {
   // An extent of `bytes`, evicting unread entries from the cold end until the budget and the arena allow it;
   // nullptr when even that is not enough. Requires mu_.
   std::shared_ptr<Extent> AllocateLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static uint64_t PageFootprint(uint64_t bytes);
 
   const uint64_t capacity_bytes_;
   absl::Status status_;
@@ -56,7 +58,7 @@ class DramTier final : public Tier {
   mutable Mutex mu_;
   // A chunk being copied out is pinned: never evicted underneath its reader.
   LruIndex<Entry> index_ ABSL_GUARDED_BY(mu_){mu_};
-  uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // stored chunks plus writes in progress
+  uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // stored chunks plus writes in progress, in whole pages
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

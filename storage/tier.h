@@ -52,7 +52,11 @@ class Tier {
   virtual absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) = 0;
   // NOT_FOUND: absent.
   virtual absl::Status Remove(const ChunkKey& key) = 0;
+  // used_bytes counts what the chunks really cost the tier (whole pages in DRAM, whole files on disk), not their
+  // payload: a budget that counted payload could be made to say a fraction of what is held.
   virtual TierUsage Usage() const = 0;
+  // What one stored chunk of `chunk_bytes` adds to Usage().used_bytes.
+  virtual uint64_t Footprint(uint64_t chunk_bytes) const { return chunk_bytes; }
   // Visits every stored key with its value's size (used to rebuild indexes); fn must not call back into the tier.
   virtual void ForEach(const std::function<void(const ChunkKey&, uint64_t bytes)>& fn) const = 0;
   // The stored bytes themselves, valid and unchanged while the returned pointer is held, even if the chunk is
@@ -92,6 +96,7 @@ class TierDecorator : public Tier {
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override { return inner_->Write(key, src); }
   absl::Status Remove(const ChunkKey& key) override { return inner_->Remove(key); }
   TierUsage Usage() const override { return inner_->Usage(); }
+  uint64_t Footprint(uint64_t chunk_bytes) const override { return inner_->Footprint(chunk_bytes); }
   void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override { inner_->ForEach(fn); }
   std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) override { return inner_->Lend(key); }
   TierStats Stats() const override { return inner_->Stats(); }

@@ -284,7 +284,11 @@ std::string RedisServer::address() const { return absl::StrCat(kLoopback, ":", p
 
 std::string RedisServer::log() const { return ReadFile(dir_ + "/redis.log"); }
 
-int RedisServer::Stop() { return child_.Signal(SIGTERM); }
+int RedisServer::Stop() {
+  // A server a test froze (SIGSTOP) and left frozen, say by failing first, would never act on SIGTERM.
+  if (child_.running()) kill(child_.pid(), SIGCONT);
+  return child_.Signal(SIGTERM);
+}
 
 void RedisServer::Kill() { child_.Signal(SIGKILL); }
 

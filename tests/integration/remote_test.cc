@@ -243,3 +243,84 @@ TEST_CASE("a frozen Redis delays only the calls that need it: Ping and a DRAM lo
   CHECK(failed.load() == 0);
   CHECK(statuses.load() == kWaiting / 3);
 }
+
+TEST_CASE("with more calls waiting on a frozen Redis than the daemon queues, Lookups answer from memory at once",
+          "[remote][frozen]") {
+  auto redis = RedisServer::Start();
+  REQUIRE(redis.ok());
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  const auto tokens = Tokens(64 * 4, 3);
+  char dir[] = "/tmp/cake-overload-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string config = WriteFile(dir, "caked.toml", "[remote]\ncommand_timeout_ms = 60000\n");
+  auto daemon = StartDaemon({"--config", config, "--remote", redis->address()});
+  std::filesystem::remove_all(dir);
+  auto client = Connect(daemon);
+  RawStubs raw(daemon);
+  StorePrompt(*client, ns, tokens, 62, 4, chunk_bytes);
+  REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == 4; }));
+  REQUIRE(client->Evict("dram").ok());  // Redis alone holds the prompt now: every Lookup of it must ask Redis
+
+  REQUIRE(kill(redis->pid(), SIGSTOP) == 0);
+  // The network-call threads (4) and their queue (1024) fill up; the calls past them are answered at once, with
+  // the prefix DRAM and disk hold (none of it), instead of waiting too.
+  constexpr int kCalls = 1100;
+  constexpr int kQueued = 4 + 1024;  // DaemonState::kNetworkCallThreads + kNetworkCallQueue
+  v1::LookupRequest request;
+  ToProto(ns, request.mutable_namespace_());
+  for (uint32_t t : tokens) request.mutable_prompt()->add_tokens(t);
+  grpc::CompletionQueue cq;
+  struct Call {
+    grpc::ClientContext context;
+    v1::LookupResponse response;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::LookupResponse>> reader;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  for (int i = 0; i < kCalls; ++i) {
+    calls.push_back(std::make_unique<Call>());
+    Call& call = *calls.back();
+    call.reader = raw.kv->AsyncLookup(&call.context, request, &cq);
+    call.reader->Finish(&call.response, &call.status, &call);
+  }
+  int early = 0;
+  const auto frozen_until = std::chrono::system_clock::now() + std::chrono::seconds(5);
+  while (early < kCalls - kQueued) {
+    void* tag = nullptr;
+    bool ok = false;
+    if (cq.AsyncNext(&tag, &ok, frozen_until) != grpc::CompletionQueue::GOT_EVENT) break;
+    const Call& call = *static_cast<Call*>(tag);
+    REQUIRE(call.status.ok());
+    CHECK(call.response.total_chunks() == 4);
+    CHECK(call.response.cached_chunks() == 0);  // what memory holds; Redis, frozen, answered nothing
+    ++early;
+  }
+  CHECK(early == kCalls - kQueued);
+  // Status and Stats, which ask Redis for its memory figures, are refused rather than queued behind them.
+  grpc::ClientContext status_context;
+  v1::StatusResponse status;
+  CHECK(raw.admin->Status(&status_context, v1::StatusRequest(), &status).error_code() ==
+        grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(client->Ping().ok());
+
+  // Redis comes back: every queued Lookup gets its full answer.
+  REQUIRE(kill(redis->pid(), SIGCONT) == 0);
+  int late = 0, full = 0;
+  for (; early + late < kCalls; ++late) {
+    void* tag = nullptr;
+    bool ok = false;
+    REQUIRE(cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + std::chrono::seconds(60)) ==
+            grpc::CompletionQueue::GOT_EVENT);
+    const Call& call = *static_cast<Call*>(tag);
+    REQUIRE(call.status.ok());
+    full += call.response.cached_chunks() == 4;
+  }
+  CHECK(full == kQueued);
+  CHECK(Counter(*client, "lookups_network_skipped") == static_cast<uint64_t>(kCalls - kQueued));
+  cq.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq.Next(&tag, &ok)) {
+  }
+}

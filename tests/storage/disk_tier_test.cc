@@ -282,7 +282,7 @@ TEST_CASE("disk tier: a flipped payload byte is DATA_LOSS and the chunk is remov
     CHECK_FALSE(tier->Contains(TestKey(1)));
     CHECK(tier->corrupt_removed() == 1);
     CHECK(tier->Usage().chunks == 1);
-    CHECK(tier->Usage().used_bytes == value.size());
+    CHECK(tier->Usage().used_bytes == ChunkFileBytes(value.size()));  // what the file takes, header included
     CHECK(tier->Read(TestKey(1), out).code() == absl::StatusCode::kNotFound);
     REQUIRE(tier->Read(TestKey(2), out).ok());  // the neighbour is untouched
     CHECK(out == value);
@@ -326,7 +326,7 @@ TEST_CASE("disk tier Open drops truncated and garbage files and counts them", "[
   CHECK(tier->recovery().chunks_recovered == 1);
   CHECK(tier->recovery().foreign_files_ignored == 1);
   CHECK(tier->Usage().chunks == 1);
-  CHECK(tier->Usage().used_bytes == 30000);
+  CHECK(tier->Usage().used_bytes == ChunkFileBytes(30000));
   for (uint32_t i : {0, 1, 2, 4}) {
     CHECK_FALSE(tier->Contains(TestKey(i)));
     CHECK_FALSE(fs::exists(ChunkPath(dir.path(), TestKey(i))));
@@ -354,7 +354,7 @@ TEST_CASE("disk tier Open drops a sealed header whose length would wrap the size
   auto tier = MustOpen(OptionsFor(dir.path()));
   CHECK(tier->recovery().corrupt_files_removed == 1);
   CHECK_FALSE(tier->Contains(TestKey(1)));
-  CHECK(tier->Usage().used_bytes == 5000);  // the forged length never entered the budget
+  CHECK(tier->Usage().used_bytes == ChunkFileBytes(5000));  // the forged length never entered the budget
   CHECK(tier->Contains(TestKey(2)));
 }
 
@@ -371,7 +371,7 @@ TEST_CASE("disk tier Open reads headers on many threads and counts every outcome
     if (i % 50 == 0) {
       fs::resize_file(ChunkPath(dir.path(), TestKey(i)), 100);
     } else {
-      expected_bytes += 1000 + i;
+      expected_bytes += ChunkFileBytes(1000 + i);
     }
   }
   for (uint32_t threads : {16u, 4u, 1u}) {
@@ -413,7 +413,7 @@ TEST_CASE("disk tier Open skips (and keeps) a newer format version's file", "[di
 TEST_CASE("disk tier evicts the least recently used chunk and unlinks its file", "[disk]") {
   TempDir dir;
   constexpr size_t kBytes = 100000;
-  auto tier = MustOpen(OptionsFor(dir.path(), 3 * kBytes));
+  auto tier = MustOpen(OptionsFor(dir.path(), 3 * ChunkFileBytes(kBytes)));
   for (uint32_t i = 1; i <= 3; ++i) REQUIRE(tier->Write(TestKey(i), TestValue(i, kBytes)).ok());
   std::vector<std::byte> out(kBytes);
   REQUIRE(tier->Read(TestKey(1), out).ok());  // 1 is now the most recent; 2 the coldest
@@ -424,10 +424,10 @@ TEST_CASE("disk tier evicts the least recently used chunk and unlinks its file",
   CHECK(tier->Contains(TestKey(3)));
   CHECK(tier->Contains(TestKey(4)));
   CHECK(tier->evictions() == 1);
-  CHECK(tier->Usage().used_bytes == 3 * kBytes);
+  CHECK(tier->Usage().used_bytes == 3 * ChunkFileBytes(kBytes));
 
   SECTION("a value larger than the whole tier is RESOURCE_EXHAUSTED and evicts nothing") {
-    std::vector<std::byte> huge(3 * kBytes + 1);
+    std::vector<std::byte> huge(3 * ChunkFileBytes(kBytes));
     CHECK(tier->Write(TestKey(9), huge).code() == absl::StatusCode::kResourceExhausted);
     CHECK(tier->Usage().chunks == 3);
   }
@@ -436,7 +436,7 @@ TEST_CASE("disk tier evicts the least recently used chunk and unlinks its file",
     SetMtime(ChunkPath(dir.path(), TestKey(3)), 3000);
     SetMtime(ChunkPath(dir.path(), TestKey(4)), 2000);
     tier.reset();
-    auto smaller = MustOpen(OptionsFor(dir.path(), 2 * kBytes));
+    auto smaller = MustOpen(OptionsFor(dir.path(), 2 * ChunkFileBytes(kBytes)));
     CHECK(smaller->recovery().evicted_over_capacity == 1);
     CHECK_FALSE(smaller->Contains(TestKey(1)));
     CHECK_FALSE(fs::exists(ChunkPath(dir.path(), TestKey(1))));
@@ -453,7 +453,7 @@ TEST_CASE("disk tier never evicts a chunk underneath its reader", "[disk]") {
   TempDir dir;
   constexpr size_t kBytes = 50000;
   auto control = std::make_shared<IoFaultControl>();
-  DiskTier::Options options = OptionsFor(dir.path(), kBytes);  // room for exactly one chunk
+  DiskTier::Options options = OptionsFor(dir.path(), ChunkFileBytes(kBytes));  // room for exactly one chunk
   options.engine_factory = FaultyEngineFactory(control);
   auto tier = MustOpen(options);
   const auto value = TestValue(1, kBytes);
@@ -645,7 +645,7 @@ TEST_CASE("disk tier: a full disk is RESOURCE_EXHAUSTED and leaves no partial fi
   CHECK(s.code() == absl::StatusCode::kResourceExhausted);
   CHECK_FALSE(tier->Contains(TestKey(2)));
   CHECK(CountFiles(small.path()) == 1);  // only chunk 1: no temporary file, no partial final file
-  CHECK(tier->Usage().used_bytes == 50000);
+  CHECK(tier->Usage().used_bytes == ChunkFileBytes(50000));
   std::vector<std::byte> out(50000);
   REQUIRE(tier->Read(TestKey(1), out).ok());
   CHECK(out == TestValue(1, 50000));
@@ -665,7 +665,7 @@ TEST_CASE("disk tier: concurrent writers of one key leave one file", "[disk]") {
   for (auto& w : writers) w.join();
   CHECK(failures == 0);
   CHECK(tier->Usage().chunks == 1);
-  CHECK(tier->Usage().used_bytes == value.size());
+  CHECK(tier->Usage().used_bytes == ChunkFileBytes(value.size()));
   CHECK(CountFiles(dir.path()) == 1);
   std::vector<std::byte> out(value.size());
   REQUIRE(tier->Read(TestKey(1), out).ok());
