@@ -32,7 +32,6 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <set>
 #include <span>
 #include <thread>
 
@@ -879,10 +878,11 @@ std::optional<uint64_t> StatusField(const std::string& text, absl::string_view k
 }
 
 // The bytes of every region the daemon holds ("regions: N (B bytes)"): client memory it maps, prefaulted, so part of
-// its RSS; 0 when Status does not answer (it waits on a frozen Redis for the remote tier's figures).
-uint64_t RegionBytes(Client& client) {
+// its RSS. nullopt when Status does not answer (it waits on a frozen Redis for the remote tier's figures, and
+// refuses when too many calls wait so).
+std::optional<uint64_t> RegionBytes(Client& client) {
   auto text = client.StatusText();
-  if (!text.ok()) return 0;
+  if (!text.ok()) return std::nullopt;
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     if (!absl::ConsumePrefix(&line, "regions: ")) continue;
     const size_t open = line.find('(');
@@ -892,7 +892,20 @@ uint64_t RegionBytes(Client& client) {
       return bytes;
     }
   }
-  return 0;
+  return std::nullopt;
+}
+
+// The daemon's RSS and the bytes of the regions it maps, read together (Status first, since it may wait).
+struct MemorySample {
+  Rss rss;
+  uint64_t region_bytes = 0;
+  uint64_t own() const { return rss.total - std::min(rss.total, region_bytes); }  // the daemon's own memory
+};
+
+std::optional<MemorySample> SampleMemory(Client& client, pid_t pid) {
+  const std::optional<uint64_t> region_bytes = RegionBytes(client);
+  if (!region_bytes) return std::nullopt;
+  return MemorySample{ReadRss(pid), *region_bytes};
 }
 
 uint64_t Counter(const std::map<std::string, uint64_t>& stats, const std::string& name) {
@@ -1021,17 +1034,14 @@ absl::StatusOr<DeadRemote> RunDeadRemotePhase(Client& client, RedisServer& redis
 }
 
 // The daemon's failed reads, from its log ("chunk N could not be read (STATUS)"): by cause, with keys, paths and
-// numbers blanked so that like causes count together, and how many distinct chunks the corrupt ones were (two loads
-// reading one corrupt chunk at once both fail it).
+// numbers blanked so that like causes count together.
 struct ReadFailures {
   std::map<std::string, uint64_t> causes;
-  uint64_t corrupt_reads = 0;
-  uint64_t corrupt_chunks = 0;
+  uint64_t corrupt_reads = 0;  // DATA_LOSS: a checksum, header or part that did not hold
 };
 
 ReadFailures ParseReadFailures(const std::string& log) {
   ReadFailures out;
-  std::set<std::string> corrupt_keys;
   constexpr absl::string_view kMarker = "could not be read (";
   auto is_hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
   for (absl::string_view line : absl::StrSplit(log, '\n')) {
@@ -1039,18 +1049,7 @@ ReadFailures ParseReadFailures(const std::string& log) {
     if (at == absl::string_view::npos) continue;
     absl::string_view why = line.substr(at + kMarker.size());
     if (const size_t end = why.rfind(')'); end != absl::string_view::npos) why = why.substr(0, end);
-    if (absl::StartsWith(why, "DATA_LOSS")) {
-      ++out.corrupt_reads;
-      for (size_t i = 0; i < why.size();) {  // the chunk's key: the first run of 32 hex digits
-        size_t j = i;
-        while (j < why.size() && is_hex(why[j])) ++j;
-        if (j - i == 2 * kChunkKeyBytes) {
-          corrupt_keys.emplace(why.substr(i, j - i));
-          break;
-        }
-        i = j == i ? i + 1 : j;
-      }
-    }
+    if (absl::StartsWith(why, "DATA_LOSS")) ++out.corrupt_reads;
     std::vector<std::string> words;
     for (absl::string_view word : absl::StrSplit(why, ' ')) {
       if (absl::StrContains(word, '/')) {
@@ -1074,7 +1073,6 @@ ReadFailures ParseReadFailures(const std::string& log) {
     }
     ++out.causes[absl::StrJoin(words, " ").substr(0, 120)];
   }
-  out.corrupt_chunks = corrupt_keys.size();
   return out;
 }
 
@@ -1187,8 +1185,8 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   }
 
   // The soak: RSS sampled twice a second; a watchdog for calls that never return.
-  Rss rss_warm, rss_end, rss_max;
-  uint64_t regions_warm_bytes = 0, regions_end_bytes = 0;
+  MemorySample warm, end;
+  Rss rss_max;
   bool warm_sampled = false;
   std::string stuck;
   Clock::time_point next_progress = soak_start + std::chrono::seconds(30);
@@ -1197,9 +1195,10 @@ absl::Status RunSoakBench(const SoakOptions& options) {
     const Rss rss = ReadRss(caked_pid);
     if (rss.total > rss_max.total) rss_max = rss;
     if (!warm_sampled && Clock::now() >= world.warmed_up) {
-      rss_warm = rss;
-      regions_warm_bytes = RegionBytes(client);
-      warm_sampled = true;
+      if (auto sample = SampleMemory(client, caked_pid)) {
+        warm = *sample;
+        warm_sampled = true;
+      }
     }
     for (size_t i = 0; i < engines.size() && stuck.empty(); ++i) {
       Clock::time_point since;
@@ -1210,18 +1209,26 @@ absl::Status RunSoakBench(const SoakOptions& options) {
     }
     if (!stuck.empty()) break;
     if (Clock::now() >= next_progress) {
-      std::printf("  %.0f s: caked RSS %.1f MiB, Redis frozen %d times\n", SecondsSince(soak_start), Mib(rss.total),
-                  freezer.freezes());
-      std::fflush(stdout);
+      if (auto sample = SampleMemory(client, caked_pid)) {
+        std::printf(
+            "  %.0f s: caked RSS %.1f MiB (anon %.1f), less the regions it maps (%.1f MiB) %.1f MiB; Redis "
+            "frozen %d times\n",
+            SecondsSince(soak_start), Mib(sample->rss.total), Mib(sample->rss.anon), Mib(sample->region_bytes),
+            Mib(sample->own()), freezer.freezes());
+        std::fflush(stdout);
+      }
       next_progress += std::chrono::seconds(30);
     }
   }
-  rss_end = ReadRss(caked_pid);
-  regions_end_bytes = RegionBytes(client);
-  if (!warm_sampled) {
-    rss_warm = rss_end;
-    regions_warm_bytes = regions_end_bytes;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    if (auto sample = SampleMemory(client, caked_pid)) {
+      end = *sample;
+      break;
+    }
+    end.rss = ReadRss(caked_pid);  // Status did not answer: the regions' bytes stay unknown (0)
+    std::this_thread::sleep_for(milliseconds(100));
   }
+  if (!warm_sampled) warm = end;
   if (!stuck.empty()) {
     // A call that never returns cannot be cancelled from here: killing the daemon ends it (and the run).
     const std::string log = target.spawned->log();
@@ -1288,10 +1295,12 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   const ReadFaults::Counts injected = faults.counts();
   const double exact_share =
       tally.loads_checked == 0 ? 1 : static_cast<double>(tally.loads_exact) / static_cast<double>(tally.loads_checked);
+  const Rss& rss_warm = warm.rss;
+  const Rss& rss_end = end.rss;
+  const uint64_t regions_warm_bytes = warm.region_bytes, regions_end_bytes = end.region_bytes;
   const double rss_ratio = rss_warm.total > 0 ? static_cast<double>(rss_end.total) / rss_warm.total : 0;
   // The daemon's own memory: its RSS less the regions it maps for clients (the killed clients' ones pile up).
-  const uint64_t own_warm = rss_warm.total - std::min(rss_warm.total, regions_warm_bytes);
-  const uint64_t own_end = rss_end.total - std::min(rss_end.total, regions_end_bytes);
+  const uint64_t own_warm = warm.own(), own_end = end.own();
   const double own_ratio = own_warm > 0 ? static_cast<double>(own_end) / own_warm : 0;
   const double ttft_p50 = Percentile(tally.ttft_ms, 50), ttft_p99 = Percentile(tally.ttft_ms, 99);
   const uint64_t killed_self_exit = tally.killed_exits.count(0) ? tally.killed_exits.at(0) : 0;
@@ -1394,11 +1403,8 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   std::printf("  caked log: %llu warnings, %llu errors; exit status %d on SIGTERM\n",
               static_cast<unsigned long long>(log_warnings), static_cast<unsigned long long>(log_errors), caked_exit);
   for (const std::string& line : log_error_lines) std::printf("    %s\n", line.c_str());
-  std::printf(
-      "  the daemon's failed reads by cause (its log, soak and dead-remote phase): %llu corrupt reads of %llu "
-      "distinct chunks, and:\n",
-      static_cast<unsigned long long>(read_failures.corrupt_reads),
-      static_cast<unsigned long long>(read_failures.corrupt_chunks));
+  std::printf("  the daemon's failed reads by cause (its log: set-up, soak and dead-remote phase; %llu corrupt):\n",
+              static_cast<unsigned long long>(read_failures.corrupt_reads));
   for (const auto& [cause, n] : read_failures.causes) {
     std::printf("    %6llu  %s\n", static_cast<unsigned long long>(n), cause.c_str());
   }
