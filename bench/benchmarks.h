@@ -226,4 +226,24 @@ struct MixedOptions {
 };
 absl::Status RunMixedBench(const MixedOptions& options);
 
+// A fault and soak bench, never a timed test: `engines` engines (threads, each its own client) for `seconds` mixing
+// lookups, Cake loads into a host region, inline loads, stores, cancelled loads and killed clients against a private
+// caked with DRAM, disk and Redis tiers, while a share of the chunks about to be read from disk or Redis is corrupted
+// and Redis is frozen now and then. Every loaded chunk is checked byte for byte; the daemon's RSS, TTFT, the load
+// slots and regions held at the end and the TTFT with a dead Redis against compute-only are reported. Fails on an
+// unexplained error, a load that is not bit-exact or a load slot held at the end, never on timing.
+struct SoakOptions {
+  CommonOptions common;  // --socket is refused: the bench freezes the daemon's Redis and reads the daemon's RSS
+  uint32_t engines = 16;
+  double seconds = 600;
+  double warmup_seconds = -1;      // below 0: a fifth of `seconds`, at most 60
+  double read_error_rate = 0.01;   // share of the chunk reads from disk or Redis that find the chunk corrupted
+  uint32_t dead_remote_runs = 10;  // timed loads per Redis state in the dead-remote phase
+  // limits.region_lease_ms for a caked that has the key (0: not set): the bench then waits out the lease at the end
+  // and fails on any region still held.
+  uint32_t region_lease_ms = 0;
+  uint32_t seed = 1;
+};
+absl::Status RunSoakBench(const SoakOptions& options);
+
 }  // namespace cake::bench

@@ -285,11 +285,39 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   mixed_command->add_option("--time-scale", mixed.time_scale, "every duration divided by this")->capture_default_str();
 
+  cake::bench::SoakOptions soak;
+  CLI::App* soak_command = app.add_subcommand(
+      "soak", "fault and soak: many engines mixing every call, corrupt chunks, a paused Redis; checks every byte");
+  AddCommonOptions(soak_command, soak.common);
+  soak_command->add_option("--engines", soak.engines, "engines (threads, each its own client)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
+  soak_command->add_option("--seconds", soak.seconds, "length of the soak (600 is the documented run)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
+  soak_command->add_option("--warmup-seconds", soak.warmup_seconds,
+                           "seconds before RSS and TTFT are counted (default: a fifth of --seconds, at most 60)");
+  soak_command
+      ->add_option("--read-error-rate", soak.read_error_rate,
+                   "share of the chunk reads from disk or Redis that find the chunk corrupted")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  soak_command
+      ->add_option("--dead-remote-runs", soak.dead_remote_runs,
+                   "timed loads per Redis state (frozen, killed) in the dead-remote phase")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000u));
+  soak_command->add_option("--region-lease-ms", soak.region_lease_ms,
+                           "set limits.region_lease_ms (a caked that has the key) and fail on regions held at the end");
+  soak_command->add_option("--seed", soak.seed, "the engines' random draws")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
   if (lookup_command->parsed()) {
     status = cake::bench::RunLookupBench(lookup);
+  } else if (soak_command->parsed()) {
+    status = cake::bench::RunSoakBench(soak);
   } else if (client_load_command->parsed()) {
     status = cake::bench::RunClientLoadBench(client_load);
   } else if (region_command->parsed()) {

@@ -1,0 +1,1481 @@
+// cake-bench soak: the fault and soak bench (never a timed test). N engines, threads each with a client of its own,
+// run a random mix of lookups, Cake loads into a host region, inline loads, stores of freshly computed chunks,
+// cancelled loads and killed clients (cake_vanishing_engine, SIGKILLed part way through its life) against a private
+// caked whose DRAM tier is small enough to evict, with a disk tier in a scratch folder and a private redis-server.
+// Meanwhile, from outside the daemon as a failing disk or a peer writing Redis would, it corrupts a share of the
+// chunks the engines are about to read from disk or Redis (a payload byte of the chunk file; a byte of a Redis
+// value's part or header, or a whole part dropped), and it freezes Redis (SIGSTOP) for a few seconds every few
+// seconds. Every chunk a load reports loaded is checked byte for byte against the pattern of its (prompt, chunk).
+//
+// The engines are simulated: computing a chunk takes a fixed time (a sleep). TTFT is the time from LoadStart until
+// the engine holds the KV of the whole prompt: what it computed, what was loaded, the chunks failed reads left it,
+// and the uncached tail.
+//
+// After the engines stop: the daemon's load slots and regions still held, its RSS against the one after the
+// warm-up, its counters. Then the dead-remote phase: a Cake load of a prompt that only Redis holds, with Redis
+// frozen and then killed, against the same engine computing the prompt without the daemon.
+//
+// Exits non-zero on an unexplained error (an outcome the protocol does not name for what the engine did), a loaded
+// chunk that is not bit-exact, a load slot held at the end, or a daemon that did not exit cleanly; never on timing.
+//
+// The documented run is `cake-bench soak` (16 engines, 600 s, warm-up 60 s, 1% read errors); ctest runs 4 engines for
+// 8 s ("bench: soak runs clean for a few seconds") for correctness alone.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <span>
+#include <thread>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/status_macros.h"
+#include "base/unique_fd.h"
+#include "bench/bench_common.h"
+#include "bench/benchmarks.h"
+#include "storage/chunk_file.h"
+#include "storage/namespace.h"
+#include "storage/remote_codec.h"
+#include "testing/child_process.h"
+#include "testing/redis_process.h"
+#include "testing/spawned_daemon.h"
+
+namespace cake::bench {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The soak's KV layout: 2 layers x 2 KV heads x head_dim 64 x BF16, 1 KiB a token; chunks of 64 tokens, 64 KiB.
+constexpr uint32_t kChunkTokens = 64;
+constexpr uint64_t kChunkBytes = uint64_t{kChunkTokens} * 1024;
+// The prompts the engines draw from: few enough that loads find what earlier requests stored, together (about
+// 60 MiB) several times the DRAM tier and twice the disk tier, so both evict and every tier serves reads.
+constexpr uint32_t kPoolPrompts = 48;
+constexpr uint32_t kMinPromptChunks = 4;
+constexpr uint32_t kMaxPromptChunks = 32;
+constexpr uint64_t kDramBytes = uint64_t{16} << 20;
+constexpr uint64_t kDiskBytes = uint64_t{32} << 20;
+// Redis values in parts of 16 KiB, four a chunk, so one corrupt or missing part among good ones is exercised.
+constexpr uint64_t kRemotePartBytes = 16384;
+// Longer than the longest Redis pause plus a command timeout (remote.command_timeout_ms, 2 s), so a load waiting on
+// a frozen Redis is not taken for a silent client; short enough that a silent one is reaped within a run.
+constexpr uint32_t kIdleTimeoutMs = 5000;
+// The killed clients all use cake_vanishing_engine's one client id and leave their regions behind (no lease yet):
+// the per-client cap (64) is raised to the global one (limits.max_regions, 1024), under which a 10-minute run's
+// worth of them (at most 600, see kKillInterval) and the engines' own fit.
+constexpr uint32_t kMaxRegionsPerClient = 1024;
+// A soak engine computes a chunk in 2 ms, by sleeping: 16 engines share two cores with the daemon.
+constexpr auto kComputePerChunk = std::chrono::microseconds(2000);
+// Redis freezes for 0.5 to 2.5 s, every 3 to 8 s (the first within 1 to 3 s, so a short run has one too).
+constexpr double kMinPauseS = 0.5, kMaxPauseS = 2.5, kMinRunS = 3, kMaxRunS = 8;
+// At most one killed client a second over all engines (each leaves a region behind), each killed at a random point
+// up to one and a half times the life of one left alone (learnt as the run goes): before it connects, while it
+// registers, while its load runs, or, a third of the time, after it exited by itself.
+constexpr auto kKillInterval = std::chrono::seconds(1);
+constexpr int64_t kFirstVanishingLifeUs = 100000;
+// cake_vanishing_engine's prompt (tests/tools/vanishing_engine.cc): tests/integration/fixture.h's SmallNamespace,
+// 4 chunks of 16 tokens, the tokens of fixture.h's Tokens(64, 1). It exits 5 unless all of it is cached.
+constexpr uint32_t kVanishingChunkTokens = 16;
+constexpr uint32_t kVanishingChunks = 4;
+constexpr char kVanishingClientId[] = "engine-vanishing";
+// A call that has not returned for this long is stuck: the bench kills the daemon to end it, and fails.
+constexpr auto kStuckAfter = std::chrono::seconds(60);
+// The dead-remote phase: a 64-chunk prompt computed at 5 ms a chunk (320 ms compute-only), timed to the microsecond.
+constexpr uint32_t kDeadRemoteChunks = 64;
+constexpr auto kDeadRemoteComputePerChunk = std::chrono::microseconds(5000);
+// Prompt indices (the pattern's first half) of the prompts outside the pool.
+constexpr uint32_t kDeadRemotePromptIndex = 1000;
+constexpr uint32_t kVanishingPromptIndex = 1001;
+constexpr size_t kExamplesKept = 8;
+
+NamespaceSpec SoakNamespace() {
+  NamespaceSpec ns;
+  ns.model_id = "cake-bench/soak";
+  ns.num_layers = 2;
+  ns.num_kv_heads = 2;
+  ns.head_dim = 64;
+  ns.dtype = DType::kBf16;
+  ns.chunk_tokens = kChunkTokens;
+  ns.tenant = "soak";
+  return ns;
+}
+
+NamespaceSpec VanishingNamespace() {
+  NamespaceSpec ns = SoakNamespace();
+  ns.model_id = "test/small";
+  ns.chunk_tokens = kVanishingChunkTokens;
+  ns.tenant = "tenant-a";
+  return ns;
+}
+
+// tests/integration/fixture.h's Tokens(n, 1), which cake_vanishing_engine asks for.
+std::vector<uint32_t> VanishingTokens() {
+  std::vector<uint32_t> tokens(size_t{kVanishingChunks} * kVanishingChunkTokens);
+  uint32_t x = 2654435761u + 1;
+  for (uint32_t& v : tokens) {
+    x = x * 1664525u + 1013904223u;
+    v = x % 128000;
+  }
+  return tokens;
+}
+
+// The pattern a chunk's bytes follow: one per (prompt, chunk), so a chunk of another prompt, another chunk of the
+// same prompt, a stale or a torn chunk all fail the check.
+uint32_t PatternId(uint32_t prompt, uint32_t chunk) { return (prompt << 12) | chunk; }
+
+struct Prompt {
+  uint32_t index = 0;
+  uint32_t chunks = 0;           // full chunks
+  std::vector<uint32_t> tokens;  // the full chunks and a partial chunk's worth more, for requests with a tail
+  std::vector<ChunkKey> keys;    // the daemon's key of every full chunk (for the faults)
+};
+
+absl::StatusOr<Prompt> MakePrompt(const Namespace& ns, uint32_t index, uint32_t chunks) {
+  Prompt p;
+  p.index = index;
+  p.chunks = chunks;
+  p.tokens = SyntheticPrompt(size_t{chunks} * kChunkTokens + kChunkTokens - 1, 7000 + index);
+  p.keys = ns.KeysForTokens(p.tokens);
+  if (p.keys.size() != chunks) return absl::InternalError("a prompt's keys do not match its chunks");
+  return p;
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+int64_t Nanos(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// The simulated engine's GPU: computing takes a fixed time a chunk, kept on schedule across calls (a late wake-up
+// does not push later chunks back); Resume after waiting for the daemon, when the GPU idled.
+class SimulatedGpu {
+ public:
+  SimulatedGpu(Clock::duration per_chunk, bool precise) : per_chunk_(per_chunk), precise_(precise) {}
+  double chunk_seconds() const { return Seconds(per_chunk_); }
+  void Begin() { free_ = Clock::now(); }
+  void Resume() { free_ = std::max(free_, Clock::now()); }
+  void Compute(double chunks) {
+    if (chunks <= 0) return;
+    free_ += std::chrono::duration_cast<Clock::duration>(per_chunk_ * chunks);
+    if (precise_) {
+      PreciseSleepUntil(free_);  // a spin for the last few hundred microseconds
+    } else {
+      std::this_thread::sleep_until(free_);
+    }
+  }
+
+ private:
+  Clock::duration per_chunk_;
+  bool precise_;
+  Clock::time_point free_;
+};
+
+// Redis frozen (SIGSTOP) now and then, from a thread of its own. The epoch counts freezes and thaws (odd: frozen
+// now), so an outcome can be matched to a freeze it overlapped. Always leaves Redis running when it stops.
+class RedisFreezer {
+ public:
+  RedisFreezer(pid_t pid, uint64_t seed) : pid_(pid), rng_(seed) {}
+  ~RedisFreezer() { Stop(); }
+
+  void Start() {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  void Stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  uint64_t epoch() const { return epoch_.load(); }
+  bool frozen() const { return epoch() % 2 == 1; }
+  // Whether Redis was frozen at some point since `start_epoch` was read.
+  bool FrozeSince(uint64_t start_epoch) const { return start_epoch % 2 == 1 || epoch() != start_epoch; }
+  int freezes() const { return freezes_; }
+  double frozen_seconds() const { return frozen_s_; }
+
+ private:
+  void Loop() {
+    std::uniform_real_distribution<double> run(kMinRunS, kMaxRunS), pause(kMinPauseS, kMaxPauseS);
+    double next_run_s = std::uniform_real_distribution<double>(1, 3)(rng_);
+    for (;;) {
+      if (Sleep(next_run_s)) return;
+      const Clock::time_point frozen_at = Clock::now();
+      ::kill(pid_, SIGSTOP);
+      epoch_++;
+      const bool stopping = Sleep(pause(rng_));
+      ::kill(pid_, SIGCONT);
+      epoch_++;
+      ++freezes_;
+      frozen_s_.store(frozen_s_.load() + SecondsSince(frozen_at));
+      if (stopping) return;
+      next_run_s = run(rng_);
+    }
+  }
+  // True when asked to stop meanwhile.
+  bool Sleep(double seconds) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return stopping_; });
+  }
+
+  const pid_t pid_;
+  std::mt19937_64 rng_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::atomic<uint64_t> epoch_{0};
+  std::atomic<int> freezes_{0};  // written by the thread alone
+  std::atomic<double> frozen_s_{0};
+};
+
+// Read errors injected from outside the daemon: before a load, each chunk of the cached prefix whose fastest tier
+// (the Lookup's answer) is the disk or Redis is corrupted there with probability `rate`. The daemon must turn every
+// one into a failed chunk the engine computes (or never read it), never into a failed request or a wrong byte.
+class ReadFaults {
+ public:
+  struct Counts {
+    uint64_t candidates = 0;      // chunk reads from disk or Redis the lookups announced
+    uint64_t disk_payload = 0;    // a payload byte of a chunk file changed
+    uint64_t remote_part = 0;     // a byte of one of a Redis value's parts changed
+    uint64_t remote_header = 0;   // a byte of a Redis value's header changed
+    uint64_t remote_dropped = 0;  // one part of a Redis value deleted (as Redis's eviction would)
+    uint64_t gone = 0;            // drawn, but the chunk had left that tier already
+    uint64_t skipped_frozen = 0;  // drawn for Redis while it was frozen (the command would wait for the thaw)
+    uint64_t injected() const { return disk_payload + remote_part + remote_header + remote_dropped; }
+  };
+
+  ReadFaults(double rate, std::filesystem::path disk_root, const RedisServer& redis, std::string key_prefix,
+             const RedisFreezer& freezer)
+      : rate_(rate),
+        disk_root_(std::move(disk_root)),
+        redis_(redis),
+        key_prefix_(std::move(key_prefix)),
+        freezer_(freezer) {}
+
+  void BeforeLoad(const Prompt& prompt, const LookupResult& lookup, std::mt19937_64& rng) {
+    std::bernoulli_distribution corrupt(rate_);
+    const uint32_t cached = std::min<uint32_t>(lookup.cached_chunks, static_cast<uint32_t>(lookup.tiers.size()));
+    for (uint32_t c = 0; c < cached && c < prompt.chunks; ++c) {
+      const TierKind tier = lookup.tiers[c];
+      if (tier != TierKind::kDisk && tier != TierKind::kRemote) continue;
+      ++counts_.candidates;
+      if (!corrupt(rng)) continue;
+      if (tier == TierKind::kDisk) {
+        if (CorruptChunkFile(prompt.keys[c], rng)) {
+          ++counts_.disk_payload;
+        } else {
+          ++counts_.gone;
+        }
+      } else if (freezer_.frozen()) {
+        ++counts_.skipped_frozen;
+      } else {
+        CorruptRemoteValue(prompt.keys[c], rng);
+      }
+    }
+  }
+
+  Counts counts() const {
+    Counts c;
+    c.candidates = counts_.candidates;
+    c.disk_payload = counts_.disk_payload;
+    c.remote_part = counts_.remote_part;
+    c.remote_header = counts_.remote_header;
+    c.remote_dropped = counts_.remote_dropped;
+    c.gone = counts_.gone;
+    c.skipped_frozen = counts_.skipped_frozen;
+    return c;
+  }
+
+ private:
+  // One byte of the payload (never the header, never the padding) changed in place (storage/chunk_file.h).
+  bool CorruptChunkFile(const ChunkKey& key, std::mt19937_64& rng) {
+    UniqueFd fd(::open(ChunkPath(disk_root_, key).c_str(), O_RDWR | O_CLOEXEC));
+    if (!fd.valid()) return false;  // evicted, or not written back yet
+    uint64_t payload_length = 0;    // header offset 32, little-endian like this machine
+    if (::pread(fd.get(), &payload_length, 8, 32) != 8 || payload_length == 0) return false;
+    const off_t at = static_cast<off_t>(kChunkHeaderBytes + rng() % payload_length);
+    unsigned char byte = 0;
+    if (::pread(fd.get(), &byte, 1, at) != 1) return false;
+    byte ^= 0xff;
+    return ::pwrite(fd.get(), &byte, 1, at) == 1;
+  }
+
+  // Through a connection of its own, as another machine's daemon or a stray client would: a byte of one part (most
+  // often), a byte of the header, or a whole part deleted (storage/remote_codec.h).
+  void CorruptRemoteValue(const ChunkKey& key, std::mt19937_64& rng) {
+    // Atomic in Redis: the byte is read and changed in one step, and a value that is gone is not created.
+    static constexpr char kChangeByte[] =
+        "local n = redis.call('STRLEN', KEYS[1]) "
+        "if n == 0 then return 0 end "
+        "local at = tonumber(ARGV[1]) % n "
+        "local b = string.byte(redis.call('GETRANGE', KEYS[1], at, at)) "
+        "redis.call('SETRANGE', KEYS[1], at, string.char((b + 1) % 256)) "
+        "return 1";
+    const RemoteChunkNames names(key_prefix_, key);
+    const uint64_t parts = RemotePartCount(kChunkBytes, kRemotePartBytes);
+    const std::string part = names.part(rng() % parts);
+    const uint32_t kind = rng() % 100;
+    absl::StatusOr<std::string> reply;
+    std::atomic<uint64_t>* counter;
+    if (kind < 70) {
+      reply = redis_.Command({"EVAL", kChangeByte, "1", part, absl::StrCat(rng() % kRemotePartBytes)});
+      counter = &counts_.remote_part;
+    } else if (kind < 85) {
+      reply = redis_.Command({"EVAL", kChangeByte, "1", names.header(), absl::StrCat(rng() % kRemoteHeaderBytes)});
+      counter = &counts_.remote_header;
+    } else {
+      reply = redis_.Command({"DEL", part});
+      counter = &counts_.remote_dropped;
+    }
+    if (reply.ok() && *reply == "1") {
+      ++*counter;
+    } else {
+      ++counts_.gone;  // gone from Redis, or Redis froze between the check and the command and it timed out
+    }
+  }
+
+  struct AtomicCounts {
+    std::atomic<uint64_t> candidates{0}, disk_payload{0}, remote_part{0}, remote_header{0}, remote_dropped{0}, gone{0},
+        skipped_frozen{0};
+  };
+  const double rate_;
+  const std::filesystem::path disk_root_;
+  const RedisServer& redis_;
+  const std::string key_prefix_;
+  const RedisFreezer& freezer_;
+  AtomicCounts counts_;
+};
+
+// The caked process's resident memory (/proc/<pid>/status), bytes.
+struct Rss {
+  uint64_t total = 0, anon = 0, file = 0, shmem = 0;
+};
+
+Rss ReadRss(pid_t pid) {
+  Rss rss;
+  const std::string text = ReadWholeFile(absl::StrCat("/proc/", pid, "/status"));
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    auto field = [&](absl::string_view name, uint64_t* out) {
+      if (!absl::StartsWith(line, name)) return;
+      uint64_t kib = 0;
+      absl::string_view value = absl::StripAsciiWhitespace(line.substr(name.size()));
+      if (absl::EndsWith(value, " kB")) value.remove_suffix(3);
+      if (absl::SimpleAtoi(value, &kib)) *out = kib << 10;
+    };
+    field("VmRSS:", &rss.total);
+    field("RssAnon:", &rss.anon);
+    field("RssFile:", &rss.file);
+    field("RssShmem:", &rss.shmem);
+  }
+  return rss;
+}
+
+double Mib(uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// What one engine saw; merged over all of them at the end.
+struct Tally {
+  std::map<std::string, uint64_t> requests;   // calls made, by kind
+  std::map<std::string, uint64_t> explained;  // non-OK outcomes the protocol names for what the engine did
+  uint64_t unexplained = 0;
+  std::vector<std::string> unexplained_examples;
+  uint64_t loads_checked = 0, loads_exact = 0;  // loads whose every loaded chunk was checked / matched
+  uint64_t chunks_checked = 0, chunks_wrong = 0;
+  std::vector<std::string> wrong_examples;
+  uint64_t chunks_loaded = 0, chunks_failed = 0, loads_with_failed_chunks = 0;
+  uint64_t stored_chunks = 0, already_cached = 0;
+  std::vector<double> ttft_ms;           // loads started after the warm-up
+  std::map<int, uint64_t> killed_exits;  // the killed clients' exit statuses (137: the SIGKILL)
+
+  void Unexplained(std::string what) {
+    ++unexplained;
+    if (unexplained_examples.size() < kExamplesKept) unexplained_examples.push_back(std::move(what));
+  }
+  void Merge(const Tally& o) {
+    for (const auto& [k, v] : o.requests) requests[k] += v;
+    for (const auto& [k, v] : o.explained) explained[k] += v;
+    unexplained += o.unexplained;
+    for (const auto& e : o.unexplained_examples) {
+      if (unexplained_examples.size() < kExamplesKept) unexplained_examples.push_back(e);
+    }
+    loads_checked += o.loads_checked;
+    loads_exact += o.loads_exact;
+    chunks_checked += o.chunks_checked;
+    chunks_wrong += o.chunks_wrong;
+    for (const auto& e : o.wrong_examples) {
+      if (wrong_examples.size() < kExamplesKept) wrong_examples.push_back(e);
+    }
+    chunks_loaded += o.chunks_loaded;
+    chunks_failed += o.chunks_failed;
+    loads_with_failed_chunks += o.loads_with_failed_chunks;
+    stored_chunks += o.stored_chunks;
+    already_cached += o.already_cached;
+    ttft_ms.insert(ttft_ms.end(), o.ttft_ms.begin(), o.ttft_ms.end());
+    for (const auto& [k, v] : o.killed_exits) killed_exits[k] += v;
+  }
+};
+
+// One request of the simulated engine and what came of it.
+struct LoadRun {
+  absl::Status status;  // how the request ended: OK, the daemon's status, or a protocol rule broken (INTERNAL)
+  LoadPlan plan;
+  LoadDone done;
+  double ttft_s = 0;
+  uint32_t chunks_checked = 0, chunks_wrong = 0;
+  std::string first_wrong;
+};
+
+// `chunks` full chunks of `prompt` and `tail_tokens` more: the cached prefix loaded by caked into `region` (inline
+// when null) under Cake, or I/O-only, the rest computed by `gpu`, following the plan as docs/protocol.md says an
+// engine does (stop at the predicted meeting and wait there, with a fifth of slack). TTFT runs from Start until the
+// engine holds the KV of the whole prompt. Once the stream has ended, every chunk of [meeting, cached) is checked
+// against its pattern: the daemon touches the window no more, so the loaded bytes must still be there, exact.
+LoadRun RunLoad(Client& client, const NamespaceSpec& ns, const Prompt& prompt, uint32_t chunks, uint32_t tail_tokens,
+                const MappedRegion* region, bool io_only, SimulatedGpu& gpu) {
+  LoadRun run;
+  LoadOptions options;
+  options.ns = ns;
+  options.prompt = TokensPrompt(std::span<const uint32_t>(prompt.tokens).first(chunks * kChunkTokens + tail_tokens));
+  options.region = region;
+  options.io_only = io_only;
+  options.compute_first_chunk_s = gpu.chunk_seconds();
+  const Clock::time_point start = Clock::now();
+  gpu.Begin();
+  auto started = client.StartLoad(options);
+  if (!started.ok()) {
+    run.status = started.status();
+    return run;
+  }
+  LoadSession& session = **started;
+  // The stream ended before the engine was through: its final status says why.
+  auto ended = [&](absl::Status why) {
+    const absl::Status final_status = session.Release();
+    run.status = final_status.ok() ? why : final_status;
+    return run;
+  };
+  auto plan = session.WaitPlan();
+  if (!plan.ok()) return ended(plan.status());
+  run.plan = *plan;
+  const uint32_t cached = plan->cached_chunks;
+  if (plan->total_chunks != chunks || cached > chunks || plan->chunk_bytes != kChunkBytes) {
+    return ended(absl::InternalError(absl::StrCat("protocol: a plan of ", plan->total_chunks, " chunks, ", cached,
+                                                  " cached, of ", plan->chunk_bytes, " bytes for a prompt of ", chunks,
+                                                  " chunks of ", kChunkBytes)));
+  }
+  uint32_t limit = cached;  // Cake and compute-only: compute forward until the next chunk is loaded
+  if (plan->strategy == LoadPlan::Strategy::kIoOnly) limit = std::min(plan->lowest_loadable, cached);
+  uint32_t wait_at = UINT32_MAX;
+  Clock::time_point wait_until = start;
+  if (plan->strategy == LoadPlan::Strategy::kCake && plan->predicted_meeting_chunk && plan->predicted_cake_s) {
+    wait_at = *plan->predicted_meeting_chunk;
+    wait_until = start + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(*plan->predicted_cake_s * 1.2 + 1e-3));
+  }
+  uint32_t computed = 0;
+  while (computed < limit) {
+    if (session.IsResident(computed)) break;
+    if (computed == wait_at) {
+      const bool resident = session.WaitResidentUntil(computed, wait_until);
+      gpu.Resume();
+      if (resident) break;
+    }
+    gpu.Compute(1);
+    ++computed;
+    if (!session.ReportProgress(computed).ok()) break;  // the stream ended: WaitDone says how
+  }
+  auto done = session.WaitDone();
+  gpu.Resume();
+  if (!done.ok()) return ended(done.status());
+  run.done = *done;
+  const uint32_t meeting = done->meeting_chunk;
+  if (meeting > cached) {
+    return ended(absl::InternalError(absl::StrCat("protocol: meeting chunk ", meeting, " above the cached ", cached)));
+  }
+  for (uint32_t c = meeting; c < cached; ++c) {
+    if (!session.IsResident(c)) {
+      return ended(absl::InternalError(
+          absl::StrCat("protocol: Done at chunk ", meeting, " but chunk ", c, " of ", cached, " was never loaded")));
+    }
+  }
+  // Failed reads move the meeting up: the engine computes what neither it nor the loads covered, then the
+  // uncached rest of the prompt, its partial tail included.
+  if (computed < meeting) gpu.Compute(meeting - computed);
+  gpu.Compute(static_cast<double>(chunks - cached) + static_cast<double>(tail_tokens) / kChunkTokens);
+  run.ttft_s = SecondsSince(start);
+  run.status = session.Release();
+  if (!run.status.ok()) return run;
+  for (uint32_t c = meeting; c < cached; ++c) {
+    std::span<const std::byte> bytes;
+    if (region != nullptr) {
+      bytes = {region->data() + session.RegionOffset(c), kChunkBytes};
+    } else {
+      const std::string_view view = session.InlineChunk(c);
+      bytes = {reinterpret_cast<const std::byte*>(view.data()), view.size()};
+    }
+    ++run.chunks_checked;
+    absl::Status same = bytes.size() == kChunkBytes
+                            ? CheckChunkPattern(bytes, PatternId(prompt.index, c))
+                            : absl::DataLossError(absl::StrCat("chunk ", c, " came with ", bytes.size(), " bytes"));
+    if (!same.ok() && run.chunks_wrong++ == 0) {
+      run.first_wrong =
+          absl::StrCat("prompt ", prompt.index, " chunk ", c, " (", region ? "region" : "inline", ", tier ",
+                       c < plan->tiers.size() ? TierKindName(plan->tiers[c]) : "?", "): ", same.message());
+    }
+  }
+  return run;
+}
+
+// What every engine shares.
+struct SoakWorld {
+  SoakWorld(const SoakOptions& options, std::string socket_path, const std::vector<Prompt>& prompts, ReadFaults& faults,
+            const RedisFreezer& freezer, std::string vanishing_engine, std::filesystem::path scratch,
+            Clock::time_point warmed_up)
+      : options(options),
+        socket_path(std::move(socket_path)),
+        prompts(prompts),
+        faults(faults),
+        freezer(freezer),
+        vanishing_engine(std::move(vanishing_engine)),
+        scratch(std::move(scratch)),
+        warmed_up(warmed_up) {}
+
+  const SoakOptions& options;
+  const std::string socket_path;
+  const NamespaceSpec ns = SoakNamespace();
+  const std::vector<Prompt>& prompts;
+  ReadFaults& faults;
+  const RedisFreezer& freezer;
+  const std::string vanishing_engine;
+  const std::filesystem::path scratch;
+  const Clock::time_point warmed_up;  // loads started from here on count for TTFT
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> next_kill_ns{0};  // when the next killed client may start (kKillInterval apart)
+  std::atomic<uint64_t> killed_started{0};
+  std::atomic<int64_t> vanishing_life_us{kFirstVanishingLifeUs};  // how long one lives when left alone
+};
+
+// One engine: a client of its own, a region for its loads and stores and one for its cancelled loads (whose
+// windows the daemon frees only once the reads in flight have landed), and a random mix of calls until stopped.
+class SoakEngine {
+ public:
+  SoakEngine(int index, SoakWorld& world)
+      : index_(index),
+        world_(world),
+        rng_(world.options.seed * 1000003ull + index),
+        gpu_(kComputePerChunk, /*precise=*/false) {}
+
+  void Run() {
+    if (SetUp()) {
+      while (!world_.stop.load()) Step();
+    }
+    TearDown();
+    Mark(nullptr);
+  }
+
+  Tally& tally() { return tally_; }
+  // For the watchdog: the call under way (nullptr when none) and since when.
+  const char* CurrentCall(Clock::time_point* since) const {
+    *since = Clock::time_point(Clock::duration(call_since_.load()));
+    return call_.load();
+  }
+
+ private:
+  struct Request {
+    const Prompt* prompt;
+    uint32_t chunks;
+    uint32_t tail_tokens;
+    std::span<const uint32_t> tokens() const {
+      return std::span<const uint32_t>(prompt->tokens).first(chunks * kChunkTokens + tail_tokens);
+    }
+  };
+
+  bool SetUp() {
+    Mark("connect");
+    auto client = Client::Connect({world_.socket_path, absl::StrCat("soak-engine-", index_)});
+    if (!client.ok()) {
+      tally_.Unexplained(absl::StrCat("engine ", index_, " connect: ", client.status().ToString()));
+      return false;
+    }
+    client_ = std::move(*client);
+    for (auto* region : {&region_, &cancel_region_}) {
+      Mark("RegisterRegion");
+      ++tally_.requests["RegisterRegion"];
+      auto registered = client_->RegisterRegion(uint64_t{kMaxPromptChunks} * kChunkBytes);
+      if (!registered.ok()) {
+        tally_.Unexplained(absl::StrCat("engine ", index_, " RegisterRegion: ", registered.status().ToString()));
+        return false;
+      }
+      region->emplace(std::move(*registered));
+    }
+    return true;
+  }
+
+  void TearDown() {
+    for (auto* region : {&region_, &cancel_region_}) {
+      if (!region->has_value()) continue;
+      Mark("ReleaseRegion");
+      ++tally_.requests["ReleaseRegion"];
+      if (absl::Status s = client_->ReleaseRegion(**region); !s.ok()) {
+        tally_.Unexplained(absl::StrCat("engine ", index_, " ReleaseRegion: ", s.ToString()));
+      }
+      region->reset();
+    }
+  }
+
+  void Mark(const char* call) {
+    call_since_.store(Clock::now().time_since_epoch().count());
+    call_.store(call);
+  }
+
+  void Step() {
+    // Out of 100: lookups 15, Cake loads into the region 35, inline loads 15, stores 15, cancels 15, killed
+    // clients 5 (at most one a second over all engines; a lookup otherwise).
+    const uint32_t draw = rng_() % 100;
+    if (draw < 15) {
+      Lookup(Draw());
+    } else if (draw < 50) {
+      Load(Draw(), /*inline_bytes=*/false);
+    } else if (draw < 65) {
+      Load(Draw(), /*inline_bytes=*/true);
+    } else if (draw < 80) {
+      const Request r = Draw();
+      StoreChunks(*r.prompt, r.tokens(), 0, r.chunks);
+    } else if (draw < 95) {
+      Cancel(Draw());
+    } else {
+      KilledClient();
+    }
+  }
+
+  // A prompt of the pool, whole half the time, else a prefix of it, with a partial chunk's worth of tail or not.
+  Request Draw() {
+    const Prompt& p = world_.prompts[rng_() % world_.prompts.size()];
+    const uint32_t chunks = rng_() % 2 == 0 ? p.chunks : 1 + static_cast<uint32_t>(rng_() % p.chunks);
+    const uint32_t tail = rng_() % 2 == 0 ? 0 : static_cast<uint32_t>(rng_() % kChunkTokens);
+    return Request{&p, chunks, tail};
+  }
+
+  // Sorts a failed call: an outcome the protocol names for what the engine did is explained and counted by what it
+  // was; anything else is unexplained.
+  void Outcome(const std::string& call, const absl::Status& status, uint64_t freeze_epoch) {
+    if (status.ok()) return;
+    const absl::string_view message = status.message();
+    if (call == "cancel" && status.code() == absl::StatusCode::kFailedPrecondition &&
+        absl::StrContains(message, "overlap the window")) {
+      // docs/protocol.md, Ending a load: a cancelled load's window is freed once its reads in flight have landed.
+      ++tally_.explained["cancel: the region window of the previous cancelled load was still draining"];
+    } else if (status.code() == absl::StatusCode::kResourceExhausted) {
+      ++tally_.explained[absl::StrCat(call, ": RESOURCE_EXHAUSTED (overload: ", message.substr(0, 80), ")")];
+    } else if (status.code() == absl::StatusCode::kDeadlineExceeded && absl::StrContains(message, "idle_timeout_ms") &&
+               world_.freezer.FrozeSince(freeze_epoch)) {
+      ++tally_.explained[absl::StrCat(call, ": ended as idle while it waited on a frozen Redis")];
+    } else {
+      tally_.Unexplained(absl::StrCat("engine ", index_, " ", call, ": ", status.ToString()));
+    }
+  }
+
+  void Lookup(const Request& r) {
+    Mark("Lookup");
+    const uint64_t epoch = world_.freezer.epoch();
+    ++tally_.requests["Lookup"];
+    auto lookup = client_->Lookup(world_.ns, TokensPrompt(r.tokens()));
+    if (!lookup.ok()) return Outcome("Lookup", lookup.status(), epoch);
+    if (lookup->total_chunks != r.chunks || lookup->cached_chunks > r.chunks ||
+        lookup->tiers.size() != lookup->cached_chunks || lookup->chunk_bytes != kChunkBytes) {
+      tally_.Unexplained(absl::StrCat("engine ", index_, " Lookup: ", lookup->cached_chunks, " of ",
+                                      lookup->total_chunks, " chunks cached with ", lookup->tiers.size(),
+                                      " tiers for a prompt of ", r.chunks));
+    }
+  }
+
+  void Load(const Request& r, bool inline_bytes) {
+    const std::string call = inline_bytes ? "inline load" : "Cake load";
+    // An engine's connector looks first; the faults use the answer to corrupt, a share of the time, chunks the load
+    // is about to read from disk or Redis.
+    Mark("Lookup");
+    uint64_t epoch = world_.freezer.epoch();
+    ++tally_.requests["Lookup"];
+    auto lookup = client_->Lookup(world_.ns, TokensPrompt(r.tokens()));
+    if (!lookup.ok()) return Outcome("Lookup", lookup.status(), epoch);
+    world_.faults.BeforeLoad(*r.prompt, *lookup, rng_);
+
+    Mark(inline_bytes ? "inline load" : "Cake load");
+    epoch = world_.freezer.epoch();
+    const bool io_only = rng_() % 5 == 0;
+    const Clock::time_point started = Clock::now();
+    ++tally_.requests[call];
+    LoadRun run = RunLoad(*client_, world_.ns, *r.prompt, r.chunks, r.tail_tokens, inline_bytes ? nullptr : &*region_,
+                          io_only, gpu_);
+    if (!run.status.ok()) return Outcome(call, run.status, epoch);
+    ++tally_.loads_checked;
+    tally_.chunks_checked += run.chunks_checked;
+    tally_.chunks_wrong += run.chunks_wrong;
+    if (run.chunks_wrong == 0) {
+      ++tally_.loads_exact;
+    } else if (tally_.wrong_examples.size() < kExamplesKept) {
+      tally_.wrong_examples.push_back(run.first_wrong);
+    }
+    const uint32_t cached = run.plan.cached_chunks, meeting = run.done.meeting_chunk;
+    tally_.chunks_loaded += cached - meeting;
+    tally_.chunks_failed += run.done.failed_chunks;
+    if (run.done.failed_chunks > 0) ++tally_.loads_with_failed_chunks;
+    if (started >= world_.warmed_up) tally_.ttft_ms.push_back(run.ttft_s * 1e3);
+    // The engine stores what it computed: the uncached rest, and the prefix failed reads left it (the cache heals).
+    if (r.chunks > cached) StoreChunks(*r.prompt, r.tokens(), cached, r.chunks - cached);
+    if (run.done.failed_chunks > 0 && meeting > 0) StoreChunks(*r.prompt, r.tokens(), 0, meeting);
+  }
+
+  // Chunks [first, first + count) freshly computed into the region, then stored.
+  void StoreChunks(const Prompt& prompt, std::span<const uint32_t> tokens, uint32_t first, uint32_t count) {
+    for (uint32_t i = 0; i < count; ++i) {
+      FillChunkPattern({region_->data() + uint64_t{i} * kChunkBytes, kChunkBytes}, PatternId(prompt.index, first + i));
+    }
+    Mark("Store");
+    const uint64_t epoch = world_.freezer.epoch();
+    ++tally_.requests["Store"];
+    auto stored = client_->Store(world_.ns, TokensPrompt(tokens), first, count, *region_, 0);
+    if (!stored.ok()) return Outcome("Store", stored.status(), epoch);
+    if (stored->stored_chunks + stored->already_cached != count) {
+      tally_.Unexplained(absl::StrCat("engine ", index_, " Store of ", count, " chunks: ", stored->stored_chunks,
+                                      " stored, ", stored->already_cached, " already cached"));
+    }
+    tally_.stored_chunks += stored->stored_chunks;
+    tally_.already_cached += stored->already_cached;
+  }
+
+  // A load dropped part way: after its plan, a random 0 to 3 ms later or once its top chunk has landed, the engine
+  // cancels the stream (the client's TryCancel, as a gRPC client that gives up does).
+  void Cancel(const Request& r) {
+    Mark("cancel");
+    const uint64_t epoch = world_.freezer.epoch();
+    LoadOptions options;
+    options.ns = world_.ns;
+    options.prompt = TokensPrompt(r.tokens());
+    const bool inline_bytes = rng_() % 2 == 0;
+    options.region = inline_bytes ? nullptr : &*cancel_region_;
+    options.io_only = rng_() % 2 == 0;
+    options.compute_first_chunk_s = gpu_.chunk_seconds();
+    ++tally_.requests["cancel"];
+    auto started = client_->StartLoad(options);
+    if (!started.ok()) return Outcome("cancel", started.status(), epoch);
+    std::unique_ptr<LoadSession> session = std::move(*started);
+    auto plan = session->WaitPlan();
+    if (!plan.ok()) return Outcome("cancel", session->Release(), epoch);
+    if (rng_() % 2 == 0 || plan->cached_chunks == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(rng_() % 3000));
+    } else {
+      session->WaitResidentUntil(plan->cached_chunks - 1, Clock::now() + milliseconds(20));
+    }
+    // Inline chunks that arrived before the cancel are the engine's: they must be exact too.
+    if (inline_bytes) {
+      for (uint32_t c = session->LoadedLow(); c < plan->cached_chunks; ++c) {
+        const std::string_view view = session->InlineChunk(c);
+        if (view.empty()) continue;
+        ++tally_.chunks_checked;
+        absl::Status same = view.size() == kChunkBytes
+                                ? CheckChunkPattern({reinterpret_cast<const std::byte*>(view.data()), view.size()},
+                                                    PatternId(r.prompt->index, c))
+                                : absl::DataLossError(absl::StrCat("chunk ", c, " came with ", view.size(), " bytes"));
+        if (!same.ok()) {
+          ++tally_.chunks_wrong;
+          if (tally_.wrong_examples.size() < kExamplesKept) {
+            tally_.wrong_examples.push_back(
+                absl::StrCat("prompt ", r.prompt->index, " chunk ", c, " (cancelled inline load): ", same.message()));
+          }
+        }
+      }
+    }
+    session.reset();
+  }
+
+  // cake_vanishing_engine registers a region, starts an I/O-only load and exits without a word; it is killed with
+  // SIGKILL at a random point of that life (or after it, when it was quicker). Its stream dies with it; its region
+  // stays (regions belong to a client id, not a connection: docs/protocol.md, RegisterRegion).
+  void KilledClient() {
+    const int64_t now = Nanos(Clock::now());
+    int64_t next = world_.next_kill_ns.load();
+    if (now < next || !world_.next_kill_ns.compare_exchange_strong(
+                          next, now + std::chrono::duration_cast<std::chrono::nanoseconds>(kKillInterval).count())) {
+      return Lookup(Draw());
+    }
+    Mark("killed client");
+    const uint64_t started_before = world_.killed_started.fetch_add(1);
+    ++tally_.requests["killed client"];
+    const std::string log_path = (world_.scratch / absl::StrCat("vanishing-", index_, ".log")).string();
+    auto child = ChildProcess::Start({{world_.vanishing_engine, world_.socket_path, absl::StrCat(kVanishingChunkTokens),
+                                       absl::StrCat(kVanishingChunks)},
+                                      log_path,
+                                      SIGKILL});
+    if (!child.ok()) {
+      tally_.Unexplained(absl::StrCat("killed client: could not start: ", child.status().ToString()));
+      return;
+    }
+    const Clock::time_point spawned = Clock::now();
+    const double life_us = static_cast<double>(world_.vanishing_life_us.load());
+    const Clock::time_point kill_at =
+        spawned +
+        std::chrono::microseconds(static_cast<int64_t>(std::uniform_real_distribution<double>(0, 1.5 * life_us)(rng_)));
+    bool exited_alone = false;
+    while (Clock::now() < kill_at && !(exited_alone = child->Poll().has_value())) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    if (exited_alone) {
+      const double lived_us = std::chrono::duration<double, std::micro>(Clock::now() - spawned).count();
+      world_.vanishing_life_us.store(static_cast<int64_t>(0.8 * life_us + 0.2 * lived_us));
+    }
+    const int status = child->Signal(SIGKILL);  // the exit status it had, when it was gone already
+    ++tally_.killed_exits[status];
+    switch (status) {
+      case 128 + SIGKILL:  // killed
+      case 0:              // exited by itself after its plan, its load still running
+        break;
+      case 5:  // its load's plan found less than its whole prompt cached (evicted and refetching, or Redis frozen)
+        ++tally_.explained["killed client: its prompt was not wholly cached (it exits 5)"];
+        break;
+      case 3:  // RegisterRegion refused: expected only once the vanished ones fill engine-vanishing's cap
+        if (started_before >= kMaxRegionsPerClient) {
+          ++tally_.explained["killed client: engine-vanishing's region cap is full (no lease reclaims them)"];
+          break;
+        }
+        [[fallthrough]];
+      default:
+        tally_.Unexplained(absl::StrCat("killed client exited ", status, ": ", ReadWholeFile(log_path)));
+    }
+  }
+
+  const int index_;
+  SoakWorld& world_;
+  std::mt19937_64 rng_;
+  SimulatedGpu gpu_;
+  std::unique_ptr<Client> client_;
+  std::optional<MappedRegion> region_, cancel_region_;
+  Tally tally_;
+  std::atomic<const char*> call_{nullptr};
+  std::atomic<Clock::rep> call_since_{0};
+};
+
+// "key: value" lines of Client::StatusText.
+std::optional<uint64_t> StatusField(const std::string& text, absl::string_view key) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::ConsumePrefix(&line, key) || !absl::ConsumePrefix(&line, ": ")) continue;
+    uint64_t value = 0;
+    if (absl::SimpleAtoi(line.substr(0, line.find(' ')), &value)) return value;
+  }
+  return std::nullopt;
+}
+
+// The bytes of every region the daemon holds ("regions: N (B bytes)"): client memory it maps, prefaulted, so part of
+// its RSS. nullopt when Status does not answer (it waits on a frozen Redis for the remote tier's figures, and
+// refuses when too many calls wait so).
+std::optional<uint64_t> RegionBytes(Client& client) {
+  auto text = client.StatusText();
+  if (!text.ok()) return std::nullopt;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (!absl::ConsumePrefix(&line, "regions: ")) continue;
+    const size_t open = line.find('(');
+    uint64_t bytes = 0;
+    if (open != absl::string_view::npos &&
+        absl::SimpleAtoi(line.substr(open + 1, line.find(' ', open) - open - 1), &bytes)) {
+      return bytes;
+    }
+  }
+  return std::nullopt;
+}
+
+// The daemon's RSS and the bytes of the regions it maps, read together (Status first, since it may wait).
+struct MemorySample {
+  Rss rss;
+  uint64_t region_bytes = 0;
+  uint64_t own() const { return rss.total - std::min(rss.total, region_bytes); }  // the daemon's own memory
+};
+
+std::optional<MemorySample> SampleMemory(Client& client, pid_t pid) {
+  const std::optional<uint64_t> region_bytes = RegionBytes(client);
+  if (!region_bytes) return std::nullopt;
+  return MemorySample{ReadRss(pid), *region_bytes};
+}
+
+uint64_t Counter(const std::map<std::string, uint64_t>& stats, const std::string& name) {
+  auto it = stats.find(name);
+  return it == stats.end() ? 0 : it->second;
+}
+
+// The dead-remote phase's figures: TTFT of a Cake load of a prompt only Redis holds, and of computing it alone.
+struct DeadRemote {
+  std::vector<double> compute_only_s;   // the engine alone, before and after the loads below
+  std::vector<double> healthy_s;        // Redis up: the prompt loaded from it
+  double frozen_first_s = 0;            // the first load after Redis froze (SIGSTOP): it meets the timeout
+  std::vector<double> frozen_s;         // the loads after it, back to back
+  std::vector<double> frozen_sparse_s;  // loads spaced past the remote tier's longest back-off (2 s)
+  double killed_first_s = 0;            // the first load after Redis was killed (connections refused)
+  std::vector<double> killed_s;         // the loads after it, back to back
+};
+
+double Mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / static_cast<double>(v.size());
+}
+
+// Longer than the remote tier's longest back-off after a failure (2 s, storage/redis_cluster_client.cc): a load
+// this far behind the last one finds the back-off over and asks Redis again.
+constexpr auto kSparseGap = milliseconds(2500);
+constexpr uint32_t kSparseRuns = 3;
+
+// Stores the prompt (DRAM, then write-back to disk and Redis), evicts DRAM and disk, and times Cake loads of it by
+// an engine computing 5 ms a chunk: with Redis up, frozen, then killed; compute-only runs before and after. The
+// dead states' loads run back to back, as an engine with a queue of requests sends them (the remote tier's
+// back-off after a failure then spares most of them the command timeout), and a few with Redis frozen are spaced
+// past the back-off (an engine with sparse requests). Failures of the loads go into `tally` (the same rules as the
+// soak's); a set-up that cannot be made is an error.
+absl::StatusOr<DeadRemote> RunDeadRemotePhase(Client& client, RedisServer& redis, uint32_t runs, Tally& tally) {
+  const NamespaceSpec ns = SoakNamespace();
+  CAKE_ASSIGN_OR_RETURN(auto keys_ns, Namespace::Create(ns));
+  Prompt prompt;
+  prompt.index = kDeadRemotePromptIndex;
+  prompt.chunks = kDeadRemoteChunks;
+  prompt.tokens = SyntheticPrompt(size_t{kDeadRemoteChunks} * kChunkTokens, 99991);
+  prompt.keys = keys_ns.KeysForTokens(prompt.tokens);
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(uint64_t{kDeadRemoteChunks} * kChunkBytes));
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
+  for (uint32_t c = 0; c < kDeadRemoteChunks; ++c) {
+    FillChunkPattern({region.data() + c * kChunkBytes, kChunkBytes}, PatternId(prompt.index, c));
+  }
+  CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt.tokens), 0, kDeadRemoteChunks, region, 0).status());
+  // Written back to both slower tiers (the soak's own write-backs may still be draining too), then in Redis alone.
+  auto remote_only = [&]() -> absl::Status {
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
+      if (Counter(stats, "write_back_queued_bytes") == 0) {
+        CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
+        CAKE_RETURN_IF_ERROR(client.Evict("disk").status());
+        CAKE_ASSIGN_OR_RETURN(auto lookup, client.Lookup(ns, TokensPrompt(prompt.tokens)));
+        if (lookup.cached_chunks == kDeadRemoteChunks &&
+            std::all_of(lookup.tiers.begin(), lookup.tiers.end(), [](TierKind t) { return t == TierKind::kRemote; })) {
+          return absl::OkStatus();
+        }
+      }
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    return absl::DeadlineExceededError("the dead-remote prompt did not come to be held by Redis alone in 10 s");
+  };
+
+  DeadRemote out;
+  SimulatedGpu gpu(kDeadRemoteComputePerChunk, /*precise=*/true);
+  auto compute_only = [&] {
+    for (uint32_t i = 0; i < runs; ++i) {
+      const Clock::time_point start = Clock::now();
+      gpu.Begin();
+      gpu.Compute(kDeadRemoteChunks);
+      out.compute_only_s.push_back(SecondsSince(start));
+    }
+  };
+  // One timed Cake load; nullopt when it failed (counted in the tally).
+  auto cake = [&](const char* what) -> std::optional<double> {
+    ++tally.requests[absl::StrCat("dead-remote Cake load (Redis ", what, ")")];
+    LoadRun run = RunLoad(client, ns, prompt, kDeadRemoteChunks, 0, &region, /*io_only=*/false, gpu);
+    if (!run.status.ok()) {
+      tally.Unexplained(absl::StrCat("dead-remote Cake load, Redis ", what, ": ", run.status.ToString()));
+      return std::nullopt;
+    }
+    ++tally.loads_checked;
+    tally.chunks_checked += run.chunks_checked;
+    tally.chunks_wrong += run.chunks_wrong;
+    if (run.chunks_wrong == 0) {
+      ++tally.loads_exact;
+    } else if (tally.wrong_examples.size() < kExamplesKept) {
+      tally.wrong_examples.push_back(run.first_wrong);
+    }
+    return run.ttft_s;
+  };
+
+  compute_only();
+  for (uint32_t i = 0; i < runs; ++i) {
+    CAKE_RETURN_IF_ERROR(remote_only());  // a load promotes what it read into DRAM: put it back in Redis alone
+    if (auto s = cake("up")) out.healthy_s.push_back(*s);
+  }
+  CAKE_RETURN_IF_ERROR(remote_only());
+
+  // Frozen: the daemon's connections stay open, its new ones are accepted by the kernel, and its commands wait
+  // out remote.command_timeout_ms.
+  if (::kill(redis.pid(), SIGSTOP) != 0) return absl::InternalError("cannot SIGSTOP redis-server");
+  absl::Cleanup thaw = [&] {
+    if (redis.pid() > 0) ::kill(redis.pid(), SIGCONT);
+  };
+  if (auto s = cake("frozen")) out.frozen_first_s = *s;
+  for (uint32_t i = 0; i < runs; ++i) {
+    if (auto s = cake("frozen")) out.frozen_s.push_back(*s);
+  }
+  for (uint32_t i = 0; i < std::min(runs, kSparseRuns); ++i) {
+    std::this_thread::sleep_for(kSparseGap);
+    if (auto s = cake("frozen")) out.frozen_sparse_s.push_back(*s);
+  }
+  // Killed: connections refused at once.
+  redis.Kill();
+  if (auto s = cake("killed")) out.killed_first_s = *s;
+  for (uint32_t i = 0; i < runs; ++i) {
+    if (auto s = cake("killed")) out.killed_s.push_back(*s);
+  }
+  compute_only();
+  return out;
+}
+
+// The daemon's failed reads, from its log ("chunk N could not be read (STATUS)"): by cause, with keys, paths and
+// numbers blanked so that like causes count together.
+struct ReadFailures {
+  std::map<std::string, uint64_t> causes;
+  uint64_t corrupt_reads = 0;  // DATA_LOSS: a checksum, header or part that did not hold
+};
+
+ReadFailures ParseReadFailures(const std::string& log) {
+  ReadFailures out;
+  constexpr absl::string_view kMarker = "could not be read (";
+  auto is_hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    const size_t at = line.find(kMarker);
+    if (at == absl::string_view::npos) continue;
+    absl::string_view why = line.substr(at + kMarker.size());
+    if (const size_t end = why.rfind(')'); end != absl::string_view::npos) why = why.substr(0, end);
+    if (absl::StartsWith(why, "DATA_LOSS")) ++out.corrupt_reads;
+    std::vector<std::string> words;
+    for (absl::string_view word : absl::StrSplit(why, ' ')) {
+      if (absl::StrContains(word, '/')) {
+        words.push_back(absl::EndsWith(word, ":") ? "<path>:" : "<path>");
+        continue;
+      }
+      std::string blanked;
+      for (size_t i = 0; i < word.size();) {
+        size_t j = i;
+        while (j < word.size() && is_hex(word[j])) ++j;
+        const bool number = j > i && std::all_of(word.begin() + i, word.begin() + j,
+                                                 [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+        if (j - i >= 8 || number) {
+          blanked += '#';
+          i = j;
+        } else {
+          blanked += word[i++];
+        }
+      }
+      words.push_back(std::move(blanked));
+    }
+    ++out.causes[absl::StrJoin(words, " ").substr(0, 120)];
+  }
+  return out;
+}
+
+std::string JoinCounts(const std::map<std::string, uint64_t>& counts) {
+  return absl::StrJoin(counts, ", ",
+                       [](std::string* out, const auto& kv) { absl::StrAppend(out, kv.first, " ", kv.second); });
+}
+
+}  // namespace
+
+absl::Status RunSoakBench(const SoakOptions& options) {
+  if (!options.common.socket_path.empty()) {
+    return absl::InvalidArgumentError(
+        "cake-bench soak needs a caked of its own (it freezes the daemon's Redis, corrupts its disk tier and reads "
+        "its RSS): run it without --socket");
+  }
+  if (options.engines == 0 || !(options.seconds > 0)) {
+    return absl::InvalidArgumentError("need --engines > 0 and --seconds > 0");
+  }
+  const double warmup_s = options.warmup_seconds >= 0 ? options.warmup_seconds : std::min(60.0, options.seconds / 5);
+  if (warmup_s >= options.seconds) return absl::InvalidArgumentError("--warmup-seconds must be below --seconds");
+  const std::string vanishing_engine =
+      (std::filesystem::path(SpawnedDaemon::SiblingCakedPath()).parent_path() / "cake_vanishing_engine").string();
+  if (::access(vanishing_engine.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("no ", vanishing_engine,
+                                                      ": the killed clients run it; build it (ninja -C build "
+                                                      "cake_vanishing_engine)"));
+  }
+  if (!OnPath("redis-server")) {
+    return absl::FailedPreconditionError(
+        "redis-server is not on PATH (apt-get install -y redis-server, or "
+        "scripts/setup)");
+  }
+
+  // Declared first, so it goes last: every freeze is undone (the freezer's destructor) before it is stopped.
+  CAKE_ASSIGN_OR_RETURN(auto redis, RedisServer::Start());
+  CAKE_ASSIGN_OR_RETURN(auto scratch, ScratchDir::Create("cake-bench-soak"));
+  const std::filesystem::path disk_root = scratch.path() / "disk";
+  const std::string key_prefix = absl::StrCat("soak-", getpid(), ":");
+  std::string config = absl::StrCat(
+      "[limits]\nmax_regions_per_client = ", kMaxRegionsPerClient, "\n",
+      options.region_lease_ms > 0 ? absl::StrCat("region_lease_ms = ", options.region_lease_ms, "\n") : "",
+      "[dram]\ncapacity_bytes = ", kDramBytes, "\n", "[disk]\nroot = \"", disk_root.string(),
+      "\"\ncapacity_bytes = ", kDiskBytes, "\n", "[remote]\nendpoints = [\"", redis.address(), "\"]\nkey_prefix = \"",
+      key_prefix, "\"\npart_bytes = ", kRemotePartBytes, "\n", "[loader]\nidle_timeout_ms = ", kIdleTimeoutMs, "\n");
+  const std::string config_path = scratch.WriteFile("caked.toml", config);
+  CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", {"--config", config_path, "--no-cuda"}));
+  Client& client = *target.client;
+  const pid_t caked_pid = target.spawned->pid();
+
+  // The pool, stored whole before the engines start (write-back puts it on disk, which evicts, and in Redis).
+  const NamespaceSpec ns = SoakNamespace();
+  CAKE_ASSIGN_OR_RETURN(auto keys_ns, Namespace::Create(ns));
+  std::vector<Prompt> prompts;
+  uint64_t pool_chunks = 0;
+  {
+    CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(uint64_t{kMaxPromptChunks} * kChunkBytes));
+    absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
+    for (uint32_t i = 0; i < kPoolPrompts; ++i) {
+      const uint32_t chunks =
+          kMinPromptChunks + static_cast<uint32_t>((i * 2654435761u) % (kMaxPromptChunks - kMinPromptChunks + 1));
+      CAKE_ASSIGN_OR_RETURN(auto prompt, MakePrompt(keys_ns, i, chunks));
+      for (uint32_t c = 0; c < chunks; ++c) {
+        FillChunkPattern({region.data() + c * kChunkBytes, kChunkBytes}, PatternId(i, c));
+      }
+      CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt.tokens), 0, chunks, region, 0).status());
+      pool_chunks += chunks;
+      prompts.push_back(std::move(prompt));
+    }
+    const std::vector<uint32_t> vanishing_tokens = VanishingTokens();
+    const uint64_t vanishing_chunk_bytes = uint64_t{kVanishingChunkTokens} * 1024;
+    for (uint32_t c = 0; c < kVanishingChunks; ++c) {
+      FillChunkPattern({region.data() + c * vanishing_chunk_bytes, vanishing_chunk_bytes},
+                       PatternId(kVanishingPromptIndex, c));
+    }
+    CAKE_RETURN_IF_ERROR(
+        client.Store(VanishingNamespace(), TokensPrompt(vanishing_tokens), 0, kVanishingChunks, region, 0).status());
+    CAKE_RETURN_IF_ERROR(
+        WaitForCounter(client, "write_back_written", 2 * (pool_chunks + kVanishingChunks), std::chrono::seconds(30)));
+  }
+  CAKE_ASSIGN_OR_RETURN(auto stats_before, client.Stats());
+
+  RedisFreezer freezer(redis.pid(), options.seed);
+  ReadFaults faults(options.read_error_rate, disk_root, redis, key_prefix, freezer);
+  const Clock::time_point soak_start = Clock::now();
+  const auto after = [&](double seconds) {
+    return soak_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  };
+  const Clock::time_point soak_end = after(options.seconds);
+  SoakWorld world(options, target.socket_path, prompts, faults, freezer, vanishing_engine, scratch.path(),
+                  after(warmup_s));
+
+  std::printf("cake-bench soak: %u engines for %g s (warm-up %g s), caked pid %d, Redis %s, disk tier %s\n",
+              options.engines, options.seconds, warmup_s, caked_pid, redis.address().c_str(),
+              disk_root.string().c_str());
+  std::fflush(stdout);
+
+  std::vector<std::unique_ptr<SoakEngine>> engines;
+  std::vector<std::thread> threads;
+  // Every path out joins the engines before what they use goes, and thaws Redis.
+  absl::Cleanup join_engines = [&] {
+    world.stop = true;
+    for (std::thread& t : threads) t.join();
+    freezer.Stop();
+  };
+  freezer.Start();
+  for (uint32_t i = 0; i < options.engines; ++i) {
+    engines.push_back(std::make_unique<SoakEngine>(static_cast<int>(i), world));
+    threads.emplace_back([e = engines.back().get()] { e->Run(); });
+  }
+
+  // The soak: RSS sampled twice a second; a watchdog for calls that never return.
+  MemorySample warm, end;
+  Rss rss_max;
+  bool warm_sampled = false;
+  std::string stuck;
+  Clock::time_point next_progress = soak_start + std::chrono::seconds(30);
+  while (Clock::now() < soak_end) {
+    std::this_thread::sleep_for(milliseconds(500));
+    const Rss rss = ReadRss(caked_pid);
+    if (rss.total > rss_max.total) rss_max = rss;
+    if (!warm_sampled && Clock::now() >= world.warmed_up) {
+      if (auto sample = SampleMemory(client, caked_pid)) {
+        warm = *sample;
+        warm_sampled = true;
+      }
+    }
+    for (size_t i = 0; i < engines.size() && stuck.empty(); ++i) {
+      Clock::time_point since;
+      const char* call = engines[i]->CurrentCall(&since);
+      if (call != nullptr && Clock::now() - since > kStuckAfter) {
+        stuck = absl::StrCat("engine ", i, " has been in ", call, " for ", Seconds(Clock::now() - since), " s");
+      }
+    }
+    if (!stuck.empty()) break;
+    if (Clock::now() >= next_progress) {
+      if (auto sample = SampleMemory(client, caked_pid)) {
+        std::printf(
+            "  %.0f s: caked RSS %.1f MiB (anon %.1f), less the regions it maps (%.1f MiB) %.1f MiB; Redis "
+            "frozen %d times\n",
+            SecondsSince(soak_start), Mib(sample->rss.total), Mib(sample->rss.anon), Mib(sample->region_bytes),
+            Mib(sample->own()), freezer.freezes());
+        std::fflush(stdout);
+      }
+      next_progress += std::chrono::seconds(30);
+    }
+  }
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    if (auto sample = SampleMemory(client, caked_pid)) {
+      end = *sample;
+      break;
+    }
+    end.rss = ReadRss(caked_pid);  // Status did not answer: the regions' bytes stay unknown (0)
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  if (!warm_sampled) warm = end;
+  if (!stuck.empty()) {
+    // A call that never returns cannot be cancelled from here: killing the daemon ends it (and the run).
+    const std::string log = target.spawned->log();
+    std::fprintf(stderr, "cake-bench soak: %s; killing caked. Its log ends:\n%s\n", stuck.c_str(),
+                 log.substr(log.size() > 4000 ? log.size() - 4000 : 0).c_str());
+    target.spawned->Kill();
+  }
+  std::move(join_engines).Invoke();
+  const double soaked_s = SecondsSince(soak_start);
+  Tally tally;
+  for (auto& e : engines) tally.Merge(e->tally());
+  if (!stuck.empty()) {
+    tally.Unexplained(absl::StrCat("stuck: ", stuck));
+    return absl::InternalError(absl::StrCat("soak failed: ", stuck));
+  }
+
+  // The engines are gone and Redis is thawed: wait for the daemon to let go of what they held. A killed client's
+  // stream ends with its connection; a silent one's after loader.idle_timeout_ms; regions only under a lease.
+  const auto reap_bound = milliseconds(kIdleTimeoutMs + options.region_lease_ms) + std::chrono::seconds(5);
+  const Clock::time_point reap_start = Clock::now();
+  uint64_t active_loads = 0, regions = 0;
+  for (;;) {
+    CAKE_ASSIGN_OR_RETURN(auto status_text, client.StatusText());
+    active_loads = StatusField(status_text, "active_loads").value_or(UINT64_MAX);
+    regions = StatusField(status_text, "regions").value_or(UINT64_MAX);
+    const bool settled = active_loads == 0 && (options.region_lease_ms == 0 || regions == 0);
+    if (settled || Clock::now() - reap_start > reap_bound) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  const double reaped_after_s = SecondsSince(reap_start);
+  CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
+  auto delta = [&](const std::string& name) { return Counter(stats, name) - Counter(stats_before, name); };
+  const uint64_t regions_by_counters =
+      Counter(stats, "regions_registered") - Counter(stats, "regions_released") - Counter(stats, "regions_reclaimed");
+
+  // The last phase: a dead remote tier against compute-only.
+  std::printf("  soak over after %.1f s; the dead-remote phase (%u runs per Redis state)\n", soaked_s,
+              options.dead_remote_runs);
+  std::fflush(stdout);
+  auto dead = RunDeadRemotePhase(client, redis, options.dead_remote_runs, tally);
+  if (!dead.ok()) tally.Unexplained(absl::StrCat("dead-remote phase set-up: ", dead.status().ToString()));
+
+  target.client.reset();
+  const int caked_exit = target.spawned->Stop();
+  const std::string caked_log = target.spawned->log();
+  uint64_t log_warnings = 0, log_errors = 0;
+  std::vector<std::string> log_error_lines;
+  for (absl::string_view line : absl::StrSplit(caked_log, '\n')) {
+    // server/main.cc's pattern: "<time> <level> caked: <message>".
+    if (absl::StrContains(line, " warning caked: ")) ++log_warnings;
+    if (absl::StrContains(line, " error caked: ") || absl::StrContains(line, " critical caked: ")) {
+      ++log_errors;
+      if (log_error_lines.size() < 3) log_error_lines.emplace_back(line.substr(0, 300));
+    }
+  }
+  const ReadFailures read_failures = ParseReadFailures(caked_log);
+  if (caked_exit != 0) tally.Unexplained(absl::StrCat("caked exited with status ", caked_exit, " on SIGTERM"));
+
+  // The report.
+  uint64_t requests = 0;
+  for (const auto& [kind, n] : tally.requests) requests += n;
+  uint64_t explained = 0;
+  for (const auto& [kind, n] : tally.explained) explained += n;
+  const ReadFaults::Counts injected = faults.counts();
+  const double exact_share =
+      tally.loads_checked == 0 ? 1 : static_cast<double>(tally.loads_exact) / static_cast<double>(tally.loads_checked);
+  const Rss& rss_warm = warm.rss;
+  const Rss& rss_end = end.rss;
+  const uint64_t regions_warm_bytes = warm.region_bytes, regions_end_bytes = end.region_bytes;
+  const double rss_ratio = rss_warm.total > 0 ? static_cast<double>(rss_end.total) / rss_warm.total : 0;
+  // The daemon's own memory: its RSS less the regions it maps for clients (the killed clients' ones pile up).
+  const uint64_t own_warm = warm.own(), own_end = end.own();
+  const double own_ratio = own_warm > 0 ? static_cast<double>(own_end) / own_warm : 0;
+  const double ttft_p50 = Percentile(tally.ttft_ms, 50), ttft_p99 = Percentile(tally.ttft_ms, 99);
+  const uint64_t killed_self_exit = tally.killed_exits.count(0) ? tally.killed_exits.at(0) : 0;
+  const uint64_t killed_by_signal = tally.killed_exits.count(128 + SIGKILL) ? tally.killed_exits.at(128 + SIGKILL) : 0;
+
+  std::printf(
+      "\ncake-bench soak: %u engines, %.0f s (warm-up %.0f s); DRAM %llu MiB, disk %llu MiB, Redis frozen %d "
+      "times (%.1f s in all); read errors injected at %g of the chunk reads from disk or Redis\n\n",
+      options.engines, soaked_s, warmup_s, static_cast<unsigned long long>(kDramBytes >> 20),
+      static_cast<unsigned long long>(kDiskBytes >> 20), freezer.freezes(), freezer.frozen_seconds(),
+      options.read_error_rate);
+  std::printf("| figure | value | goal |\n| --- | --- | --- |\n");
+  std::printf("| requests | %llu (%s) | |\n", static_cast<unsigned long long>(requests),
+              JoinCounts(tally.requests).c_str());
+  std::printf("| unexplained errors | %llu | 0 |\n", static_cast<unsigned long long>(tally.unexplained));
+  std::printf("| explained outcomes | %llu%s%s | |\n", static_cast<unsigned long long>(explained),
+              tally.explained.empty() ? "" : ": ", JoinCounts(tally.explained).c_str());
+  std::printf("| loads bit-exact | %llu of %llu (%.2f%%); %llu chunks checked, %llu wrong | 100%% |\n",
+              static_cast<unsigned long long>(tally.loads_exact), static_cast<unsigned long long>(tally.loads_checked),
+              100 * exact_share, static_cast<unsigned long long>(tally.chunks_checked),
+              static_cast<unsigned long long>(tally.chunks_wrong));
+  std::printf(
+      "| read errors injected | %llu of %llu disk/Redis chunk reads announced (disk payload %llu; Redis part "
+      "%llu, header %llu, part dropped %llu; %llu drawn had left the tier, %llu skipped while Redis was "
+      "frozen) | |\n",
+      static_cast<unsigned long long>(injected.injected()), static_cast<unsigned long long>(injected.candidates),
+      static_cast<unsigned long long>(injected.disk_payload), static_cast<unsigned long long>(injected.remote_part),
+      static_cast<unsigned long long>(injected.remote_header), static_cast<unsigned long long>(injected.remote_dropped),
+      static_cast<unsigned long long>(injected.gone), static_cast<unsigned long long>(injected.skipped_frozen));
+  std::printf(
+      "| corrupt chunks the daemon found | disk %llu, Redis %llu; failed reads %llu; loads with failed chunks "
+      "%llu, %llu chunks left to the engines by them | each a failed chunk, never a failed request |\n",
+      static_cast<unsigned long long>(delta("tier_disk_corrupt_removed")),
+      static_cast<unsigned long long>(delta("tier_remote_corrupt_removed")),
+      static_cast<unsigned long long>(delta("load_chunk_read_failures")),
+      static_cast<unsigned long long>(tally.loads_with_failed_chunks),
+      static_cast<unsigned long long>(tally.chunks_failed));
+  std::printf(
+      "| caked RSS | %.1f MiB after the warm-up, %.1f MiB at the end: %.3f (anon %.1f -> %.1f, shmem %.1f -> "
+      "%.1f, file %.1f -> %.1f MiB; peak %.1f); less the regions it maps (%.1f -> %.1f MiB): %.1f -> %.1f "
+      "MiB, %.3f | <= 1.05 |\n",
+      Mib(rss_warm.total), Mib(rss_end.total), rss_ratio, Mib(rss_warm.anon), Mib(rss_end.anon), Mib(rss_warm.shmem),
+      Mib(rss_end.shmem), Mib(rss_warm.file), Mib(rss_end.file), Mib(rss_max.total), Mib(regions_warm_bytes),
+      Mib(regions_end_bytes), Mib(own_warm), Mib(own_end), own_ratio);
+  std::printf(
+      "| TTFT (Start to the whole prompt's KV, 2 ms a computed chunk) | p50 %.2f ms, p99 %.2f ms over %zu "
+      "loads after the warm-up | |\n",
+      ttft_p50, ttft_p99, tally.ttft_ms.size());
+  std::printf("| load slots held at the end | %llu (after %.1f s) | 0 |\n",
+              static_cast<unsigned long long>(active_loads), reaped_after_s);
+  std::printf(
+      "| regions held at the end | %llu (registered - released - reclaimed: %llu), all of client %s: the "
+      "engines released theirs; %llu killed clients started (one lives %.0f ms when left alone), %llu "
+      "exited by themselves after registering, %llu were killed | 0%s |\n",
+      static_cast<unsigned long long>(regions), static_cast<unsigned long long>(regions_by_counters),
+      kVanishingClientId, static_cast<unsigned long long>(world.killed_started.load()),
+      world.vanishing_life_us.load() / 1e3, static_cast<unsigned long long>(killed_self_exit),
+      static_cast<unsigned long long>(killed_by_signal),
+      options.region_lease_ms > 0 ? "" : " (not enforced: no region lease set)");
+  double frozen_ratio = 0, killed_ratio = 0;
+  if (dead.ok()) {
+    const double compute_s = Median(dead->compute_only_s);
+    frozen_ratio = Median(dead->frozen_s) / compute_s;
+    killed_ratio = Median(dead->killed_s) / compute_s;
+    auto ratios = [&](const std::vector<double>& v) {
+      return absl::StrJoin(v, " ",
+                           [&](std::string* out, double s) { absl::StrAppendFormat(out, "%.2f", s / compute_s); });
+    };
+    std::printf(
+        "| TTFT, Redis dead / compute-only (%u chunks, 5 ms each: %.1f ms), median of the loads after the first "
+        "| frozen (SIGSTOP) %.3f (first %.3f, mean %.3f, worst %.3f; spaced %.1f s apart: %s); killed %.3f "
+        "(first %.3f, mean %.3f, worst %.3f); Redis up: %.3f | <= 1.05 |\n",
+        kDeadRemoteChunks, 1e3 * compute_s, frozen_ratio, dead->frozen_first_s / compute_s,
+        Mean(dead->frozen_s) / compute_s, Max(dead->frozen_s) / compute_s, Seconds(kSparseGap),
+        ratios(dead->frozen_sparse_s).c_str(), killed_ratio, dead->killed_first_s / compute_s,
+        Mean(dead->killed_s) / compute_s, Max(dead->killed_s) / compute_s, Median(dead->healthy_s) / compute_s);
+    std::printf("\n  dead-remote loads over compute-only, in order: frozen %.2f | %s; killed %.2f | %s\n",
+                dead->frozen_first_s / compute_s, ratios(dead->frozen_s).c_str(), dead->killed_first_s / compute_s,
+                ratios(dead->killed_s).c_str());
+  }
+  std::printf(
+      "\n  the engines: %llu chunks loaded, %llu left to them by failed reads; %llu chunks stored, %llu of "
+      "them already cached in DRAM\n",
+      static_cast<unsigned long long>(tally.chunks_loaded), static_cast<unsigned long long>(tally.chunks_failed),
+      static_cast<unsigned long long>(tally.stored_chunks + tally.already_cached),
+      static_cast<unsigned long long>(tally.already_cached));
+  std::printf(
+      "  daemon counters over the soak: loads %llu started, %llu cancelled, %llu idle-ended; DRAM "
+      "evictions %llu, disk evictions %llu; promotions %llu; Redis errors %llu, fast failures %llu; "
+      "write-back failed %llu\n",
+      static_cast<unsigned long long>(delta("loads_started")),
+      static_cast<unsigned long long>(delta("loads_cancelled")),
+      static_cast<unsigned long long>(delta("loads_idle_ended")),
+      static_cast<unsigned long long>(delta("tier_dram_evictions")),
+      static_cast<unsigned long long>(delta("tier_disk_evictions")),
+      static_cast<unsigned long long>(delta("promotions")),
+      static_cast<unsigned long long>(delta("tier_remote_errors")),
+      static_cast<unsigned long long>(delta("tier_remote_fast_failures")),
+      static_cast<unsigned long long>(delta("write_back_failed")));
+  std::printf("  caked log: %llu warnings, %llu errors; exit status %d on SIGTERM\n",
+              static_cast<unsigned long long>(log_warnings), static_cast<unsigned long long>(log_errors), caked_exit);
+  for (const std::string& line : log_error_lines) std::printf("    %s\n", line.c_str());
+  std::printf("  the daemon's failed reads by cause (its log: set-up, soak and dead-remote phase; %llu corrupt):\n",
+              static_cast<unsigned long long>(read_failures.corrupt_reads));
+  for (const auto& [cause, n] : read_failures.causes) {
+    std::printf("    %6llu  %s\n", static_cast<unsigned long long>(n), cause.c_str());
+  }
+  for (const std::string& e : tally.unexplained_examples) std::printf("  unexplained: %s\n", e.c_str());
+  for (const std::string& e : tally.wrong_examples) std::printf("  not bit-exact: %s\n", e.c_str());
+
+  JsonReport report;
+  report.Set("engines", options.engines);
+  report.Set("seconds", soaked_s);
+  report.Set("warmup_seconds", warmup_s);
+  report.Set("read_error_rate", options.read_error_rate);
+  report.Set("requests", static_cast<double>(requests));
+  for (const auto& [kind, n] : tally.requests) report.Set(absl::StrCat("requests_", kind), static_cast<double>(n));
+  report.Set("unexplained_errors", static_cast<double>(tally.unexplained));
+  report.Set("explained_outcomes", static_cast<double>(explained));
+  report.Set("loads_checked", static_cast<double>(tally.loads_checked));
+  report.Set("loads_bit_exact", static_cast<double>(tally.loads_exact));
+  report.Set("chunks_checked", static_cast<double>(tally.chunks_checked));
+  report.Set("chunks_wrong", static_cast<double>(tally.chunks_wrong));
+  report.Set("read_errors_injected", static_cast<double>(injected.injected()));
+  report.Set("read_error_candidates", static_cast<double>(injected.candidates));
+  report.Set("corrupt_found_disk", static_cast<double>(delta("tier_disk_corrupt_removed")));
+  report.Set("corrupt_found_remote", static_cast<double>(delta("tier_remote_corrupt_removed")));
+  report.Set("loads_with_failed_chunks", static_cast<double>(tally.loads_with_failed_chunks));
+  report.Set("redis_freezes", freezer.freezes());
+  report.Set("redis_frozen_seconds", freezer.frozen_seconds());
+  report.Set("rss_warm_bytes", static_cast<double>(rss_warm.total));
+  report.Set("rss_end_bytes", static_cast<double>(rss_end.total));
+  report.Set("rss_end_over_warm", rss_ratio);
+  report.Set("rss_less_regions_end_over_warm", own_ratio);
+  report.Set("region_bytes_warm", static_cast<double>(regions_warm_bytes));
+  report.Set("region_bytes_end", static_cast<double>(regions_end_bytes));
+  report.Set("rss_shmem_warm_bytes", static_cast<double>(rss_warm.shmem));
+  report.Set("rss_shmem_end_bytes", static_cast<double>(rss_end.shmem));
+  report.Set("ttft_p50_ms", ttft_p50);
+  report.Set("ttft_p99_ms", ttft_p99);
+  report.Set("ttft_loads", static_cast<double>(tally.ttft_ms.size()));
+  report.Set("active_loads_end", static_cast<double>(active_loads));
+  report.Set("regions_end", static_cast<double>(regions));
+  report.Set("killed_clients", static_cast<double>(world.killed_started.load()));
+  if (dead.ok()) {
+    report.Set("dead_remote_compute_only_s", Median(dead->compute_only_s));
+    report.Set("dead_remote_frozen_first_s", dead->frozen_first_s);
+    report.Set("dead_remote_frozen_median_s", Median(dead->frozen_s));
+    report.Set("dead_remote_frozen_mean_s", Mean(dead->frozen_s));
+    report.Set("dead_remote_frozen_max_s", Max(dead->frozen_s));
+    report.Set("dead_remote_frozen_sparse_mean_s", Mean(dead->frozen_sparse_s));
+    report.Set("dead_remote_killed_first_s", dead->killed_first_s);
+    report.Set("dead_remote_killed_median_s", Median(dead->killed_s));
+    report.Set("dead_remote_killed_mean_s", Mean(dead->killed_s));
+    report.Set("dead_remote_killed_max_s", Max(dead->killed_s));
+    report.Set("dead_remote_up_median_s", Median(dead->healthy_s));
+    report.Set("dead_remote_frozen_over_compute", frozen_ratio);
+    report.Set("dead_remote_killed_over_compute", killed_ratio);
+  }
+  report.Set("caked_exit_status", caked_exit);
+  CAKE_RETURN_IF_ERROR(report.WriteTo(options.common.json_path));
+
+  std::vector<std::string> failures;
+  if (tally.unexplained > 0) failures.push_back(absl::StrCat(tally.unexplained, " unexplained errors"));
+  if (tally.chunks_wrong > 0) failures.push_back(absl::StrCat(tally.chunks_wrong, " loaded chunks not bit-exact"));
+  if (active_loads > 0) failures.push_back(absl::StrCat(active_loads, " load slots still held"));
+  if (options.region_lease_ms > 0 && regions > 0) {
+    failures.push_back(absl::StrCat(regions, " regions still held after the lease"));
+  }
+  if (!failures.empty()) return absl::InternalError(absl::StrCat("soak failed: ", absl::StrJoin(failures, "; ")));
+  std::printf("\n  soak clean: no unexplained error, every loaded chunk exact, no load slot held\n");
+  return absl::OkStatus();
+}
+
+}  // namespace cake::bench
