@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -86,6 +88,14 @@ struct RedisClusterClient::Node {
 class RedisClusterClient::Impl {
  public:
   explicit Impl(const Options& options) : options_(options) {}
+  ~Impl() {
+    {
+      std::lock_guard lock(probe_mu_);
+      stopping_ = true;
+    }
+    probe_wake_.notify_all();
+    if (prober_.joinable()) prober_.join();
+  }
 
   absl::Status AddSeed(const std::string& endpoint) {
     const size_t colon = endpoint.rfind(':');
@@ -343,10 +353,12 @@ class RedisClusterClient::Impl {
   absl::StatusOr<Connection> Checkout(Node& node) {
     {
       std::lock_guard lock(node.mu);
-      if (SteadyClock::now() < node.down_until) {
+      // A node that failed stays down until the prober has seen it answer: no caller waits to find out (a
+      // frozen Redis would cost each one the whole command timeout).
+      if (node.backoff.count() > 0) {
         fast_failures_++;
         return absl::UnavailableError(absl::StrCat("Redis at ", node.address, " is unreachable (", node.last_error,
-                                                   "); retrying after a back-off"));
+                                                   "); probing it in the background"));
       }
       if (!node.idle.empty()) {
         Connection c = std::move(node.idle.back());
@@ -354,6 +366,11 @@ class RedisClusterClient::Impl {
         return c;
       }
     }
+    return Connect(node);
+  }
+
+  // A new connection, authenticated. Failures mark the node down.
+  absl::StatusOr<Connection> Connect(Node& node) {
     Connection c(redisConnectWithTimeout(node.host.c_str(), node.port, ToTimeval(options_.connect_timeout)));
     if (c == nullptr) {
       MarkDown(node, "out of memory");
@@ -403,9 +420,48 @@ class RedisClusterClient::Impl {
       node.idle.clear();  // a server that dropped one connection has likely dropped them all
     }
     if (first) {
-      spdlog::warn("{}: Redis at {} failed ({}); calls to it fail at once, retrying in {} ms", options_.log_name,
-                   node.address, why, backoff.count());
+      spdlog::warn("{}: Redis at {} failed ({}); calls to it fail at once until it answers a probe (first in {} ms)",
+                   options_.log_name, node.address, why, backoff.count());
     }
+    std::lock_guard lock(probe_mu_);
+    if (!prober_.joinable() && !stopping_) prober_ = std::thread([this] { ProbeDownNodes(); });
+    probe_wake_.notify_all();
+  }
+
+  // The one thread that tries nodes marked down, each when its back-off ends: a PING over a new connection
+  // brings a node back; a failure doubles its back-off (up to max_backoff).
+  void ProbeDownNodes() {
+    std::unique_lock lock(probe_mu_);
+    while (!stopping_) {
+      Node* due = nullptr;
+      SteadyClock::time_point next = SteadyClock::time_point::max();
+      for (Node* node : NodesSnapshot()) {
+        std::lock_guard node_lock(node->mu);
+        if (node->backoff.count() > 0 && node->down_until < next) {
+          next = node->down_until;
+          due = node;
+        }
+      }
+      if (due == nullptr) {
+        probe_wake_.wait(lock);
+      } else if (next > SteadyClock::now()) {
+        probe_wake_.wait_until(lock, next);
+      } else {
+        lock.unlock();
+        Probe(*due);
+        lock.lock();
+      }
+    }
+  }
+
+  void Probe(Node& node) {
+    auto conn = Connect(node);
+    if (!conn.ok()) return;  // Connect marked it down again
+    RedisReply pong(static_cast<redisReply*>(redisCommand(conn->get(), "PING")));
+    if (pong == nullptr) return (void)FailIo(node, conn->get());
+    if (pong->type == REDIS_REPLY_ERROR) return (void)Fail(node, std::string_view(pong->str, pong->len));
+    spdlog::info("{}: Redis at {} answers again", options_.log_name, node.address);
+    Return(node, std::move(*conn));
   }
 
   Node* OwnerOf(int slot) {
@@ -458,6 +514,10 @@ class RedisClusterClient::Impl {
   }
 
   const Options options_;
+  std::mutex probe_mu_;
+  std::condition_variable probe_wake_;
+  bool stopping_ = false;  // guarded by probe_mu_
+  std::thread prober_;     // started by the first failure
   std::atomic<uint64_t> errors_{0}, connects_{0}, fast_failures_{0}, moved_{0}, ask_{0}, redirects_refused_{0};
 
   mutable std::mutex mu_;

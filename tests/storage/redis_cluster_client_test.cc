@@ -216,7 +216,7 @@ TEST_CASE("RedisClusterClient: a node that is down fails fast during its back-of
   // During the back-off, calls fail without trying.
   auto fast = client->Execute({Cmd("EXISTS", "k")});
   CHECK(fast.status().code() == absl::StatusCode::kUnavailable);
-  CHECK(std::string(fast.status().message()).find("retrying after a back-off") != std::string::npos);
+  CHECK(std::string(fast.status().message()).find("probing it in the background") != std::string::npos);
   CHECK(std::string(fast.status().message()).find(redis->address()) != std::string::npos);
   CHECK(client->counters().fast_failures == 1);
   CHECK(client->counters().errors == 1);
@@ -238,15 +238,18 @@ TEST_CASE("RedisClusterClient: a node that is down fails fast during its back-of
   CHECK(client->counters().connects == 1);  // refused connections are not counted
 }
 
-TEST_CASE("RedisClusterClient: a frozen server times out, and is used again once it answers", "[redis]") {
+TEST_CASE("RedisClusterClient: a frozen server times out once, then fails fast until a probe sees it answer",
+          "[redis]") {
   auto redis = RedisServer::Start();
   REQUIRE(redis.ok());
   RedisClusterClient::Options options = OptionsFor({redis->address()});
   options.command_timeout = milliseconds(200);
   options.max_backoff = milliseconds(200);
   auto client = OpenClient(options);
+  auto other = OpenClient(options);  // a connection of its own, for hiredis' way of reading
   const std::string value = testing::TestText(5, 20000);
   REQUIRE(client->Execute({Set("k", value)}).ok());
+  REQUIRE(other->Execute({Cmd("GET", "k")}).ok());
   std::vector<std::byte> sink(value.size());
 
   REQUIRE(kill(redis->pid(), SIGSTOP) == 0);
@@ -256,12 +259,22 @@ TEST_CASE("RedisClusterClient: a frozen server times out, and is used again once
   CHECK(direct.status().code() == absl::StatusCode::kUnavailable);
   CHECK(std::string(direct.status().message()).find("no answer within 200 ms") != std::string::npos);
   CHECK(SteadyClock::now() - start < std::chrono::seconds(2));  // the timeout, not a hang
-  std::this_thread::sleep_for(milliseconds(80));                 // past the first back-off
   start = SteadyClock::now();
-  auto through_hiredis = client->Execute({Cmd("GET", "k")});
+  auto through_hiredis = other->Execute({Cmd("GET", "k")});
   CHECK(through_hiredis.status().code() == absl::StatusCode::kUnavailable);
   CHECK(std::string(through_hiredis.status().message()).find("no answer within 200 ms") != std::string::npos);
   CHECK(SteadyClock::now() - start < std::chrono::seconds(2));
+
+  // From then on no caller waits: the probes (a PING each back-off, on the client's own thread) do the waiting.
+  const uint64_t errors = client->counters().errors;
+  const auto frozen_until = SteadyClock::now() + milliseconds(1000);
+  while (SteadyClock::now() < frozen_until) {
+    start = SteadyClock::now();
+    CHECK(client->Execute({GetInto("k", sink)}).status().code() == absl::StatusCode::kUnavailable);
+    CHECK(SteadyClock::now() - start < milliseconds(100));
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  CHECK(client->counters().errors > errors);  // probes that timed out
   REQUIRE(kill(redis->pid(), SIGCONT) == 0);
 
   bool back = false;
