@@ -239,9 +239,10 @@ struct SoakOptions {
   double warmup_seconds = -1;      // below 0: a fifth of `seconds`, at most 60
   double read_error_rate = 0.01;   // share of the chunk reads from disk or Redis that find the chunk corrupted
   uint32_t dead_remote_runs = 10;  // timed loads per Redis state in the dead-remote phase
-  // limits.region_lease_ms for a caked that has the key (0: not set): the bench then waits out the lease at the end
-  // and fails on any region still held.
-  uint32_t region_lease_ms = 0;
+  // limits.region_lease_ms of the bench's caked: killed clients' regions are released once it runs out; the bench
+  // waits it out at the end and fails on any region still held. 0 leaves the daemon's default (30 s) and does not
+  // check.
+  uint32_t region_lease_ms = 2000;
   uint32_t seed = 1;
 };
 absl::Status RunSoakBench(const SoakOptions& options);

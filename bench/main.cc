@@ -307,8 +307,11 @@ int main(int argc, char** argv) {
                    "timed loads per Redis state (frozen, killed) in the dead-remote phase")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1000u));
-  soak_command->add_option("--region-lease-ms", soak.region_lease_ms,
-                           "set limits.region_lease_ms (a caked that has the key) and fail on regions held at the end");
+  soak_command
+      ->add_option("--region-lease-ms", soak.region_lease_ms,
+                   "limits.region_lease_ms of the bench's caked (killed clients' regions go after it); fail on regions "
+                   "held at the end; 0: the daemon's default, unchecked")
+      ->capture_default_str();
   soak_command->add_option("--seed", soak.seed, "the engines' random draws")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);

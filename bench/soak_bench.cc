@@ -76,9 +76,9 @@ constexpr uint64_t kRemotePartBytes = 16384;
 // Longer than the longest Redis pause plus a command timeout (remote.command_timeout_ms, 2 s), so a load waiting on
 // a frozen Redis is not taken for a silent client; short enough that a silent one is reaped within a run.
 constexpr uint32_t kIdleTimeoutMs = 5000;
-// The killed clients all use cake_vanishing_engine's one client id and leave their regions behind (no lease yet):
-// the per-client cap (64) is raised to the global one (limits.max_regions, 1024), under which a 10-minute run's
-// worth of them (at most 600, see kKillInterval) and the engines' own fit.
+// The killed clients all use cake_vanishing_engine's one client id and leave their regions behind until their lease
+// runs out (--region-lease-ms; 30 s with 0): the per-client cap (64) is raised to the global one (limits.max_regions,
+// 1024), so a long lease's worth of them (one a second at most, see kKillInterval) never refuses a registration.
 constexpr uint32_t kMaxRegionsPerClient = 1024;
 // A soak engine computes a chunk in 2 ms, by sleeping: 16 engines share two cores with the daemon.
 constexpr auto kComputePerChunk = std::chrono::microseconds(2000);
