@@ -249,41 +249,53 @@ class RedisClusterClient::Impl {
         return FailIo(node, c);
       }
     }
+    // Send everything, then read the replies ourselves: hiredis writes commands but never reads a reply (its
+    // reader believes the sizes a peer announces; RespReader bounds them).
+    CAKE_RETURN_IF_ERROR(Flush(node, c));
+    auto reader = std::make_unique<RespReader>(c->fd);
     std::vector<RedisReply> replies;
     replies.reserve(indices.size());
-    const bool direct = std::any_of(indices.begin(), indices.end(), [&](size_t i) { return !commands[i].sink.empty(); });
-    if (direct) {
-      // Send everything, then read the replies ourselves (hiredis' reader must hold nothing unread).
-      int done = 0;
-      while (!done) {
-        if (redisBufferWrite(c, &done) != REDIS_OK) return FailIo(node, c);
-      }
-      if (c->reader->pos != c->reader->len) return Fail(node, "unread bytes before a pipeline");
-      auto reader = std::make_unique<RespReader>(c->fd);
-      for (size_t i : indices) {
-        if (asking) {
-          auto ok = reader->Next({});
-          if (!ok.ok()) return Fail(node, ok.status());
-        }
-        auto reply = reader->Next(commands[i].sink);
-        if (!reply.ok()) return Fail(node, reply.status());
-        replies.push_back(std::move(*reply));
-      }
-      if (!reader->drained()) return Fail(node, "bytes after the last reply");
-      Return(node, std::move(*conn));
-      return replies;
-    }
-    for (size_t k = 0; k < indices.size(); ++k) {
-      void* raw = nullptr;
+    for (size_t i : indices) {
       if (asking) {
-        if (redisGetReply(c, &raw) != REDIS_OK) return FailIo(node, c);
-        freeReplyObject(raw);  // ASKING's +OK
+        auto asked = reader->Next({});
+        if (!asked.ok()) return Fail(node, asked.status());
+        if ((*asked)->type != REDIS_REPLY_STATUS) return Fail(node, "ASKING was not answered +OK");
       }
-      if (redisGetReply(c, &raw) != REDIS_OK) return FailIo(node, c);
-      replies.emplace_back(static_cast<redisReply*>(raw));
+      auto reply = reader->Next(commands[i].sink);
+      if (!reply.ok()) return Fail(node, reply.status());
+      replies.push_back(std::move(*reply));
     }
+    if (!reader->drained()) return Fail(node, "bytes after the last reply");
     Return(node, std::move(*conn));
     return replies;
+  }
+
+  // Writes what hiredis has buffered for c.
+  absl::Status Flush(Node& node, redisContext* c) {
+    int done = 0;
+    while (!done) {
+      if (redisBufferWrite(c, &done) != REDIS_OK) return FailIo(node, c);
+    }
+    return absl::OkStatus();
+  }
+
+  // One command on a connection not yet handed out (AUTH, a probe's PING), its reply read by RespReader.
+  absl::StatusOr<RedisReply> RoundTrip(Node& node, redisContext* c, const std::vector<std::string>& argv) {
+    std::vector<const char*> args;
+    std::vector<size_t> lengths;
+    for (const std::string& a : argv) {
+      args.push_back(a.data());
+      lengths.push_back(a.size());
+    }
+    if (redisAppendCommandArgv(c, static_cast<int>(args.size()), args.data(), lengths.data()) != REDIS_OK) {
+      return FailIo(node, c);
+    }
+    CAKE_RETURN_IF_ERROR(Flush(node, c));
+    RespReader reader(c->fd);
+    auto reply = reader.Next({});
+    if (!reply.ok()) return Fail(node, reply.status());
+    if (!reader.drained()) return Fail(node, "bytes after the reply");
+    return reply;
   }
 
   Counters counters() const {
@@ -379,16 +391,11 @@ class RedisClusterClient::Impl {
     if (c->err) return FailIo(node, c.get());
     redisSetTimeout(c.get(), ToTimeval(options_.command_timeout));
     redisEnableKeepAlive(c.get());
-    // Keep the reader's buffer between replies: values can be megabytes, and hiredis would otherwise free and
-    // regrow it for every one.
-    c->reader->maxbuf = 0;
     if (!options_.password.empty()) {
-      RedisReply r(static_cast<redisReply*>(
-          options_.user.empty()
-              ? redisCommand(c.get(), "AUTH %b", options_.password.data(), options_.password.size())
-              : redisCommand(c.get(), "AUTH %b %b", options_.user.data(), options_.user.size(),
-                             options_.password.data(), options_.password.size())));
-      if (r == nullptr) return FailIo(node, c.get());
+      std::vector<std::string> auth = {"AUTH"};
+      if (!options_.user.empty()) auth.push_back(options_.user);
+      auth.push_back(options_.password);
+      CAKE_ASSIGN_OR_RETURN(const RedisReply r, RoundTrip(node, c.get(), auth));
       if (r->type == REDIS_REPLY_ERROR) {
         const std::string why = absl::StrCat("AUTH refused: ", std::string(r->str, r->len));
         MarkDown(node, why);
@@ -457,9 +464,9 @@ class RedisClusterClient::Impl {
   void Probe(Node& node) {
     auto conn = Connect(node);
     if (!conn.ok()) return;  // Connect marked it down again
-    RedisReply pong(static_cast<redisReply*>(redisCommand(conn->get(), "PING")));
-    if (pong == nullptr) return (void)FailIo(node, conn->get());
-    if (pong->type == REDIS_REPLY_ERROR) return (void)Fail(node, std::string_view(pong->str, pong->len));
+    auto pong = RoundTrip(node, conn->get(), {"PING"});
+    if (!pong.ok()) return;  // RoundTrip marked it down again
+    if ((*pong)->type == REDIS_REPLY_ERROR) return (void)Fail(node, std::string_view((*pong)->str, (*pong)->len));
     spdlog::info("{}: Redis at {} answers again", options_.log_name, node.address);
     Return(node, std::move(*conn));
   }

@@ -44,6 +44,11 @@ RedisReply NewRedisReply(int type, std::string_view text, long long integer) {
 }
 
 absl::StatusOr<RedisReply> RespReader::Next(std::span<std::byte> sink) {
+  Allowance allowance;
+  return Reply(sink, 0, allowance);
+}
+
+absl::StatusOr<RedisReply> RespReader::Reply(std::span<std::byte> sink, int depth, Allowance& allowance) {
   CAKE_ASSIGN_OR_RETURN(const std::string line, Line());
   if (line.empty()) return absl::DataLossError("empty reply line");
   const char kind = line[0];
@@ -72,19 +77,45 @@ absl::StatusOr<RedisReply> RespReader::Next(std::span<std::byte> sink) {
         reply = NewRedisReply(REDIS_REPLY_NIL);
         reply->type = REDIS_REPLY_STRING;  // landed in the sink: len set, str null
         reply->len = length;
-      } else if (static_cast<uint64_t>(length) > max_kept_) {
+      } else if (static_cast<uint64_t>(length) > std::min(max_kept_, allowance.kept_bytes)) {
         CAKE_RETURN_IF_ERROR(Skip(length));
         reply = NewRedisReply(REDIS_REPLY_ERROR, absl::StrCat("a value of ", length, " bytes where at most ",
                                                               max_kept_, " were expected (not kept)"));
       } else {
         std::string value(length, '\0');
         CAKE_RETURN_IF_ERROR(Exact(reinterpret_cast<std::byte*>(value.data()), value.size()));
+        allowance.kept_bytes -= value.size();
         reply = NewRedisReply(REDIS_REPLY_STRING, value);
       }
       char crlf[2];
       CAKE_RETURN_IF_ERROR(Exact(reinterpret_cast<std::byte*>(crlf), 2));
       if (crlf[0] != '\r' || crlf[1] != '\n') return absl::DataLossError("a bulk value not followed by CRLF");
       return reply;
+    }
+    case '*': {
+      long long count = 0;
+      if (!absl::SimpleAtoi(absl::string_view(rest.data(), rest.size()), &count)) break;
+      if (count < 0) return NewRedisReply(REDIS_REPLY_NIL);
+      if (depth + 1 > kMaxReplyDepth) {
+        return absl::DataLossError(absl::StrCat("Redis sent arrays nested deeper than ", kMaxReplyDepth));
+      }
+      if (static_cast<uint64_t>(count) > allowance.elements) {
+        return absl::DataLossError(absl::StrCat("Redis announced an array of ", count, " elements; one reply holds at "
+                                                "most ", kMaxReplyElements, " in all"));
+      }
+      allowance.elements -= count;
+      RedisReply array = NewRedisReply(REDIS_REPLY_ARRAY);
+      if (count > 0) {
+        // Filled one by one; an element not read yet is null, which freeReplyObject skips.
+        array->element = static_cast<redisReply**>(calloc(count, sizeof(redisReply*)));
+        if (array->element == nullptr) return absl::ResourceExhaustedError("no memory for a Redis array reply");
+        array->elements = count;
+      }
+      for (long long i = 0; i < count; ++i) {
+        CAKE_ASSIGN_OR_RETURN(RedisReply element, Reply({}, depth + 1, allowance));
+        array->element[i] = element.release();
+      }
+      return array;
     }
     default:
       break;

@@ -1,7 +1,8 @@
 // RespReader: reads Redis replies (RESP2) straight from a socket, so a bulk value can land in a caller's buffer
-// with the kernel's copy only; hiredis' own reader copies it twice more (into its buffer, then into a reply). It
-// understands what the replies to single-key commands can be (status, error, integer, bulk string, nil) and no
-// arrays. Replies come as hiredis redisReply objects, so they are handled and freed like hiredis' own.
+// with the kernel's copy only; hiredis' own reader copies it twice more (into its buffer, then into a reply), and
+// trusts the sizes a peer announces. Every reply the daemon reads goes through it: status, error, integer, bulk
+// string, nil and arrays (SCAN, CLUSTER SLOTS), each size bounded before anything is allocated. Replies come as
+// hiredis redisReply objects, so they are handled and freed like hiredis' own.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +35,11 @@ class RespReader {
   static constexpr uint64_t kMaxBulkBytes = uint64_t{512} << 20;
   static constexpr uint64_t kMaxKeptBulkBytes = 64 << 10;
   static constexpr size_t kMaxLineBytes = 64 << 10;
+  // Arrays: elements in one reply, all levels together (a SCAN page or a cluster's slot map has far fewer), how
+  // deep they nest (CLUSTER SLOTS: 3), and the bulk bytes one reply may keep in all.
+  static constexpr uint64_t kMaxReplyElements = uint64_t{1} << 20;
+  static constexpr int kMaxReplyDepth = 8;
+  static constexpr uint64_t kMaxReplyKeptBytes = uint64_t{64} << 20;
 
   // Reads fd, a connected socket; its receive timeout (SO_RCVTIMEO) bounds every wait. Does not own it. A bulk
   // reply that does not go into a sink is kept up to max_kept_bytes.
@@ -42,14 +48,20 @@ class RespReader {
   // The next reply. A bulk reply of exactly sink.size() bytes (sink not empty) is received into sink, and its
   // reply is a string with len set and str null; any other reply is returned in full.
   // UNAVAILABLE: the peer closed the connection or the socket failed; DEADLINE_EXCEEDED: the receive timeout
-  // passed; DATA_LOSS: a line that is not a reply of a kind understood here, a line or bulk length past the limits
-  // above, a bulk value not followed by CRLF.
+  // passed; DATA_LOSS: a line that is not a reply of a kind understood here, a line, bulk or array length past the
+  // limits above, arrays nested too deep, a bulk value not followed by CRLF.
   absl::StatusOr<RedisReply> Next(std::span<std::byte> sink);
 
   // False when bytes past the last reply were read: a connection in that state is out of step with its replies.
   bool drained() const { return pos_ == end_; }
 
  private:
+  // What one reply may still take: elements and kept bytes, over all its levels.
+  struct Allowance {
+    uint64_t elements = kMaxReplyElements;
+    uint64_t kept_bytes = kMaxReplyKeptBytes;
+  };
+  absl::StatusOr<RedisReply> Reply(std::span<std::byte> sink, int depth, Allowance& allowance);
   absl::StatusOr<std::string> Line();
   absl::Status Exact(std::byte* dst, size_t n);
   absl::Status Skip(uint64_t n);  // reads n bytes and keeps none

@@ -1,6 +1,7 @@
 #include "storage/tier_manager.h"
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace cake {
 
@@ -163,7 +164,18 @@ void TierManager::WriteToSlowerTiers(const ChunkKey& key, std::span<const std::b
   for (size_t i = 1; i < tiers_.size(); ++i) {
     Tier& tier = *tiers_[i]->tier;
     if (tier.Contains(key)) continue;
-    Count(tier.Write(key, bytes).ok() ? &WriteBackStats::written : &WriteBackStats::failed);
+    const absl::Status written = tier.Write(key, bytes);
+    Count(written.ok() ? &WriteBackStats::written : &WriteBackStats::failed);
+    if (!written.ok()) {
+      // A cache may drop a copy, but not in silence; at the 1st, 2nd, 4th, 8th... failure, so a tier that is
+      // down for long does not flood the log.
+      const uint64_t failures = write_back_failures_.fetch_add(1, std::memory_order_relaxed) + 1;
+      if ((failures & (failures - 1)) == 0) {
+        spdlog::warn("write-back of a chunk to the {} tier failed ({}); {} write-backs have failed so far: those "
+                     "chunks stay in the faster tiers only",
+                     std::string(tier.name()), written.ToString(), failures);
+      }
+    }
   }
 }
 

@@ -121,6 +121,7 @@ class TierManager {
   Entry* Find(TierKind kind) const;
   void WriteToSlowerTiers(const ChunkKey& key, std::span<const std::byte> bytes);
   void Count(uint64_t WriteBackStats::*counter);
+  std::atomic<uint64_t> write_back_failures_{0};
 
   const Options options_;
   std::vector<std::unique_ptr<Entry>> tiers_;

@@ -104,7 +104,8 @@ TEST_CASE("RedisClusterClient: SET, GET and DEL on a single node, over one poole
   CHECK_FALSE(client->is_cluster());
   REQUIRE(client->Masters().size() == 1);
 
-  const std::string v1 = std::string("one\0\r\n", 6), v2 = testing::TestText(2, 100000);
+  // v2 under RespReader::kMaxKeptBulkBytes: a value read without a sink is kept up to that.
+  const std::string v1 = std::string("one\0\r\n", 6), v2 = testing::TestText(2, 60000);
   auto replies = client->Execute({Set("k1", v1), Set("k2", v2, {"EX", "100"}), Cmd("GET", "k1"), Cmd("GET", "k2"),
                                   Cmd("GET", "missing"), Cmd("DEL", "k1"), Cmd("GET", "k1"), Cmd("INCR", "k2")});
   REQUIRE(replies.ok());

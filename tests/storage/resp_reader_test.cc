@@ -159,7 +159,7 @@ TEST_CASE("RespReader: bytes past the reply it was asked for leave it not draine
 TEST_CASE("RespReader: a malformed reply is DATA_LOSS, with the line in the message", "[resp]") {
   const auto [bytes, message] = GENERATE(table<std::string, std::string>({
       {"\r\n", "empty reply line"},
-      {"*2\r\n$1\r\na\r\n$1\r\nb\r\n", "unexpected reply from Redis: *2"},  // arrays are not for this reader
+      {"*two\r\n", "unexpected reply from Redis: *two"},
       {":forty-two\r\n", "unexpected reply from Redis: :forty-two"},
       {"$five\r\nhello\r\n", "unexpected reply from Redis: $five"},
       {"hello\r\n", "unexpected reply from Redis: hello"},
@@ -253,6 +253,77 @@ TEST_CASE("RespReader: a reply cut short is UNAVAILABLE when the server closes, 
     CHECK(reply.status().code() == absl::StatusCode::kDeadlineExceeded);
     CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(150));
   }
+}
+
+
+TEST_CASE("RespReader: arrays, nested, with every size bounded before anything is allocated", "[resp]") {
+  SocketPair pair;
+  RespReader reader(pair.reader());
+  // A cluster's slot map has this shape: ranges, each [first, last, [host, port, id]].
+  pair.Send("*2\r\n*3\r\n:0\r\n:5460\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$2\r\nid\r\n*0\r\n*-1\r\n");
+  auto slots = reader.Next({});
+  REQUIRE(slots.ok());
+  REQUIRE((*slots)->type == REDIS_REPLY_ARRAY);
+  REQUIRE((*slots)->elements == 2);
+  const redisReply* range = (*slots)->element[0];
+  REQUIRE(range->elements == 3);
+  CHECK(range->element[1]->integer == 5460);
+  CHECK(std::string(range->element[2]->element[0]->str, range->element[2]->element[0]->len) == "127.0.0.1");
+  CHECK((*slots)->element[1]->type == REDIS_REPLY_ARRAY);
+  CHECK((*slots)->element[1]->elements == 0);
+  auto nil = reader.Next({});
+  REQUIRE(nil.ok());
+  CHECK((*nil)->type == REDIS_REPLY_NIL);
+  CHECK(reader.drained());
+
+  std::string hostile_reply, message;
+  SECTION("an element count past the allowance") {
+    hostile_reply = "*99999999999\r\n";
+    message = "Redis announced an array of 99999999999 elements; one reply holds at most 1048576 in all";
+  }
+  SECTION("arrays nested too deep") {
+    for (int i = 0; i < 9; ++i) hostile_reply += "*1\r\n";
+    hostile_reply += ":1\r\n";
+    message = "Redis sent arrays nested deeper than 8";
+  }
+  SECTION("arrays each within the allowance, together past it: it holds for the whole reply") {
+    hostile_reply = "*2\r\n*1000000\r\n";
+    for (int i = 0; i < 1000000; ++i) hostile_reply += ":1\r\n";
+    hostile_reply += "*100000\r\n";
+    message = "Redis announced an array of 100000 elements; one reply holds at most 1048576 in all";
+  }
+  SocketPair hostile;
+  RespReader hostile_reader(hostile.reader());
+  std::thread sender([&] { hostile.Send(hostile_reply); });
+  auto reply = hostile_reader.Next({});
+  sender.join();
+  REQUIRE_FALSE(reply.ok());
+  CHECK(reply.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(std::string(reply.status().message()) == message);
+}
+
+TEST_CASE("RespReader: the bulk bytes one reply keeps are bounded in all, not only per value", "[resp]") {
+  SocketPair pair;
+  RespReader reader(pair.reader());
+  // 1100 values of 60 KiB: each under the per-value limit, together past the reply's 64 MiB.
+  const std::string value(60 << 10, 'v');
+  std::string sent = "*1100\r\n";
+  for (int i = 0; i < 1100; ++i) sent += "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n";
+  std::thread sender([&] { pair.Send(sent); });
+  auto reply = reader.Next({});
+  sender.join();
+  REQUIRE(reply.ok());  // read to its end, so the connection stays in step
+  REQUIRE((*reply)->elements == 1100);
+  uint64_t kept = 0;
+  size_t refused = 0;
+  for (size_t i = 0; i < (*reply)->elements; ++i) {
+    const redisReply* e = (*reply)->element[i];
+    if (e->type == REDIS_REPLY_STRING) kept += e->len;
+    if (e->type == REDIS_REPLY_ERROR) ++refused;
+  }
+  CHECK(kept <= RespReader::kMaxReplyKeptBytes);
+  CHECK(refused > 0);
+  CHECK(reader.drained());
 }
 
 }  // namespace cake
