@@ -68,6 +68,8 @@ struct DaemonState {
                                        c.max_regions, c.max_total_region_bytes,
                                        std::chrono::milliseconds(c.region_lease_ms)}),
         // Room for every live load's full window, so a load that got admitted is never refused a read.
+        network_reads(c.remote_endpoints.empty() ? 1 : static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024,
+                      c.arbiter, std::chrono::milliseconds(c.arbiter_starvation_ms)),
         pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024,
              c.arbiter,
              std::chrono::milliseconds(c.arbiter_starvation_ms)) {}
@@ -95,6 +97,9 @@ struct DaemonState {
   // load's reads never queue behind a 1 GiB registration (they still share the cores). Before `pool`: Store
   // copies may hand write-backs to the tiers, which outlive both pools.
   IoPool background{kBackgroundThreads, kBackgroundQueue, ArbiterPolicy::kFifo};
+  // The loads' reads from networked tiers (Redis), on threads of their own: a frozen or slow Redis holds these,
+  // never the ones DRAM and disk reads need. Same size and policy as `pool` (one thread without a remote tier).
+  IoPool network_reads;
   IoPool pool;  // the loads' reads; last member: destroyed first, so queued work never outlives what it touches
 
   static constexpr int kNetworkCallThreads = 4;

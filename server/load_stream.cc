@@ -276,6 +276,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     cursor_.emplace(LoadCursor::Options{cached, strategy_ == Strategy::kComputeOnly ? cached : lowest_loadable, window_,
                                         strategy_ == Strategy::kCake, std::move(chunk_tier)});
     io_group_ = state_.pool.NewGroup();
+    network_io_group_ = state_.network_reads.NewGroup();
     UpdateRemainingLocked();
     Bump(strategy_ == Strategy::kCake     ? state_.counters.loads_cake
          : strategy_ == Strategy::kIoOnly ? state_.counters.loads_io_only
@@ -375,7 +376,11 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       if (!first_read_) first_read_ = Clock::now();
       auto self = shared_from_this();
       const uint32_t c = *chunk;
-      const bool submitted = state_.pool.TrySubmit(io_group_, [self, c] { self->ReadChunk(c); });
+      // A networked tier's reads have threads of their own: a frozen Redis must not hold the threads that DRAM
+      // and disk reads need (this load's and every other's).
+      const bool networked = tiers_[c] == TierKind::kRemote;
+      const bool submitted = (networked ? state_.network_reads : state_.pool)
+                                 .TrySubmit(networked ? network_io_group_ : io_group_, [self, c] { self->ReadChunk(c); });
       if (submitted) ++reads_outstanding_;
       if (submitted && inline_) ++inline_reads_in_flight_;
       if (!submitted) {
@@ -543,6 +548,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     const uint32_t floor = std::max(cursor_->computed_through(), lowest_to_load_);
     const uint32_t low = cursor_->loaded_low();
     io_group_->SetRemaining(low > floor ? low - floor : 0);
+    network_io_group_->SetRemaining(low > floor ? low - floor : 0);
   }
 
   void CheckMeetingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -717,6 +723,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   double hint_growth_s_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<LoadCursor> cursor_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<IoGroup> io_group_ ABSL_GUARDED_BY(mu_);  // this load's place in the I/O arbiter
+  std::shared_ptr<IoGroup> network_io_group_ ABSL_GUARDED_BY(mu_);  // ... and in the networked tiers' one
   absl::flat_hash_map<uint32_t, std::string> pending_inline_ ABSL_GUARDED_BY(mu_);
   // The inline budget: chunks' worth taken from state_.inline_budget, and what they are for (InlineChunksLive).
   uint64_t inline_held_chunks_ ABSL_GUARDED_BY(mu_) = 0;

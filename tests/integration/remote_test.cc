@@ -324,3 +324,47 @@ TEST_CASE("with more calls waiting on a frozen Redis than the daemon queues, Loo
   while (cq.Next(&tag, &ok)) {
   }
 }
+
+TEST_CASE("a Redis that freezes mid-load holds none of the threads a DRAM load reads on", "[remote][frozen]") {
+  auto redis = RedisServer::Start();
+  REQUIRE(redis.ok());
+  const auto ns = SmallNamespace(64);
+  const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+  const auto remote_only = Tokens(64 * 8, 4);
+  const auto in_dram = Tokens(64 * 8, 5);
+  char dir[] = "/tmp/cake-midload-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string config = WriteFile(dir, "caked.toml", "[remote]\ncommand_timeout_ms = 60000\n");
+  // One I/O thread: shared with the remote tier's reads, a frozen Redis would hold it for the command timeout.
+  // The remote reads are capped (64 KiB in ~50 ms), so most of them are still to come when Redis freezes.
+  auto daemon = StartDaemon(
+      {"--config", config, "--remote", redis->address(), "--io-threads", "1", "--remote-read-gbps", "0.01"});
+  std::filesystem::remove_all(dir);
+  auto client = Connect(daemon);
+  StorePrompt(*client, ns, remote_only, 63, 8, chunk_bytes);
+  REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == 8; }));
+  REQUIRE(client->Evict("dram").ok());
+  StorePrompt(*client, ns, in_dram, 64, 8, chunk_bytes);
+
+  LoadOptions from_redis{ns, {remote_only, {}}, nullptr};
+  from_redis.io_only = true;
+  auto stuck = client->StartLoad(from_redis);
+  REQUIRE(stuck.ok());
+  auto plan = (*stuck)->WaitPlan();
+  REQUIRE(plan.ok());
+  REQUIRE(plan->cached_chunks == 8);
+  REQUIRE(kill(redis->pid(), SIGSTOP) == 0);
+
+  // Redis holds the remote reads (for up to a minute); the DRAM load goes through on its own thread, byte for byte,
+  // long before the command timeout would have freed a shared one (no Stats here: it would ask the frozen Redis).
+  const auto dram_start = std::chrono::steady_clock::now();
+  auto done = LoadAndVerify(*client, ns, in_dram, 64);
+  CHECK(done.loaded_chunks == 8);
+  CHECK(std::chrono::steady_clock::now() - dram_start < std::chrono::seconds(30));
+
+  REQUIRE(kill(redis->pid(), SIGCONT) == 0);
+  auto finished = (*stuck)->WaitDone();
+  REQUIRE(finished.ok());
+  CHECK(finished->loaded_chunks + finished->failed_chunks == 8);
+  CHECK((*stuck)->Release().ok());
+}
