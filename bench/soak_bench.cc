@@ -16,7 +16,8 @@
 // frozen and then killed, against the same engine computing the prompt without the daemon.
 //
 // Exits non-zero on an unexplained error (an outcome the protocol does not name for what the engine did), a loaded
-// chunk that is not bit-exact, a load slot held at the end, or a daemon that did not exit cleanly; never on timing.
+// chunk that is not bit-exact, a load slot or a region held at the end (once the idle timeout and the region lease,
+// --region-lease-ms, have run out), or a daemon that did not exit cleanly; never on timing.
 //
 // The documented run is `cake-bench soak` (16 engines, 600 s, warm-up 60 s, 1% read errors); ctest runs 4 engines for
 // 8 s ("bench: soak runs clean for a few seconds") for correctness alone.

@@ -21,6 +21,19 @@ using namespace cake::testing;
 
 namespace {
 
+// A daemon whose remote tier is `redis`, with a command timeout far beyond any test: while Redis is stopped,
+// nothing that asks it can finish until it continues.
+SpawnedDaemon DaemonWithPatientRedis(const RedisServer& redis, std::vector<std::string> extra_args = {}) {
+  char dir[] = "/tmp/cake-patient-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string config = WriteFile(dir, "caked.toml", "[remote]\ncommand_timeout_ms = 60000\n");
+  std::vector<std::string> args = {"--config", config, "--remote", redis.address()};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  auto daemon = StartDaemon(args);
+  std::filesystem::remove_all(dir);
+  return daemon;
+}
+
 std::string Seeds(const RedisCluster& cluster) {
   std::string out;
   for (const std::string& a : cluster.addresses()) out += (out.empty() ? "" : ",") + a;
@@ -185,12 +198,7 @@ TEST_CASE("a frozen Redis delays only the calls that need it: Ping and a DRAM lo
   const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
   const auto in_dram = Tokens(64 * 8, 1);
   const auto nowhere = Tokens(64 * 8, 2);
-  // A command timeout far beyond the test: while Redis is stopped, nothing that asks it can finish.
-  char dir[] = "/tmp/cake-frozen-XXXXXX";
-  REQUIRE(mkdtemp(dir) != nullptr);
-  const std::string config = WriteFile(dir, "caked.toml", "[remote]\ncommand_timeout_ms = 60000\n");
-  auto daemon = StartDaemon({"--config", config, "--remote", redis->address()});
-  std::filesystem::remove_all(dir);
+  auto daemon = DaemonWithPatientRedis(*redis);
   auto client = Connect(daemon);
   StorePrompt(*client, ns, in_dram, 61, 8, chunk_bytes);
   REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == 8; }));
@@ -251,11 +259,7 @@ TEST_CASE("with more calls waiting on a frozen Redis than the daemon queues, Loo
   const auto ns = SmallNamespace(64);
   const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
   const auto tokens = Tokens(64 * 4, 3);
-  char dir[] = "/tmp/cake-overload-XXXXXX";
-  REQUIRE(mkdtemp(dir) != nullptr);
-  const std::string config = WriteFile(dir, "caked.toml", "[remote]\ncommand_timeout_ms = 60000\n");
-  auto daemon = StartDaemon({"--config", config, "--remote", redis->address()});
-  std::filesystem::remove_all(dir);
+  auto daemon = DaemonWithPatientRedis(*redis);
   auto client = Connect(daemon);
   RawStubs raw(daemon);
   StorePrompt(*client, ns, tokens, 62, 4, chunk_bytes);
@@ -332,14 +336,9 @@ TEST_CASE("a Redis that freezes mid-load holds none of the threads a DRAM load r
   const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
   const auto remote_only = Tokens(64 * 8, 4);
   const auto in_dram = Tokens(64 * 8, 5);
-  char dir[] = "/tmp/cake-midload-XXXXXX";
-  REQUIRE(mkdtemp(dir) != nullptr);
-  const std::string config = WriteFile(dir, "caked.toml", "[remote]\ncommand_timeout_ms = 60000\n");
   // One I/O thread: shared with the remote tier's reads, a frozen Redis would hold it for the command timeout.
   // The remote reads are capped (64 KiB in ~50 ms), so most of them are still to come when Redis freezes.
-  auto daemon = StartDaemon(
-      {"--config", config, "--remote", redis->address(), "--io-threads", "1", "--remote-read-gbps", "0.01"});
-  std::filesystem::remove_all(dir);
+  auto daemon = DaemonWithPatientRedis(*redis, {"--io-threads", "1", "--remote-read-gbps", "0.01"});
   auto client = Connect(daemon);
   StorePrompt(*client, ns, remote_only, 63, 8, chunk_bytes);
   REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == 8; }));
