@@ -151,7 +151,8 @@ int main(int argc, char** argv) {
   std::thread watchdog;
   if (auto interval = cake::SystemdWatchdogInterval()) {
     watchdog = std::thread([&, period = *interval / 2] {
-      const auto check_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(period);
+      // Half the period, so a slow answer still comes well within WatchdogSec of the last ping.
+      const auto check_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(period / 2);
       bool failing = false;
       std::unique_lock lock(mu);
       while (!cv.wait_for(lock, period, [&] { return stopping; })) {

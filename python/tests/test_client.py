@@ -1,12 +1,15 @@
 """Every call of the Python client against a real caked: regions, lookups, stores, loads (region and inline,
 I/O-only, Cake, fixed splits), admin calls, socket discovery."""
 import os
+import time
 
 import grpc
 import numpy as np
 import pytest
 
 import cake
+from cake._stubs import kv_pb2
+from cake.errors import CakeError
 from helpers import fill, pattern, prompt, small_namespace
 
 
@@ -197,3 +200,27 @@ def test_admin_calls(fresh_daemon):
         chunks, nbytes = client.evict("dram")
         assert chunks == 2 and nbytes >= 2 * ns.chunk_bytes
         assert client.lookup(ns, tokens=tokens).cached_chunks == 0
+
+
+def test_the_client_renews_its_regions_leases(fresh_daemon, tmp_path):
+    config = tmp_path / "caked.toml"
+    config.write_text("[limits]\nregion_lease_ms = 300\n")
+    d = fresh_daemon("--config", str(config), "--dram-capacity-mib", "64")
+    with d.client() as client:
+        region = client.register_region(4096)
+        time.sleep(1.5)  # five leases: only the client's renewals keep the region
+        assert client.stats()["regions_expired"] == 0
+        assert client.status()["regions"] == 1
+        client.release_region(region)
+    # A caller that registers and never renews loses its region one lease later.
+    with d.client(client_id="py-silent") as silent:
+        reply = silent._kv.RegisterRegion(kv_pb2.RegisterRegionRequest(client_id="py-silent", bytes=4096))
+        assert reply.lease_ms == 300
+        deadline = time.monotonic() + 10
+        while silent.stats()["regions_expired"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert silent.stats()["regions_expired"] == 1
+        with pytest.raises(CakeError) as gone:
+            silent._call(silent._kv.RenewRegion, kv_pb2.RenewRegionRequest(client_id="py-silent",
+                                                                          region_id=reply.region_id))
+        assert gone.value.code == grpc.StatusCode.NOT_FOUND
