@@ -1,0 +1,65 @@
+// InlineBudget: what all inline loads together may hold; a load without room is called back once room returns.
+#include "server/inline_budget.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+namespace cake {
+
+TEST_CASE("inline budget: takes what fits, queues the rest, and wakes every waiter when bytes come back",
+          "[inline-budget]") {
+  InlineBudget budget(10);
+  int woken_a = 0, woken_b = 0;
+  CHECK(budget.TakeOrWait(6, [] { FAIL("not queued"); }));
+  CHECK(budget.TakeOrWait(4, [] { FAIL("not queued"); }));
+  CHECK(budget.held() == 10);
+  CHECK_FALSE(budget.TakeOrWait(1, [&] { ++woken_a; }));
+  CHECK_FALSE(budget.TakeOrWait(5, [&] { ++woken_b; }));
+  CHECK(budget.held() == 10);  // a refused take holds nothing
+
+  budget.Give(4);
+  CHECK(budget.held() == 6);
+  CHECK(woken_a == 1);  // each waiter is called once, and tries again itself
+  CHECK(woken_b == 1);
+  budget.Give(6);
+  CHECK(woken_a == 1);  // no longer waiting
+  CHECK(budget.held() == 0);
+  budget.Give(0);  // nothing
+}
+
+TEST_CASE("inline budget: a chunk larger than the whole budget goes when nothing else is held", "[inline-budget]") {
+  InlineBudget budget(10);
+  CHECK(budget.TakeOrWait(25, [] { FAIL("not queued"); }));  // no load may wait for ever
+  bool woken = false;
+  CHECK_FALSE(budget.TakeOrWait(1, [&] { woken = true; }));
+  budget.Give(25);
+  CHECK(woken);
+}
+
+TEST_CASE("inline budget: many threads taking and giving never pass the capacity", "[inline-budget]") {
+  constexpr uint64_t kCapacity = 64;
+  InlineBudget budget(kCapacity);
+  std::atomic<bool> over{false};
+  std::vector<std::thread> loads;
+  for (int t = 0; t < 8; ++t) {
+    loads.emplace_back([&] {
+      for (int i = 0; i < 2000; ++i) {
+        std::atomic<bool> room{false};
+        while (!budget.TakeOrWait(8, [&room] { room = true; })) {
+          while (!room) std::this_thread::yield();
+          room = false;
+        }
+        if (budget.held() > kCapacity) over = true;
+        budget.Give(8);
+      }
+    });
+  }
+  for (auto& t : loads) t.join();
+  CHECK_FALSE(over.load());
+  CHECK(budget.held() == 0);
+}
+
+}  // namespace cake
