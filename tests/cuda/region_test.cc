@@ -169,7 +169,7 @@ TEST_CASE("region: an opener sees the creator's bytes, and the creator sees the 
   CHECK(prefix->data()[100] == std::byte{0xAB});
 }
 
-TEST_CASE("region: the owner unlinks the name; existing openers keep their mapping", "[region]") {
+TEST_CASE("region: the owner unlinks the name, existing openers keep their mapping", "[region]") {
   auto owner = SharedMemory::Create(4096);
   REQUIRE(owner.ok());
   const std::string name = owner->name();

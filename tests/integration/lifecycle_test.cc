@@ -172,7 +172,7 @@ TEST_CASE("a setting from the file holds unless a flag says otherwise", "[lifecy
   std::remove(file.c_str());
 }
 
-TEST_CASE("a tier's read cap changes while the daemon runs; bad requests get the right codes", "[lifecycle][admin]") {
+TEST_CASE("a tier's read cap changes while the daemon runs, bad requests get the right codes", "[lifecycle][admin]") {
   auto daemon = StartDaemon({"--dram-read-gbps", "8"});
   auto client = Connect(daemon);
   auto previous = client->SetReadCap("dram", 2.5);

@@ -193,7 +193,7 @@ TEST_CASE("a region whose registration the client gave up on is released, not le
   CHECK(regions() == 0);
 }
 
-TEST_CASE("a region whose owner died or went silent is released once its lease runs out; a live owner's is kept",
+TEST_CASE("a region whose owner died or went silent is released once its lease runs out, a live owner's is kept",
           "[silent][lease]") {
   auto daemon = DaemonWithIdleTimeout(300, 400);
   RawStubs raw(daemon);

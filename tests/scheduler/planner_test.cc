@@ -100,7 +100,7 @@ TEST_CASE("compute model: recovers a linear cost from per-chunk and batched span
   CHECK(ComputeModel().RangeSeconds(0, 10) == 0);
 }
 
-TEST_CASE("compute model: a hint plans the first load; real spans soon outweigh a wrong one", "[planner]") {
+TEST_CASE("compute model: a hint plans the first load, real spans soon outweigh a wrong one", "[planner]") {
   ComputeModel m;
   m.Seed(0.050, 0);  // the engine thinks it is five times slower than it is
   CHECK(m.known());
@@ -254,7 +254,7 @@ TEST_CASE("planner: chunks in tiers of different speeds are planned by each tier
   }
 }
 
-TEST_CASE("load costs: one tier's chunks at its speed; several tiers read at once, the slowest share decides",
+TEST_CASE("load costs: one tier's chunks at its speed, several tiers read at once, the slowest share decides",
           "[planner]") {
   constexpr uint8_t kDram = 1, kDisk = 2, kRemote = 3;
   std::vector<double> chunk_s(256, 0.0);

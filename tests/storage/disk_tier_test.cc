@@ -475,7 +475,7 @@ TEST_CASE("disk tier never evicts a chunk underneath its reader", "[disk]") {
   CHECK_FALSE(tier->Contains(TestKey(1)));
 }
 
-TEST_CASE("disk tier: injected short reads and interrupts are resubmitted; zero, EIO and overlong fail cleanly",
+TEST_CASE("disk tier: injected short reads and interrupts are resubmitted, zero, EIO and overlong fail cleanly",
           "[disk]") {
   for (IoBackend backend : Backends()) {
     INFO("backend " << IoBackendName(backend));

@@ -42,7 +42,7 @@ TEST_CASE("extent allocator: page-rounded first fit, neighbours merged on free",
   CHECK(a.largest_free_extent() == 16 * ExtentAllocator::kPage);
 }
 
-TEST_CASE("host arena: reserved, prefaulted, writable; an impossible size is a clear error", "[arena]") {
+TEST_CASE("host arena: reserved, prefaulted, writable, an impossible size is a clear error", "[arena]") {
   auto arena = HostArena::Reserve(1 << 20);
   REQUIRE(arena.ok());
   CHECK(arena->size() == 1 << 20);

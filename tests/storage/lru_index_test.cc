@@ -44,7 +44,7 @@ struct Owner {
 
 }  // namespace
 
-TEST_CASE("lru index: the least recently used goes first; a touch or a read makes an entry recent", "[lru]") {
+TEST_CASE("lru index: the least recently used goes first, a touch or a read makes an entry recent", "[lru]") {
   Owner o;
   for (uint32_t k = 0; k < 4; ++k) o.Add(k, 10);
   {

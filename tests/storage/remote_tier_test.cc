@@ -128,7 +128,7 @@ TEST_CASE("remote: a corrupt, partial or foreign value is a miss and is removed"
   CHECK(out == value);
 }
 
-TEST_CASE("remote: prefixes keep caches apart; ContainsEach answers many keys", "[remote]") {
+TEST_CASE("remote: prefixes keep caches apart, ContainsEach answers many keys", "[remote]") {
   RedisServer& redis = SharedServer();
   auto a = OpenTier(OptionsFor(redis.address(), "tenant-a:"));
   auto b = OpenTier(OptionsFor(redis.address(), "tenant-b:"));

@@ -84,7 +84,7 @@ TEST_CASE("RespReader: status, error, integer and nil replies", "[resp]") {
   CHECK(reader.drained());
 }
 
-TEST_CASE("RespReader: a bulk reply of the sink's size lands in the sink; any other is a string reply", "[resp]") {
+TEST_CASE("RespReader: a bulk reply of the sink's size lands in the sink, any other is a string reply", "[resp]") {
   SocketPair pair;
   RespReader reader(pair.reader());
   const std::string binary("a\r\nb\0c\n", 7);  // CR, LF and NUL inside a value are data

@@ -237,7 +237,7 @@ TEST_CASE("throttled tier: reads are paced, writes are not", "[throttle]") {
   CHECK(out == value);
 }
 
-TEST_CASE("throttled tier: lending is paced like a read; the cap and stats are on the interface", "[throttle]") {
+TEST_CASE("throttled tier: lending is paced like a read, the cap and stats are on the interface", "[throttle]") {
   FakeClock clock;
   auto dram = std::make_unique<DramTier>(8 << 20);
   ThrottledTier tier(std::move(dram), 0.008, &clock);

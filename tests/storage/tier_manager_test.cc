@@ -106,7 +106,7 @@ TEST_CASE("tier manager: a two-step lookup asks a networked tier only in its sec
   CHECK_FALSE(memory_only.LookupPrefixInMemory(keys).needs_network());  // a miss, but nothing else to ask
 }
 
-TEST_CASE("tier manager: Write goes to the fastest tier; Read goes to the named one", "[tier_manager]") {
+TEST_CASE("tier manager: Write goes to the fastest tier, Read goes to the named one", "[tier_manager]") {
   TwoTiers t;
   const auto value = TestValue(9, kBytes);
   REQUIRE(t.manager.Write(TestKey(9), value).ok());
