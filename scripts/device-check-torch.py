@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 # Run by scripts/device-check with the GPU machine's interpreter (the one whose torch has CUDA).
 """The Python side of scripts/device-check, on a machine with a GPU: the cake client and the PyTorch engine
 through device regions over CUDA IPC, and, where `transformers` is importable, a Hugging Face LlamaForCausalLM
