@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -94,7 +95,40 @@ SweptSharedMemory SweepOrphanedSharedMemory(const std::string& shm_dir) {
   return swept;
 }
 
-absl::StatusOr<SharedMemory> SharedMemory::Create(uint64_t bytes) {
+namespace {
+
+// Lets exactly one other user read and write the object, beside its owner: a POSIX access ACL written as the
+// kernel's xattr (no libacl needed): owner rw, that user rw, group and others nothing.
+absl::Status ShareWithUser(int fd, uid_t uid) {
+  struct Entry {
+    uint16_t tag, perm;
+    uint32_t id;
+  };
+  constexpr uint16_t kUserObj = 0x01, kUser = 0x02, kGroupObj = 0x04, kMask = 0x10, kOther = 0x20;
+  constexpr uint16_t kReadWrite = 06;
+  constexpr uint32_t kUndefinedId = 0xffffffff;
+  struct {
+    uint32_t version = 2;  // POSIX_ACL_XATTR_VERSION
+    Entry entries[5];
+  } acl;
+  static_assert(sizeof(acl) == 4 + 5 * 8);
+  acl.entries[0] = {kUserObj, kReadWrite, kUndefinedId};
+  acl.entries[1] = {kUser, kReadWrite, static_cast<uint32_t>(uid)};
+  acl.entries[2] = {kGroupObj, 0, kUndefinedId};
+  acl.entries[3] = {kMask, kReadWrite, kUndefinedId};
+  acl.entries[4] = {kOther, 0, kUndefinedId};
+  if (fsetxattr(fd, "system.posix_acl_access", &acl, sizeof(acl), 0) != 0) {
+    const int err = errno;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot let uid ", uid, " map a host region: this /dev/shm refused a POSIX ACL (", std::strerror(err),
+        "); use inline loads (no region), or run the engine as the daemon's user"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SharedMemory> SharedMemory::Create(uint64_t bytes, std::optional<uid_t> shared_with_uid) {
   if (bytes == 0) return absl::InvalidArgumentError("a shared-memory region needs at least one byte");
   SharedMemory shm;
   int fd = -1;
@@ -105,6 +139,12 @@ absl::StatusOr<SharedMemory> SharedMemory::Create(uint64_t bytes) {
   }
   if (fd < 0) return absl::InternalError("could not find a free shared-memory name");
   shm.owner_ = true;  // from here on the destructor unlinks the name
+  if (shared_with_uid.has_value() && *shared_with_uid != geteuid()) {
+    if (absl::Status shared = ShareWithUser(fd, *shared_with_uid); !shared.ok()) {
+      close(fd);
+      return shared;
+    }
+  }
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     int err = errno;
     close(fd);
@@ -169,8 +209,8 @@ void SharedMemory::Reset() {
   owner_ = false;
 }
 
-absl::StatusOr<std::unique_ptr<Region>> CreateHostRegion(uint64_t bytes) {
-  CAKE_ASSIGN_OR_RETURN(auto shm, SharedMemory::Create(bytes));
+absl::StatusOr<std::unique_ptr<Region>> CreateHostRegion(uint64_t bytes, std::optional<uid_t> shared_with_uid) {
+  CAKE_ASSIGN_OR_RETURN(auto shm, SharedMemory::Create(bytes, shared_with_uid));
   return std::make_unique<HostRegion>(std::move(shm));
 }
 

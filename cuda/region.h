@@ -2,9 +2,12 @@
 // Backends: host shared memory (here, the default without a GPU) and CUDA IPC (later, behind this interface).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -43,7 +46,9 @@ class SharedMemory {
   // (the pid lets a later daemon tell a dead creator's leftovers from a live one's: SweepOrphanedSharedMemory). Its pages are
   // reserved and mapped up front (Open maps them too), so copies never fault: this takes time in proportion
   // to the size.
-  static absl::StatusOr<SharedMemory> Create(uint64_t bytes);
+  // With shared_with_uid (another user than this process's), that user may open and map it too, and nobody else:
+  // FAILED_PRECONDITION where the file system cannot say so (no POSIX ACLs).
+  static absl::StatusOr<SharedMemory> Create(uint64_t bytes, std::optional<uid_t> shared_with_uid = std::nullopt);
   // Maps an existing object; FAILED_PRECONDITION if it is smaller than `bytes`.
   static absl::StatusOr<SharedMemory> Open(const std::string& name, uint64_t bytes);
 
@@ -78,6 +83,7 @@ struct SweptSharedMemory {
 SweptSharedMemory SweepOrphanedSharedMemory(const std::string& shm_dir = "/dev/shm");
 
 // The daemon's host-memory region backend.
-absl::StatusOr<std::unique_ptr<Region>> CreateHostRegion(uint64_t bytes);
+absl::StatusOr<std::unique_ptr<Region>> CreateHostRegion(uint64_t bytes,
+                                                         std::optional<uid_t> shared_with_uid = std::nullopt);
 
 }  // namespace cake

@@ -1,14 +1,22 @@
 #include "server/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <toml++/toml.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "scheduler/io_pool.h"
 
 namespace cake {
@@ -38,6 +46,8 @@ class TableReader {
       if (table_ == nullptr) error_ = absl::InvalidArgumentError(absl::StrCat("[", name_, "] must be a table"));
     }
   }
+  // One table of an array of tables ([[access.principal]]); `name` says which in messages.
+  TableReader(const toml::table* table, std::string name) : name_(std::move(name)), table_(table) {}
 
   // A word naming one of an enum's values, parsed here so the rest of the daemon sees only the enum.
   template <typename Enum>
@@ -84,10 +94,11 @@ class TableReader {
       }
     }
   }
-  void UnsignedList(const char* key, std::vector<int>* out, int max) {
+  template <typename T>
+  void UnsignedList(const char* key, std::vector<T>* out, int64_t max) {
     if (const toml::node* n = Find(key)) {
       const toml::array* list = n->as_array();
-      std::vector<int> values;
+      std::vector<T> values;
       if (list != nullptr) {
         for (const toml::node& item : *list) {
           auto v = item.is_integer() ? item.value<int64_t>() : std::nullopt;
@@ -95,7 +106,7 @@ class TableReader {
             list = nullptr;
             break;
           }
-          values.push_back(static_cast<int>(*v));
+          values.push_back(static_cast<T>(*v));
         }
       }
       if (list == nullptr) {
@@ -137,6 +148,9 @@ class TableReader {
     }
   }
 
+  // A key read elsewhere (an array of tables), so Finish does not call it unknown.
+  void Skip(const char* key) { Find(key); }
+
   absl::Status Finish() {
     if (!error_.ok() || table_ == nullptr) return error_;
     std::vector<std::string> unknown;
@@ -168,7 +182,79 @@ class TableReader {
   absl::Status error_;
 };
 
+// [[access.principal]]: every entry names itself and says who it is and what it may do; names are unique.
+absl::Status ReadPrincipals(const toml::table& root, std::vector<PrincipalConfig>* out) {
+  const toml::table* access = root.get_as<toml::table>("access");
+  if (access == nullptr) return absl::OkStatus();
+  const toml::node* node = access->get("principal");
+  if (node == nullptr) return absl::OkStatus();
+  const toml::array* list = node->as_array();
+  if (list == nullptr || !list->is_array_of_tables()) {
+    return absl::InvalidArgumentError("access.principal must be an array of tables: write [[access.principal]]");
+  }
+  std::set<std::string> names;
+  std::vector<PrincipalConfig> principals;
+  for (size_t i = 0; i < list->size(); ++i) {
+    PrincipalConfig p;
+    TableReader t(list->get(i)->as_table(), absl::StrCat("access.principal[", i, "]"));
+    t.String("name", &p.name);
+    t.UnsignedList("unix_uids", &p.unix_uids, UINT32_MAX - 1);
+    t.StringList("unix_users", &p.unix_users);
+    t.StringList("tls_identities", &p.tls_identities);
+    t.String("token_file", &p.token_file);
+    t.StringList("tenants", &p.tenants);
+    t.StringList("roles", &p.roles);
+    CAKE_RETURN_IF_ERROR(t.Finish());
+    if (p.name.empty()) return absl::InvalidArgumentError(absl::StrCat("access.principal[", i, "] has no name"));
+    if (!names.insert(p.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("two [[access.principal]] entries are named \"", p.name, "\""));
+    }
+    principals.push_back(std::move(p));
+  }
+  *out = std::move(principals);
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+bool IsLoopbackListenAddress(std::string_view address) {
+  for (std::string_view host : {"127.0.0.1:", "localhost:", "[::1]:"}) {
+    if (address.substr(0, host.size()) == host) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path, std::string_view what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open ", std::string(what), " ", path, ": ", std::strerror(errno)));
+  }
+  struct stat st {};
+  std::string secret;
+  absl::Status status;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    status = absl::FailedPreconditionError(absl::StrCat(std::string(what), " ", path, " is not a regular file"));
+  } else if ((st.st_mode & 077) != 0 || (st.st_uid != ::geteuid() && st.st_uid != 0)) {
+    status = absl::FailedPreconditionError(absl::StrCat(
+        std::string(what), " ", path, " may be read by others (mode ", absl::StrFormat("%04o", st.st_mode & 07777),
+        ", owner uid ", st.st_uid, "): make it owned by the daemon's user and mode 0600"));
+  } else if (st.st_size > 64 * 1024) {
+    status = absl::FailedPreconditionError(absl::StrCat(std::string(what), " ", path, " is larger than 64 KiB"));
+  } else {
+    secret.resize(static_cast<size_t>(st.st_size));
+    const ssize_t n = ::read(fd, secret.data(), secret.size());
+    if (n < 0) status = absl::FailedPreconditionError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+    secret.resize(n < 0 ? 0 : static_cast<size_t>(n));
+    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+    if (status.ok() && secret.empty()) {
+      status = absl::FailedPreconditionError(absl::StrCat(std::string(what), " ", path, " is empty"));
+    }
+  }
+  ::close(fd);
+  if (!status.ok()) return status;
+  return secret;
+}
 
 absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   toml::table root;
@@ -179,11 +265,13 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
     return absl::InvalidArgumentError(absl::StrCat("config ", path, " line ", where.line, " column ", where.column,
                                                    ": ", std::string(e.description())));
   }
-  static const std::set<std::string> kTables = {"server", "limits", "dram", "disk", "remote", "cuda", "writeback", "loader", "keys"};
+  static const std::set<std::string> kTables = {"server", "tcp",       "access", "limits", "dram", "disk",
+                                                "remote", "cuda",      "writeback", "loader", "keys"};
   for (const auto& [key, value] : root) {
     if (!kTables.contains(std::string(key.str()))) {
       return absl::InvalidArgumentError(absl::StrCat("config ", path, ": unknown table [", std::string(key.str()),
-                                                     "]; known: server, limits, dram, disk, remote, writeback, loader, keys"));
+                                                     "]; known: server, tcp, access, limits, dram, disk, remote, cuda, writeback, "
+                                                     "loader, keys"));
     }
   }
   constexpr uint64_t kU32 = UINT32_MAX;
@@ -195,6 +283,18 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   server.Unsigned("transport_memory_bytes", &c.transport_memory_bytes, 2 << 20, uint64_t{1} << 40);
   server.Double("shutdown_grace_s", &c.shutdown_grace_s, 0, 3600);
   server.String("log_level", &c.log_level);
+  TableReader tcp(root, "tcp");
+  tcp.String("listen", &c.tcp_listen);
+  tcp.String("tls_cert_file", &c.tls_cert_file);
+  tcp.String("tls_key_file", &c.tls_key_file);
+  tcp.String("tls_client_ca_file", &c.tls_client_ca_file);
+  tcp.Unsigned("tls_reload_s", &c.tls_reload_s, 1, 86400);
+  tcp.Bool("allow_plaintext_loopback", &c.tcp_allow_plaintext_loopback);
+  TableReader access(root, "access");
+  if (auto s = ReadPrincipals(root, &c.principals); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
+  }
+  access.Skip("principal");  // read above: an array of tables
   TableReader limits(root, "limits");
   limits.Unsigned("max_prompt_tokens", &c.max_prompt_tokens, 1, uint64_t{1} << 32);
   limits.Unsigned("max_chunk_bytes", &c.max_chunk_bytes, 1, uint64_t{1} << 40);
@@ -225,6 +325,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   remote.StringList("endpoints", &c.remote_endpoints);
   remote.String("user", &c.remote_user);
   remote.String("password", &c.remote_password);
+  remote.String("password_file", &c.remote_password_file);
   remote.String("key_prefix", &c.remote_key_prefix);
   remote.Unsigned("part_bytes", &c.remote_part_bytes, 4096, uint64_t{512} << 20);
   remote.Unsigned("connections", &c.remote_connections, 1, 1024);
@@ -250,9 +351,16 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   loader.Unsigned("arbiter_starvation_ms", &c.arbiter_starvation_ms, 1, 3600000);
   TableReader keys(root, "keys");
   keys.String("secret", &c.key_secret);
-  for (TableReader* t : {&server, &limits, &dram, &disk, &remote, &cuda, &writeback, &loader, &keys}) {
+  for (TableReader* t : {&server, &tcp, &access, &limits, &dram, &disk, &remote, &cuda, &writeback, &loader, &keys}) {
     if (auto s = t->Finish(); !s.ok())
       return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
+  }
+  // The config is readable by the engines' group (0640 root:cake): a password written into it is theirs too.
+  if (struct stat st {}; !c.remote_password.empty() && ::stat(path.c_str(), &st) == 0 && (st.st_mode & 044) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "config ", path, " holds remote.password but group or others may read it (mode ",
+        absl::StrFormat("%04o", st.st_mode & 07777),
+        "): move the password to remote.password_file (mode 0600) or $CAKE_REMOTE_PASSWORD"));
   }
   return c;
 }
@@ -289,6 +397,56 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   }
   if (c.default_chunk_tokens > c.max_chunk_tokens) {
     return absl::InvalidArgumentError("limits.default_chunk_tokens exceeds limits.max_chunk_tokens");
+  }
+  if (!c.remote_password.empty() && !c.remote_password_file.empty()) {
+    return absl::InvalidArgumentError("set remote.password or remote.password_file, not both");
+  }
+  static const std::set<std::string> kRoles = {"engine", "monitor", "admin"};
+  for (const PrincipalConfig& p : c.principals) {
+    for (const std::string& role : p.roles) {
+      if (!kRoles.contains(role)) {
+        return absl::InvalidArgumentError(absl::StrCat("principal \"", p.name, "\" has role \"", role,
+                                                       "\"; accepted: engine, monitor, admin"));
+      }
+    }
+    if (p.roles.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("principal \"", p.name, "\" has no roles (engine, monitor, admin)"));
+    }
+    if (std::find(p.roles.begin(), p.roles.end(), "engine") != p.roles.end() && p.tenants.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("principal \"", p.name,
+                                                     "\" is an engine but has no tenants: give tenants = [\"...\"]"));
+    }
+    if (p.unix_uids.empty() && p.unix_users.empty() && p.tls_identities.empty() && p.token_file.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "principal \"", p.name, "\" names no way to recognise it: unix_uids, unix_users, tls_identities or token_file"));
+    }
+  }
+  if (!c.tcp_listen.empty()) {
+    const bool tls = !c.tls_cert_file.empty() || !c.tls_key_file.empty();
+    if (tls && (c.tls_cert_file.empty() || c.tls_key_file.empty())) {
+      return absl::InvalidArgumentError("tcp.tls_cert_file and tcp.tls_key_file go together");
+    }
+    if (!tls && !c.tcp_allow_plaintext_loopback) {
+      return absl::InvalidArgumentError(
+          "tcp.listen needs tcp.tls_cert_file and tcp.tls_key_file: plaintext TCP is refused (tcp.allow_plaintext_loopback "
+          "permits it on a loopback address, for tests)");
+    }
+    if (!tls && !IsLoopbackListenAddress(c.tcp_listen)) {
+      return absl::InvalidArgumentError(absl::StrCat("tcp.listen \"", c.tcp_listen,
+                                                     "\" is not a loopback address: plaintext is allowed only on "
+                                                     "127.0.0.1, [::1] or localhost"));
+    }
+    bool someone_can_call = false;
+    for (const PrincipalConfig& p : c.principals) someone_can_call |= !p.tls_identities.empty() || !p.token_file.empty();
+    if (!someone_can_call) {
+      return absl::InvalidArgumentError(
+          "tcp.listen is set but no [[access.principal]] has tls_identities or a token_file: nobody could call");
+    }
+    if (!c.tls_client_ca_file.empty() && !tls) {
+      return absl::InvalidArgumentError("tcp.tls_client_ca_file needs tcp.tls_cert_file and tcp.tls_key_file");
+    }
+  } else if (!c.tls_client_ca_file.empty() || !c.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError("tcp.tls_* are set but tcp.listen is not");
   }
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
   if (!kLevels.contains(c.log_level)) {

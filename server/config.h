@@ -11,6 +11,17 @@
 
 namespace cake {
 
+// One [[access.principal]] of the config: who a caller is (how the daemon recognises it) and what it may do.
+struct PrincipalConfig {
+  std::string name;
+  std::vector<uint32_t> unix_uids;          // peers on the unix socket with one of these uids (SO_PEERCRED)
+  std::vector<std::string> unix_users;      // the same, by user name (resolved at start-up)
+  std::vector<std::string> tls_identities;  // TCP: a client certificate whose SAN (DNS or URI) or CN is one of these
+  std::string token_file;                   // TCP: a bearer token, read from this file (owner-only permissions)
+  std::vector<std::string> tenants;         // tenants its requests may name; "*": any. The first is its default
+  std::vector<std::string> roles;           // engine, monitor, admin
+};
+
 struct DaemonConfig {
   // [server]
   std::string run_dir;          // holds the socket; default: /run/cake as root, else $XDG_RUNTIME_DIR/cake
@@ -23,6 +34,15 @@ struct DaemonConfig {
   uint64_t transport_memory_bytes = uint64_t{1} << 30;
   double shutdown_grace_s = 5;
   std::string log_level = "info";  // checked by ValidateConfig; spdlog parses it once, at start-up
+  // [tcp] engines on other hosts: TLS, inline bytes only. Empty listen: no TCP listener.
+  std::string tcp_listen;              // "host:port"
+  std::string tls_cert_file;           // the daemon's certificate chain (PEM)
+  std::string tls_key_file;            // its private key (PEM; owner-only permissions)
+  std::string tls_client_ca_file;      // set: clients must present a certificate this CA signed (mTLS)
+  uint32_t tls_reload_s = 60;          // how often the certificate files are re-read (rotation without restart)
+  bool tcp_allow_plaintext_loopback = false;  // tests and local tools: plaintext TCP, on a loopback address only
+  // [access] who may do what. No principals: one trusted user (every peer on the socket may do everything).
+  std::vector<PrincipalConfig> principals;
   // [limits]
   uint64_t max_prompt_tokens = 1u << 20;
   uint64_t max_chunk_bytes = uint64_t{1} << 30;
@@ -55,6 +75,7 @@ struct DaemonConfig {
   std::vector<std::string> remote_endpoints;  // "host:port"; empty: no remote tier
   std::string remote_user;                    // ACL user (empty: AUTH with the password alone)
   std::string remote_password;                // also from $CAKE_REMOTE_PASSWORD, which wins
+  std::string remote_password_file;           // or from this file (owner-only permissions): not in the config
   std::string remote_key_prefix = "cake:";
   uint64_t remote_part_bytes = uint64_t{4} << 20;
   uint32_t remote_connections = 8;  // idle connections kept per Redis node
@@ -94,6 +115,14 @@ DaemonConfig DefaultConfig();
 // Overlays a TOML file onto `base`. A missing key keeps its value; an unknown key, a wrong type or a value out of
 // range is an INVALID_ARGUMENT naming the key, so a typo never silently runs with defaults.
 absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig base);
+
+// Whether a tcp.listen address names a loopback host (127.0.0.1, [::1], localhost).
+bool IsLoopbackListenAddress(std::string_view address);
+
+// Reads a secret (a password, a token) from a file that only its owner may read: a file group or others can read,
+// or that belongs to a user other than root and this process's, is refused (FAILED_PRECONDITION naming it).
+// Trailing newlines are dropped.
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path, std::string_view what);
 
 // Checks cross-field rules (e.g. the window fits the I/O queue).
 absl::Status ValidateConfig(const DaemonConfig& config);

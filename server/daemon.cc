@@ -21,6 +21,9 @@
 #include "cake/v1/admin.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/resource_quota.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
 #include "grpcpp/server_builder.h"
 #include "server/tier_factory.h"
 #include "spdlog/spdlog.h"
@@ -147,6 +150,32 @@ void DecideCudaRegions(const DaemonConfig& config, DaemonState& state) {
   }
 }
 
+// The TCP listener's credentials: TLS from the config's files, re-read every tcp.tls_reload_s (certificates
+// rotate without a restart), with client certificates required when a client CA is given; plaintext only where
+// ValidateConfig allowed it (a loopback address, explicitly).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const DaemonConfig& config) {
+  if (config.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  // Read once now so a missing file or a key others may read stops start-up with a message, rather than fail
+  // every handshake later.
+  if (auto key = ReadSecretFile(config.tls_key_file, "the TLS key (tcp.tls_key_file)"); !key.ok()) return key.status();
+  for (const std::string& path : {config.tls_cert_file, config.tls_client_ca_file}) {
+    if (!path.empty() && ::access(path.c_str(), R_OK) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+    }
+  }
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      config.tls_key_file, config.tls_cert_file, config.tls_client_ca_file, config.tls_reload_s);
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (!config.tls_client_ca_file.empty()) {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
@@ -161,7 +190,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     spdlog::info("removed {} shared-memory segments ({} bytes) left by processes that are gone", swept.segments,
                  swept.bytes);
   }
-  d->state_ = std::make_unique<DaemonState>(config);
+  auto access = AccessPolicy::FromConfig(config);
+  if (!access.ok()) return access.status();
+  d->state_ = std::make_unique<DaemonState>(config, std::move(*access));
   DecideCudaRegions(config, *d->state_);
   CAKE_RETURN_IF_ERROR(AddTiersFromConfig(config, d->state_->cuda_usable && config.cuda_pin_dram, d->state_->tiers,
                                          d->state_->dram_pinned));
@@ -169,8 +200,19 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   d->kv_service_ = std::make_unique<KvServiceImpl>(*d->state_);
   d->admin_service_ = std::make_unique<AdminServiceImpl>(*d->state_);
   d->state_->listen_address = absl::StrCat("unix:", d->socket_path_);
+  // The daemon accepts on its socket itself, to learn each peer's uid (UnixListener); gRPC serves what it hands
+  // over. The TCP listener, when configured, is gRPC's own.
+  auto unix_listener = UnixListener::Bind(d->socket_path_, config.socket_mode);
+  if (!unix_listener.ok()) return unix_listener.status();
+  d->unix_listener_ = std::move(*unix_listener);
+  d->state_->unix_connections = d->unix_listener_.get();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(d->state_->listen_address, grpc::InsecureServerCredentials());
+  int tcp_port = 0;
+  if (!config.tcp_listen.empty()) {
+    auto credentials = TcpCredentials(config);
+    if (!credentials.ok()) return credentials.status();
+    builder.AddListeningPort(config.tcp_listen, *credentials, &tcp_port);
+  }
   builder.RegisterService(d->kv_service_.get());
   builder.RegisterService(d->admin_service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
@@ -182,10 +224,19 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   transport_quota.Resize(config.transport_memory_bytes);
   builder.SetResourceQuota(transport_quota);
   d->server_ = builder.BuildAndStart();
-  if (d->server_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat("could not listen on ", d->socket_path_, " (see the gRPC error above)"));
+  if (d->server_ == nullptr || (!config.tcp_listen.empty() && tcp_port == 0)) {
+    return absl::UnavailableError(absl::StrCat("could not start serving", config.tcp_listen.empty() ? "" : " on ",
+                                               config.tcp_listen, " (see the gRPC error above)"));
   }
-  chmod(d->socket_path_.c_str(), config.socket_mode);
+  d->unix_listener_->Serve(d->server_.get());
+  spdlog::info("{}", d->state_->access.Describe());
+  if (!config.tcp_listen.empty()) {
+    d->state_->tcp_port = tcp_port;
+    spdlog::info("listening on TCP {} (port {}): {}, inline bytes only", config.tcp_listen, tcp_port,
+                 config.tls_cert_file.empty() ? "plaintext, loopback only"
+                 : config.tls_client_ca_file.empty() ? "TLS, clients name themselves with bearer tokens"
+                                                      : "TLS, client certificates required (mTLS)");
+  }
   d->housekeeping_ = std::thread([daemon = d.get()] { daemon->Housekeep(); });
   spdlog::info("caked {} listening on {} (DRAM tier {} MiB{}, {} I/O threads, window {})", CAKE_VERSION,
                d->socket_path_, config.dram_capacity_bytes >> 20,
@@ -222,8 +273,8 @@ void Daemon::Housekeep() {
   while (!housekeeping_wake_.wait_for(lock, period, [this] { return housekeeping_stop_; })) {
     for (const RegionRegistry::Expired& gone : state_->regions.ReleaseExpired()) {
       Bump(state_->counters.regions_expired);
-      spdlog::warn("region {} ({} bytes) of client {} released: its lease ran out ({} ms without a call naming it)",
-                   gone.region_id, gone.bytes, gone.client_id, state_->regions.lease().count());
+      spdlog::warn("a region ({} bytes) of client {} released: its lease ran out ({} ms without a call naming it)",
+                   gone.bytes, gone.owner.ToString(), state_->regions.lease().count());
     }
     // gRPC frees a large message as many small buffers scattered through the heap, which the allocator keeps
     // (an oversized request would stay resident for good); hand the free pages back now and then.
@@ -250,6 +301,7 @@ void Daemon::Stop() {
   StopHousekeeping();
   spdlog::info("stopping: {} live loads cancelled, {} regions released", state_->loads.active(),
                state_->regions.count());
+  unix_listener_->Stop();  // no new connections; gRPC's shutdown below ends the ones it has
   state_->loads.CancelAll();
   // A cancelled load's read asleep under a read cap (however small) must not hold its I/O thread past the stop.
   state_->tiers.Interrupt();

@@ -12,6 +12,7 @@
 #include "server/config.h"
 #include "server/daemon_state.h"
 #include "server/services.h"
+#include "server/unix_listener.h"
 
 namespace cake {
 
@@ -44,6 +45,7 @@ class Daemon {
   std::unique_ptr<DaemonState> state_;
   std::unique_ptr<KvServiceImpl> kv_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
+  std::unique_ptr<UnixListener> unix_listener_;  // before server_: stops handing it connections first
   std::unique_ptr<grpc::Server> server_;
   bool stopped_ = false;
   std::mutex housekeeping_mu_;

@@ -12,10 +12,12 @@
 #include "cuda/cuda_backend.h"
 #include "scheduler/io_pool.h"
 #include "scheduler/planner.h"
+#include "server/access.h"
 #include "server/config.h"
 #include "server/counters.h"
 #include "server/inline_budget.h"
 #include "server/region_registry.h"
+#include "server/unix_listener.h"
 #include "storage/tier_manager.h"
 
 namespace cake {
@@ -61,8 +63,9 @@ class ComputeModels {
 };
 
 struct DaemonState {
-  explicit DaemonState(const DaemonConfig& c)
+  DaemonState(const DaemonConfig& c, AccessPolicy access_policy)
       : config(c),
+        access(std::move(access_policy)),
         tiers(TierManager::Options{c.write_back_queue_bytes, c.dram_promotion_queue_bytes, c.remote_promote_to_disk}),
         regions(RegionRegistry::Limits{c.max_region_bytes, c.max_regions_per_client, c.cuda_max_region_bytes,
                                        c.max_regions, c.max_total_region_bytes,
@@ -75,6 +78,9 @@ struct DaemonState {
              std::chrono::milliseconds(c.arbiter_starvation_ms)) {}
 
   const DaemonConfig config;
+  const AccessPolicy access;
+  // The unix socket's accepted connections and their peers (set once, before serving starts).
+  const UnixListener* unix_connections = nullptr;
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   TierManager tiers;
   RegionRegistry regions;
@@ -89,6 +95,7 @@ struct DaemonState {
   std::vector<int> cuda_devices;
   PinnedRange dram_pinned;  // after `tiers`: unpinned before the arena goes
   std::string listen_address;
+  int tcp_port = 0;  // the TCP listener's port (tcp.listen may ask for port 0: any)
   // Calls that wait on a networked tier (Lookups that reach Redis, Status and Stats with a remote tier, Evict of
   // it): here rather than on gRPC's threads, which Ping and every other call need, or the I/O threads, which
   // DRAM and disk reads need; a frozen Redis ties up these threads only. Destroyed before what it touches.

@@ -16,6 +16,7 @@
 #include "scheduler/read_judge.h"
 #include "server/chunk_landing.h"
 #include "server/requests.h"
+#include "server/services.h"
 #include "spdlog/spdlog.h"
 
 namespace cake {
@@ -27,7 +28,7 @@ class LoadSession;
 
 class LoadReactor final : public grpc::ServerBidiReactor<v1::LoadRequest, v1::LoadResponse> {
  public:
-  LoadReactor(grpc::CallbackServerContext* context, DaemonState& state);
+  LoadReactor(grpc::CallbackServerContext* context, DaemonState& state, absl::StatusOr<Caller> caller);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -41,8 +42,9 @@ class LoadReactor final : public grpc::ServerBidiReactor<v1::LoadRequest, v1::Lo
 
 class LoadSession : public std::enable_shared_from_this<LoadSession> {
  public:
-  LoadSession(LoadReactor* reactor, grpc::CallbackServerContext* context, DaemonState& state)
-      : reactor_(reactor), context_(context), state_(state) {}
+  LoadSession(LoadReactor* reactor, grpc::CallbackServerContext* context, DaemonState& state,
+              absl::StatusOr<Caller> caller)
+      : reactor_(reactor), context_(context), state_(state), caller_(std::move(caller)) {}
 
   // The window lease ends with the session, once no read can still land in it.
   ~LoadSession() {
@@ -137,8 +139,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // so a slow or frozen remote delays this load and never a gRPC thread.
   absl::Status StartLocked(const v1::LoadStart& start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const DaemonConfig& config = state_.config;
+    CAKE_RETURN_IF_ERROR(caller_.status());  // not an engine of this daemon: nothing of the request is read
     CAKE_RETURN_IF_ERROR(CheckClientId(start.client_id()));
-    CAKE_ASSIGN_OR_RETURN(const Namespace ns, ParseNamespace(start.namespace_(), config));
+    CAKE_ASSIGN_OR_RETURN(const Namespace ns, CallerNamespace(*caller_, start.namespace_(), config));
     CAKE_ASSIGN_OR_RETURN(std::vector<ChunkKey> keys, PromptKeys(ns, start.prompt(), config));
     if (start.window() > config.max_load_window) {
       return absl::InvalidArgumentError(
@@ -165,7 +168,12 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
                                                        chunk_bytes_, " bytes exceeds server.max_message_bytes"));
       }
     } else {
-      CAKE_ASSIGN_OR_RETURN(const uint64_t region_size, state_.regions.Size(start.client_id(), start.region_id()));
+      if (!caller_->unix_socket) {
+        return absl::FailedPreconditionError(
+            "regions are shared memory on the daemon's machine; over TCP, load inline (no region_id)");
+      }
+      const RegionOwner owner(caller_->principal->name, start.client_id());
+      CAKE_ASSIGN_OR_RETURN(const uint64_t region_size, state_.regions.Size(owner, start.region_id()));
       if (start.region_offset() > region_size) {
         return absl::OutOfRangeError(absl::StrCat("region_offset ", start.region_offset(), " is past the end of the ",
                                                   region_size, "-byte region"));
@@ -175,7 +183,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
         return absl::OutOfRangeError(absl::StrCat("region window [", start.region_offset(), ", +", start.region_bytes(),
                                                   ") runs past the end of the ", region_size, "-byte region"));
       }
-      region_ask_ = {start.client_id(), start.region_id(), start.region_offset(),
+      region_ask_ = {owner, start.region_id(), start.region_offset(),
                      start.region_bytes() == 0 ? available : start.region_bytes()};
     }
     keys_ = std::move(keys);
@@ -225,7 +233,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       // Too small a window loads what fits, from the tail: the engine computes the rest.
       const uint64_t fit = std::min<uint64_t>(cached, region_ask_.window_bytes / chunk_bytes_);
       lowest_loadable = cached - static_cast<uint32_t>(fit);
-      CAKE_ASSIGN_OR_RETURN(lease_, state_.regions.ReserveWindow(region_ask_.client_id, region_ask_.region_id,
+      CAKE_ASSIGN_OR_RETURN(lease_, state_.regions.ReserveWindow(region_ask_.owner, region_ask_.region_id,
                                                                  region_ask_.offset, fit * chunk_bytes_));
     }
     // A stopping daemon ends the stream itself (CANCELLED) rather than cancel the context: the weak reference
@@ -670,6 +678,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   LoadReactor* reactor_ ABSL_GUARDED_BY(mu_);
   grpc::CallbackServerContext* const context_;
   DaemonState& state_;
+  const absl::StatusOr<Caller> caller_;
 
   Mutex mu_;
   std::atomic<bool> cancelled_{false};
@@ -712,7 +721,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   RegionRegistry::WindowLease lease_ ABSL_GUARDED_BY(mu_);
   // What Start asked of its region, kept for the window's reservation once the lookup is done.
   struct RegionAsk {
-    std::string client_id;
+    RegionOwner owner{""};
     std::string region_id;
     uint64_t offset = 0;
     uint64_t window_bytes = 0;
@@ -746,8 +755,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   absl::Status finish_status_ ABSL_GUARDED_BY(mu_);
 };
 
-LoadReactor::LoadReactor(grpc::CallbackServerContext* context, DaemonState& state)
-    : session_(std::make_shared<LoadSession>(this, context, state)) {
+LoadReactor::LoadReactor(grpc::CallbackServerContext* context, DaemonState& state, absl::StatusOr<Caller> caller)
+    : session_(std::make_shared<LoadSession>(this, context, state, std::move(caller))) {
   StartRead(&request_);
 }
 
@@ -770,8 +779,9 @@ void LoadReactor::OnDone() {
 }  // namespace
 
 grpc::ServerBidiReactor<v1::LoadRequest, v1::LoadResponse>* NewLoadStream(grpc::CallbackServerContext* context,
-                                                                          DaemonState& state) {
-  return new LoadReactor(context, state);
+                                                                          DaemonState& state,
+                                                                          absl::StatusOr<Caller> caller) {
+  return new LoadReactor(context, state, std::move(caller));
 }
 
 }  // namespace cake

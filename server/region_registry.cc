@@ -9,9 +9,9 @@
 
 namespace cake {
 
-absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::string& client_id, uint64_t bytes,
+absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const RegionOwner& owner, uint64_t bytes,
                                                                     Placement placement) {
-  if (client_id.empty()) return absl::InvalidArgumentError("client_id is empty: name the engine that owns the region");
+  if (owner.client_id.empty()) return absl::InvalidArgumentError("client_id is empty: name the engine that owns the region");
   const bool on_device = placement.backend == RegionBackend::kCudaIpc;
   const uint64_t limit = on_device ? limits_.max_cuda_region_bytes : limits_.max_region_bytes;
   if (bytes == 0 || bytes > limit) {
@@ -21,9 +21,9 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::s
   {
     MutexLock lock(&mu_);
     uint32_t held = 0;
-    for (const auto& [id, e] : regions_) held += e.client_id == client_id;
+    for (const auto& [id, e] : regions_) held += e.owner == owner;
     if (held >= limits_.max_regions_per_client) {
-      return absl::ResourceExhaustedError(absl::StrCat("client ", client_id, " already holds ", held,
+      return absl::ResourceExhaustedError(absl::StrCat("client ", owner.ToString(), " already holds ", held,
                                                        " regions (limits.max_regions_per_client); release one"));
     }
     if (regions_.size() + pending_regions_ >= limits_.max_regions) {
@@ -39,25 +39,26 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const std::s
     ++pending_regions_;
     pending_bytes_ += bytes;
   }
-  auto created = on_device ? CreateCudaRegion(bytes, placement.device) : CreateHostRegion(bytes);
+  auto created = on_device ? CreateCudaRegion(bytes, placement.device) : CreateHostRegion(bytes, placement.shared_with_uid);
   MutexLock lock(&mu_);
   --pending_regions_;
   pending_bytes_ -= bytes;
   if (!created.ok()) return created.status();
   Registered out{"r-" + RandomHex128(), std::shared_ptr<Region>(std::move(*created))};
   held_bytes_ += out.region->size();
-  regions_.emplace(out.region_id, Entry{client_id, out.region, {}, clock_->Now() + limits_.lease});
+  regions_.emplace(out.region_id, Entry{owner, out.region, {}, clock_->Now() + limits_.lease});
   return out;
 }
 
-absl::StatusOr<RegionRegistry::Entry*> RegionRegistry::FindOwned(const std::string& client_id,
+absl::StatusOr<RegionRegistry::Entry*> RegionRegistry::FindOwned(const RegionOwner& owner,
                                                                  const std::string& region_id) {
   auto it = regions_.find(region_id);
-  if (it == regions_.end()) {
+  // Another principal's region answers as if it did not exist: its id must reveal nothing to this caller.
+  if (it == regions_.end() || it->second.owner.principal != owner.principal) {
     return absl::NotFoundError(
         absl::StrCat("region \"", region_id, "\" is not registered (never was, or was released)"));
   }
-  if (it->second.client_id != client_id) {
+  if (it->second.owner.client_id != owner.client_id) {
     return absl::PermissionDeniedError(absl::StrCat("region \"", region_id, "\" belongs to another client"));
   }
   // Its owner named it: alive, so the lease starts again.
@@ -65,21 +66,21 @@ absl::StatusOr<RegionRegistry::Entry*> RegionRegistry::FindOwned(const std::stri
   return &it->second;
 }
 
-absl::Status RegionRegistry::Release(const std::string& client_id, const std::string& region_id) {
+absl::Status RegionRegistry::Release(const RegionOwner& owner, const std::string& region_id) {
   std::shared_ptr<Region> last_ref;  // destroyed outside the lock: unmapping can take a while
   MutexLock lock(&mu_);
-  CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(client_id, region_id));
+  CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(owner, region_id));
   last_ref = std::move(entry->region);
   held_bytes_ -= last_ref->size();
   regions_.erase(region_id);
   return absl::OkStatus();
 }
 
-absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const std::string& client_id,
+absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const RegionOwner& owner,
                                                                           const std::string& region_id, uint64_t offset,
                                                                           uint64_t bytes) {
   MutexLock lock(&mu_);
-  CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(client_id, region_id));
+  CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(owner, region_id));
   Entry& e = *entry;
   CAKE_RETURN_IF_ERROR(CheckRange(e.region->size(), offset, bytes));
   if (bytes > 0) {
@@ -100,21 +101,21 @@ absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const 
   return lease;
 }
 
-absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Get(const std::string& client_id,
+absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Get(const RegionOwner& owner,
                                                             const std::string& region_id) {
   MutexLock lock(&mu_);
-  CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(client_id, region_id));
+  CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(owner, region_id));
   return entry->region;
 }
 
-absl::StatusOr<uint64_t> RegionRegistry::Size(const std::string& client_id, const std::string& region_id) {
-  CAKE_ASSIGN_OR_RETURN(const std::shared_ptr<Region> region, Get(client_id, region_id));
+absl::StatusOr<uint64_t> RegionRegistry::Size(const RegionOwner& owner, const std::string& region_id) {
+  CAKE_ASSIGN_OR_RETURN(const std::shared_ptr<Region> region, Get(owner, region_id));
   return region->size();
 }
 
-absl::Status RegionRegistry::Renew(const std::string& client_id, const std::string& region_id) {
+absl::Status RegionRegistry::Renew(const RegionOwner& owner, const std::string& region_id) {
   MutexLock lock(&mu_);
-  return FindOwned(client_id, region_id).status();
+  return FindOwned(owner, region_id).status();
 }
 
 std::vector<RegionRegistry::Expired> RegionRegistry::ReleaseExpired() {
@@ -128,7 +129,7 @@ std::vector<RegionRegistry::Expired> RegionRegistry::ReleaseExpired() {
       ++it;
       continue;
     }
-    released.push_back(Expired{e.client_id, it->first, e.region->size()});
+    released.push_back(Expired{e.owner, it->first, e.region->size()});
     held_bytes_ -= e.region->size();
     last_refs.push_back(std::move(e.region));
     regions_.erase(it++);

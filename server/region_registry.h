@@ -1,9 +1,12 @@
 // The regions the daemon has created for engines: who owns each, and which byte ranges live loads are using.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,24 @@ namespace cake {
 struct RegionPlacement {
   RegionBackend backend = RegionBackend::kHostShm;
   int device = 0;
+  // Host regions: the one other user who may map the memory (the engine that asked for it); none: the daemon's
+  // own user only.
+  std::optional<uid_t> shared_with_uid;
+};
+
+// Who a region belongs to: the principal the daemon established for the caller, and which of that principal's
+// engines (the client's own word) registered it. Only the same pair may use or release it.
+struct RegionOwner {
+  RegionOwner(const char* client) : client_id(client) {}  // NOLINT: one principal (tests, single-user mode)
+  RegionOwner(std::string client) : client_id(std::move(client)) {}  // NOLINT
+  RegionOwner(std::string principal_name, std::string client)
+      : principal(std::move(principal_name)), client_id(std::move(client)) {}
+  friend bool operator==(const RegionOwner&, const RegionOwner&) = default;
+  // For logs: "principal/client", or the client alone for the unnamed principal.
+  std::string ToString() const { return principal.empty() ? client_id : principal + "/" + client_id; }
+
+  std::string principal;
+  std::string client_id;
 };
 
 class RegionRegistry {
@@ -42,13 +63,14 @@ class RegionRegistry {
     std::string region_id;
     std::shared_ptr<Region> region;
   };
-  // Creates a region owned by client_id. INVALID_ARGUMENT for a size of 0 or over the limit,
+  // Creates a region owned by `owner`. INVALID_ARGUMENT for a size of 0 or over the limit,
   // RESOURCE_EXHAUSTED when the client holds too many, all clients together hold too many or too many bytes, or
   // memory runs out.
-  absl::StatusOr<Registered> Register(const std::string& client_id, uint64_t bytes, Placement placement = {});
-  // NOT_FOUND: unknown id. PERMISSION_DENIED: another client's. Loads still using it keep its memory alive
+  absl::StatusOr<Registered> Register(const RegionOwner& owner, uint64_t bytes, Placement placement = {});
+  // NOT_FOUND: unknown id, or another principal's (whose regions' existence is none of this caller's business).
+  // PERMISSION_DENIED: another client's of the same principal. Loads still using it keep its memory alive
   // until they end; the name disappears at once.
-  absl::Status Release(const std::string& client_id, const std::string& region_id);
+  absl::Status Release(const RegionOwner& owner, const std::string& region_id);
 
   // Frees a window when the load that reserved it ends (and its last read has landed).
   class WindowLease {
@@ -69,20 +91,21 @@ class RegionRegistry {
   // Checks ownership (which renews the region's lease) and reserves [offset, offset + bytes) of the region for one load.
   // NOT_FOUND / PERMISSION_DENIED as above; OUT_OF_RANGE outside the region; FAILED_PRECONDITION when the
   // range overlaps a window another live load holds.
-  absl::StatusOr<WindowLease> ReserveWindow(const std::string& client_id, const std::string& region_id, uint64_t offset,
+  absl::StatusOr<WindowLease> ReserveWindow(const RegionOwner& owner, const std::string& region_id, uint64_t offset,
                                             uint64_t bytes);
   // Ownership check only, for Store (which reads the region once and holds nothing).
-  absl::StatusOr<std::shared_ptr<Region>> Get(const std::string& client_id, const std::string& region_id);
+  absl::StatusOr<std::shared_ptr<Region>> Get(const RegionOwner& owner, const std::string& region_id);
   // Size of a region (for window defaults) after the same checks.
-  absl::StatusOr<uint64_t> Size(const std::string& client_id, const std::string& region_id);
+  absl::StatusOr<uint64_t> Size(const RegionOwner& owner, const std::string& region_id);
 
   // Starts the region's lease again (every other call of its owner naming it does too). NOT_FOUND /
   // PERMISSION_DENIED as above.
-  absl::Status Renew(const std::string& client_id, const std::string& region_id);
+  absl::Status Renew(const RegionOwner& owner, const std::string& region_id);
   std::chrono::milliseconds lease() const { return limits_.lease; }
 
   struct Expired {
-    std::string client_id, region_id;
+    RegionOwner owner;
+    std::string region_id;
     uint64_t bytes;
   };
   // Releases every region whose lease has run out and that no live load is using (a load's window keeps its
@@ -99,12 +122,12 @@ class RegionRegistry {
     uint64_t begin, end;
   };
   struct Entry {
-    std::string client_id;
+    RegionOwner owner;
     std::shared_ptr<Region> region;
     absl::flat_hash_map<uint64_t, Window> windows;  // by window lease id
     TimePoint lease_ends;
   };
-  absl::StatusOr<Entry*> FindOwned(const std::string& client_id, const std::string& region_id)
+  absl::StatusOr<Entry*> FindOwned(const RegionOwner& owner, const std::string& region_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLease(const std::string& region_id, uint64_t lease_id);
 

@@ -11,7 +11,8 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-absl::StatusOr<Namespace> ParseNamespace(const v1::Namespace& p, const DaemonConfig& config) {
+absl::StatusOr<Namespace> ParseNamespace(const v1::Namespace& p, const DaemonConfig& config,
+                                         const std::string& tenant) {
   NamespaceSpec spec;
   spec.model_id = p.model_id();
   spec.num_layers = p.num_layers();
@@ -24,7 +25,8 @@ absl::StatusOr<Namespace> ParseNamespace(const v1::Namespace& p, const DaemonCon
   spec.tp_rank = p.tp_rank();
   spec.tp_size = p.tp_size() == 0 ? 1 : p.tp_size();
   spec.chunk_tokens = p.chunk_tokens() == 0 ? config.default_chunk_tokens : p.chunk_tokens();
-  spec.tenant = p.tenant();
+  if (tenant.size() > 256) return absl::InvalidArgumentError("namespace.tenant is longer than 256 bytes");
+  spec.tenant = tenant;
   NamespaceLimits limits{config.max_chunk_bytes, config.max_chunk_tokens};
   CAKE_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(std::move(spec), limits, config.key_secret));
   // Every tier spends at least a page (DRAM extents, disk blocks) and an index entry per chunk: tiny chunks would

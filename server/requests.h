@@ -14,8 +14,10 @@ namespace cake {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-// The namespace of a request, validated against the daemon's limits.
-absl::StatusOr<Namespace> ParseNamespace(const v1::Namespace& proto, const DaemonConfig& config);
+// The namespace of a request, validated against the daemon's limits, in `tenant` (which the daemon decided from
+// the caller's principal; the request's own tenant field is not read here).
+absl::StatusOr<Namespace> ParseNamespace(const v1::Namespace& proto, const DaemonConfig& config,
+                                         const std::string& tenant);
 
 // The chunk keys of a prompt: from tokens (hashed) or from the engine's own keys. INVALID_ARGUMENT for an empty
 // prompt, both forms at once, a wrong key length, or more tokens than limits.max_prompt_tokens.

@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "grpc/grpc_security_constants.h"
+#include "grpcpp/security/auth_context.h"
 #include "base/mutex.h"
 #include "server/load_stream.h"
 #include "server/requests.h"
@@ -21,9 +23,9 @@ class RegisterRegionReactor final : public grpc::ServerUnaryReactor {
  public:
   RegisterRegionReactor(grpc::CallbackServerContext* context, DaemonState& state) : context_(context), state_(state) {}
 
-  void Created(const std::string& client_id, const std::string& region_id) {
+  void Created(const RegionOwner& owner, const std::string& region_id) {
     MutexLock lock(&mu_);
-    client_id_ = client_id;
+    owner_ = owner;
     region_id_ = region_id;
   }
   void OnCancel() override {
@@ -34,10 +36,10 @@ class RegisterRegionReactor final : public grpc::ServerUnaryReactor {
     {
       MutexLock lock(&mu_);
       if (!region_id_.empty() && (cancelled_ || context_->IsCancelled()) &&
-          state_.regions.Release(client_id_, region_id_).ok()) {
+          state_.regions.Release(owner_, region_id_).ok()) {
         Bump(state_.counters.regions_reclaimed);
-        spdlog::info("region {} released: client {} gave up on its registration before the reply reached it",
-                     region_id_, client_id_);
+        spdlog::info("a region of client {} released: it gave up on its registration before the reply reached it",
+                     owner_.ToString());
       }
     }
     delete this;
@@ -47,7 +49,7 @@ class RegisterRegionReactor final : public grpc::ServerUnaryReactor {
   grpc::CallbackServerContext* const context_;
   DaemonState& state_;
   Mutex mu_;
-  std::string client_id_ ABSL_GUARDED_BY(mu_);
+  RegionOwner owner_ ABSL_GUARDED_BY(mu_){""};
   std::string region_id_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -58,11 +60,70 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl
   return reactor;
 }
 
+// The caller, established by the daemon, holding `role`: PERMISSION_DENIED (or UNAUTHENTICATED) otherwise.
+absl::StatusOr<Caller> Authorize(grpc::CallbackServerContext* context, const DaemonState& state, Role role,
+                                 std::string_view what) {
+  auto caller = IdentifyCaller(*context, state);
+  if (!caller.ok()) return caller.status();
+  if (absl::Status allowed = AccessPolicy::Require(*caller, role, what); !allowed.ok()) return allowed;
+  return caller;
+}
+
+// Regions are shared memory on this machine: only engines on the unix socket can map them.
+absl::Status CheckRegionsReachable(const Caller& caller) {
+  if (caller.unix_socket) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "regions are shared memory on the daemon's machine; over TCP, load and store with inline bytes (no region_id)");
+}
+
 }  // namespace
+
+absl::StatusOr<Caller> IdentifyCaller(const grpc::CallbackServerContext& context, const DaemonState& state) {
+  PeerFacts facts;
+  const std::string peer = context.peer();
+  if (peer.rfind("fd:", 0) == 0) {
+    facts.transport = PeerFacts::Transport::kUnix;
+    if (state.unix_connections != nullptr) {
+      if (auto unix_peer = state.unix_connections->PeerOf(peer)) facts.uid = unix_peer->uid;
+    }
+    return state.access.Identify(facts);
+  }
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  bool tls = false;
+  if (auth != nullptr) {
+    for (const grpc::string_ref& type : auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME)) {
+      tls |= std::string_view(type.data(), type.size()) == GRPC_SSL_TRANSPORT_SECURITY_TYPE;
+    }
+    if (tls) {
+      for (const char* property : {GRPC_X509_SAN_PROPERTY_NAME, GRPC_X509_CN_PROPERTY_NAME}) {
+        for (const grpc::string_ref& value : auth->FindPropertyValues(property)) {
+          facts.certificate_identities.emplace_back(value.data(), value.size());
+        }
+      }
+    }
+  }
+  facts.transport = tls ? PeerFacts::Transport::kTls : PeerFacts::Transport::kPlaintextLoopback;
+  const auto& metadata = context.client_metadata();
+  if (auto it = metadata.find("authorization"); it != metadata.end()) {
+    constexpr std::string_view kBearer = "Bearer ";
+    const std::string_view value(it->second.data(), it->second.size());
+    if (value.substr(0, kBearer.size()) == kBearer) facts.bearer_token = std::string(value.substr(kBearer.size()));
+  }
+  return state.access.Identify(facts);
+}
+
+absl::StatusOr<Namespace> CallerNamespace(const Caller& caller, const v1::Namespace& proto, const DaemonConfig& config) {
+  auto tenant = AccessPolicy::Tenant(caller, proto.tenant());
+  if (!tenant.ok()) return tenant.status();
+  return ParseNamespace(proto, config, *tenant);
+}
 
 grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerContext* context,
                                                         const v1::RegisterRegionRequest* request,
                                                         v1::RegisterRegionResponse* response) {
+  auto caller = Authorize(context, state_, Role::kEngine, "RegisterRegion");
+  if (!caller.ok()) return Reply(context, caller.status());
+  if (auto s = CheckRegionsReachable(*caller); !s.ok()) return Reply(context, s);
   if (auto s = CheckClientId(request->client_id()); !s.ok()) return Reply(context, s);
   if (request->kind() != v1::REGION_AUTO && request->kind() != v1::REGION_HOST_SHM &&
       request->kind() != v1::REGION_CUDA_IPC) {
@@ -84,11 +145,14 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
     }
     placement = {RegionBackend::kCudaIpc, request->device()};
   }
+  // Host memory is shared with the engine that asked, by its uid, and with nobody else.
+  placement.shared_with_uid = caller->uid;
+  const RegionOwner owner(caller->principal->name, request->client_id());
   // Creating a region maps every page of it, which takes a while for large ones: a background thread does it,
   // never one a load's reads wait for.
   auto* reactor = new RegisterRegionReactor(context, state_);
-  const bool submitted = state_.background.TrySubmit([this, reactor, request, response, placement] {
-    auto registered = state_.regions.Register(request->client_id(), request->bytes(), placement);
+  const bool submitted = state_.background.TrySubmit([this, reactor, request, response, placement, owner] {
+    auto registered = state_.regions.Register(owner, request->bytes(), placement);
     if (registered.ok()) {
       response->set_region_id(registered->region_id);
       response->set_bytes(registered->region->size());
@@ -101,9 +165,9 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
         response->set_shm_name(registered->region->export_handle());
       }
       Bump(state_.counters.regions_registered);
-      spdlog::info("region {} ({} bytes) registered for client {}", registered->region_id, request->bytes(),
-                   request->client_id());
-      reactor->Created(request->client_id(), registered->region_id);
+      // The id is the region's capability: never logged.
+      spdlog::info("region of {} bytes registered for client {}", request->bytes(), owner.ToString());
+      reactor->Created(owner, registered->region_id);
     }
     reactor->Finish(ToGrpcStatus(registered.status()));
   });
@@ -116,11 +180,14 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* KvServiceImpl::ReleaseRegion(grpc::CallbackServerContext* context,
                                                        const v1::ReleaseRegionRequest* request,
                                                        v1::ReleaseRegionResponse* response) {
+  auto caller = Authorize(context, state_, Role::kEngine, "ReleaseRegion");
+  if (!caller.ok()) return Reply(context, caller.status());
   if (auto s = CheckClientId(request->client_id()); !s.ok()) return Reply(context, s);
-  absl::Status status = state_.regions.Release(request->client_id(), request->region_id());
+  const RegionOwner owner(caller->principal->name, request->client_id());
+  absl::Status status = state_.regions.Release(owner, request->region_id());
   if (status.ok()) {
     Bump(state_.counters.regions_released);
-    spdlog::info("region {} released by client {}", request->region_id(), request->client_id());
+    spdlog::info("a region released by client {}", owner.ToString());
   }
   return Reply(context, status);
 }
@@ -128,8 +195,11 @@ grpc::ServerUnaryReactor* KvServiceImpl::ReleaseRegion(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* KvServiceImpl::RenewRegion(grpc::CallbackServerContext* context,
                                                      const v1::RenewRegionRequest* request,
                                                      v1::RenewRegionResponse* response) {
+  auto caller = Authorize(context, state_, Role::kEngine, "RenewRegion");
+  if (!caller.ok()) return Reply(context, caller.status());
   if (auto s = CheckClientId(request->client_id()); !s.ok()) return Reply(context, s);
-  absl::Status status = state_.regions.Renew(request->client_id(), request->region_id());
+  absl::Status status =
+      state_.regions.Renew(RegionOwner(caller->principal->name, request->client_id()), request->region_id());
   if (status.ok()) response->set_lease_ms(static_cast<uint32_t>(state_.regions.lease().count()));
   return Reply(context, status);
 }
@@ -137,7 +207,9 @@ grpc::ServerUnaryReactor* KvServiceImpl::RenewRegion(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* context, const v1::LookupRequest* request,
                                                 v1::LookupResponse* response) {
   Bump(state_.counters.lookups);
-  auto ns = ParseNamespace(request->namespace_(), state_.config);
+  auto caller = Authorize(context, state_, Role::kEngine, "Lookup");
+  if (!caller.ok()) return Reply(context, caller.status());
+  auto ns = CallerNamespace(*caller, request->namespace_(), state_.config);
   if (!ns.ok()) return Reply(context, ns.status());
   auto keys = PromptKeys(*ns, request->prompt(), state_.config);
   if (!keys.ok()) return Reply(context, keys.status());
@@ -169,7 +241,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* con
 }
 
 grpc::ServerBidiReactor<v1::LoadRequest, v1::LoadResponse>* KvServiceImpl::Load(grpc::CallbackServerContext* context) {
-  return NewLoadStream(context, state_);
+  return NewLoadStream(context, state_, Authorize(context, state_, Role::kEngine, "Load"));
 }
 
 grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* context, const v1::StoreRequest* request,
@@ -179,8 +251,10 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
     Bump(state_.counters.invalid_requests);
     return Reply(context, s);
   };
+  auto caller = Authorize(context, state_, Role::kEngine, "Store");
+  if (!caller.ok()) return reject(caller.status());
   if (auto s = CheckClientId(request->client_id()); !s.ok()) return reject(s);
-  auto ns = ParseNamespace(request->namespace_(), state_.config);
+  auto ns = CallerNamespace(*caller, request->namespace_(), state_.config);
   if (!ns.ok()) return reject(ns.status());
   auto keys = PromptKeys(*ns, request->prompt(), state_.config);
   if (!keys.ok()) return reject(keys.status());
@@ -210,7 +284,8 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
     if (request->inline_chunks_size() > 0) {
       return reject(absl::InvalidArgumentError("send chunks in a region or inline, not both"));
     }
-    auto got = state_.regions.Get(request->client_id(), request->region_id());
+    if (auto s = CheckRegionsReachable(*caller); !s.ok()) return reject(s);
+    auto got = state_.regions.Get(RegionOwner(caller->principal->name, request->client_id()), request->region_id());
     if (!got.ok()) return reject(got.status());
     region = std::move(*got);
     if (count > UINT64_MAX / chunk_bytes) return reject(absl::OutOfRangeError("chunk_count * chunk_bytes overflows"));
@@ -262,7 +337,8 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
 
 grpc::ServerUnaryReactor* AdminServiceImpl::Ping(grpc::CallbackServerContext* context, const v1::PingRequest*,
                                                  v1::PingResponse*) {
-  return Reply(context, absl::OkStatus());
+  // Any identified caller may ask whether the daemon answers.
+  return Reply(context, IdentifyCaller(*context, state_).status());
 }
 
 // Runs `fill` (which may ask every tier) and finishes the call: on a network-call thread when some tier waits on
@@ -285,6 +361,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::AskEveryTier(grpc::CallbackServerCon
 
 grpc::ServerUnaryReactor* AdminServiceImpl::Status(grpc::CallbackServerContext* context, const v1::StatusRequest*,
                                                    v1::StatusResponse* response) {
+  if (auto caller = Authorize(context, state_, Role::kMonitor, "Status"); !caller.ok()) {
+    return Reply(context, caller.status());
+  }
   return AskEveryTier(context, [this, response] { FillStatus(response); });
 }
 
@@ -310,6 +389,9 @@ void AdminServiceImpl::FillStatus(v1::StatusResponse* response) {
 
 grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* context, const v1::StatsRequest*,
                                                   v1::StatsResponse* response) {
+  if (auto caller = Authorize(context, state_, Role::kMonitor, "Stats"); !caller.ok()) {
+    return Reply(context, caller.status());
+  }
   return AskEveryTier(context, [this, response] { FillStats(response); });
 }
 
@@ -355,6 +437,9 @@ absl::StatusOr<Tier*> AdminServiceImpl::NamedTier(const std::string& name) const
 
 grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* context, const v1::EvictRequest* request,
                                                   v1::EvictResponse* response) {
+  if (auto caller = Authorize(context, state_, Role::kAdmin, "Evict"); !caller.ok()) {
+    return Reply(context, caller.status());
+  }
   auto named = NamedTier(request->tier());
   if (!named.ok()) return Reply(context, named.status());
   Tier* tier = *named;
@@ -385,6 +470,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* AdminServiceImpl::SetReadCap(grpc::CallbackServerContext* context,
                                                        const v1::SetReadCapRequest* request,
                                                        v1::SetReadCapResponse* response) {
+  if (auto caller = Authorize(context, state_, Role::kAdmin, "SetReadCap"); !caller.ok()) {
+    return Reply(context, caller.status());
+  }
   if (!(request->gbps() > 0) || !std::isfinite(request->gbps())) {
     return Reply(context, absl::InvalidArgumentError(
                               absl::StrCat("gbps must be a positive number of Gbit/s; got ", request->gbps())));

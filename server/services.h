@@ -9,6 +9,12 @@
 
 namespace cake {
 
+// Who made this call, as the daemon established it (the unix peer's uid, a TCP client's certificate or token).
+absl::StatusOr<Caller> IdentifyCaller(const grpc::CallbackServerContext& context, const DaemonState& state);
+
+// The request's namespace in the tenant the caller acts in (PERMISSION_DENIED for a tenant it does not hold).
+absl::StatusOr<Namespace> CallerNamespace(const Caller& caller, const v1::Namespace& proto, const DaemonConfig& config);
+
 class KvServiceImpl final : public v1::KvService::CallbackService {
  public:
   explicit KvServiceImpl(DaemonState& state) : state_(state) {}

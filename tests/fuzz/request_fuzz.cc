@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cake::v1::LoadStart start;
   if (!start.ParseFromArray(data, static_cast<int>(size))) return 0;
   (void)cake::CheckClientId(start.client_id());
-  auto ns = cake::ParseNamespace(start.namespace_(), config);
+  auto ns = cake::ParseNamespace(start.namespace_(), config, start.namespace_().tenant());
   if (!ns.ok()) return 0;
   auto keys = cake::PromptKeys(*ns, start.prompt(), config);
   if (keys.ok() && keys->size() * ns->chunk_tokens() > config.max_prompt_tokens + ns->chunk_tokens() &&

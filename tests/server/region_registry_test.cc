@@ -146,7 +146,7 @@ TEST_CASE("region registry: a region its owner stops naming is released once its
   clock.Advance(std::chrono::milliseconds(600));  // 1.2 s: the silent one's lease ran out; the others' did not
   const auto expired = registry.ReleaseExpired();
   REQUIRE(expired.size() == 1);
-  CHECK(expired[0].client_id == "silent");
+  CHECK(expired[0].owner.client_id == "silent");
   CHECK(expired[0].region_id == silent->region_id);
   CHECK(expired[0].bytes == silent->region->size());
   CHECK(registry.Renew("silent", silent->region_id).code() == absl::StatusCode::kNotFound);
@@ -157,7 +157,7 @@ TEST_CASE("region registry: a region its owner stops naming is released once its
   clock.Advance(std::chrono::milliseconds(5000));
   const auto while_loading = registry.ReleaseExpired();
   REQUIRE(while_loading.size() == 1);
-  CHECK(while_loading[0].client_id == "renewing");
+  CHECK(while_loading[0].owner.client_id == "renewing");
   *window = RegionRegistry::WindowLease();  // the load ends
   clock.Advance(std::chrono::milliseconds(900));
   CHECK(registry.ReleaseExpired().empty());

@@ -1,0 +1,120 @@
+#include "server/unix_listener.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_posix.h"
+#include "spdlog/spdlog.h"
+
+namespace cake {
+
+absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::string& path, uint32_t mode) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket path ", path, " is longer than ", sizeof(addr.sun_path) - 1, " bytes"));
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  std::unique_ptr<UnixListener> listener(new UnixListener());
+  listener->listen_fd_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listener->listen_fd_.valid()) {
+    return absl::UnavailableError(absl::StrCat("socket(AF_UNIX): ", std::strerror(errno)));
+  }
+  // Bound with a umask that admits nobody, then opened to `mode`: no moment exists in which the socket is wider.
+  const mode_t old_umask = ::umask(0777);
+  const int bound = ::bind(listener->listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int bind_errno = errno;
+  ::umask(old_umask);
+  if (bound != 0) return absl::UnavailableError(absl::StrCat("bind ", path, ": ", std::strerror(bind_errno)));
+  if (::chmod(path.c_str(), mode) != 0 || ::listen(listener->listen_fd_.get(), SOMAXCONN) != 0) {
+    const int e = errno;
+    ::unlink(path.c_str());
+    return absl::UnavailableError(absl::StrCat("listen on ", path, ": ", std::strerror(e)));
+  }
+  listener->stop_fd_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!listener->stop_fd_.valid()) return absl::UnavailableError(absl::StrCat("eventfd: ", std::strerror(errno)));
+  return listener;
+}
+
+UnixListener::~UnixListener() { Stop(); }
+
+void UnixListener::Serve(grpc::Server* server) {
+  thread_ = std::thread([this, server] { AcceptLoop(server); });
+}
+
+void UnixListener::Stop() {
+  if (!thread_.joinable()) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(stop_fd_.get(), &one, sizeof(one));
+  thread_.join();
+  listen_fd_ = UniqueFd();
+}
+
+void UnixListener::AcceptLoop(grpc::Server* server) {
+  pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
+  auto last_warning = std::chrono::steady_clock::time_point();
+  while (true) {
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    if (fds[1].revents != 0) break;
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    // Non-blocking, as gRPC's own listener hands connections to its transport.
+    const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
+      // Out of descriptors (or memory): the connection waits in the backlog; say so now and then, and breathe.
+      if (const auto now = std::chrono::steady_clock::now(); now - last_warning > std::chrono::seconds(10)) {
+        spdlog::warn("accept on the unix socket failed: {}; connections wait", std::strerror(errno));
+        last_warning = now;
+      }
+      ::poll(nullptr, 0, 50);
+      continue;
+    }
+    ucred cred{};
+    socklen_t cred_len = sizeof(cred);
+    struct stat st {};
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0 || ::fstat(fd, &st) != 0) {
+      ::close(fd);
+      continue;
+    }
+    {
+      MutexLock lock(&mu_);
+      connections_[fd] = Connection{UnixPeer{cred.uid, cred.gid, cred.pid}, st.st_dev, st.st_ino};
+      ++accepted_;
+    }
+    // gRPC owns the descriptor from here on and closes it when the connection ends.
+    grpc::AddInsecureChannelFromFd(server, fd);
+  }
+}
+
+std::optional<UnixPeer> UnixListener::PeerOf(std::string_view grpc_peer) const {
+  constexpr std::string_view kPrefix = "fd:";
+  int fd = -1;
+  if (grpc_peer.substr(0, kPrefix.size()) != kPrefix ||
+      !absl::SimpleAtoi(std::string(grpc_peer.substr(kPrefix.size())), &fd)) {
+    return std::nullopt;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return std::nullopt;
+  MutexLock lock(&mu_);
+  auto it = connections_.find(fd);
+  if (it == connections_.end() || it->second.device != st.st_dev || it->second.inode != st.st_ino) return std::nullopt;
+  return it->second.peer;
+}
+
+uint64_t UnixListener::accepted() const {
+  MutexLock lock(&mu_);
+  return accepted_;
+}
+
+}  // namespace cake

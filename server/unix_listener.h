@@ -1,0 +1,68 @@
+// The daemon's unix socket, accepted by the daemon itself rather than by gRPC: gRPC does not tell a handler who
+// is on the other end of a unix connection, so each accepted connection's peer credentials (SO_PEERCRED: the
+// kernel's word, not the client's) are recorded before the connection is handed to gRPC. A handler finds them
+// by the connection's descriptor, which gRPC names in the call's peer ("fd:N").
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "base/mutex.h"
+#include "base/unique_fd.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace cake {
+
+struct UnixPeer {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  pid_t pid = 0;
+};
+
+class UnixListener {
+ public:
+  // Binds and listens on `path` (which must not exist) with `mode`. Accepting starts with Serve.
+  static absl::StatusOr<std::unique_ptr<UnixListener>> Bind(const std::string& path, uint32_t mode);
+  ~UnixListener();
+
+  // Accepts on a thread of its own, handing every connection to `server` (built with no listening port).
+  void Serve(grpc::Server* server);
+  // Stops accepting and joins the thread; connections already handed over stay gRPC's. Idempotent.
+  void Stop();
+
+  // The peer of the connection a call arrived on, from the call's gRPC peer string ("fd:N"); nullopt when it
+  // names no connection this listener accepted (or the descriptor now is some other file).
+  std::optional<UnixPeer> PeerOf(std::string_view grpc_peer) const;
+
+  uint64_t accepted() const;
+
+ private:
+  UnixListener() = default;
+  void AcceptLoop(grpc::Server* server);
+
+  struct Connection {
+    UnixPeer peer;
+    dev_t device;
+    ino_t inode;  // what the descriptor was at accept: a reused number names another file
+  };
+  UniqueFd listen_fd_;
+  UniqueFd stop_fd_;  // an eventfd: written to wake the accept loop
+  std::thread thread_;
+  mutable Mutex mu_;
+  // By descriptor. gRPC closes a connection's descriptor only after its last call is gone, so while a call runs
+  // its entry is its own; a later connection on the same number replaces the entry.
+  absl::flat_hash_map<int, Connection> connections_ ABSL_GUARDED_BY(mu_);
+  uint64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace cake
