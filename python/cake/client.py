@@ -75,26 +75,87 @@ def _prompt(tokens, chunk_keys):
     return kv_pb2.Prompt(chunk_keys=[bytes(k) for k in chunk_keys])
 
 
+class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Adds "authorization: Bearer <token>" to every call: how a TCP client without a certificate names itself."""
+
+    def __init__(self, token):
+        self._metadata = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details):
+        metadata = list(details.metadata or []) + [self._metadata]
+        return details._replace(metadata=metadata) if hasattr(details, "_replace") else _CallDetails(
+            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready,
+            details.compression)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_stream_stream(self, continuation, details, request_iterator):
+        return continuation(self._with_token(details), request_iterator)
+
+
+@dataclass(frozen=True)
+class _CallDetails(grpc.ClientCallDetails):
+    method: str
+    timeout: float
+    metadata: list
+    credentials: object
+    wait_for_ready: bool
+    compression: object
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 class Client:
     """A connection to caked. Thread-safe (gRPC channels are); every call raises CakeError on a refusal.
 
     socket: the daemon's unix socket path (default: default_socket_path()). client_id: who owns this client's
-    regions (default "<hostname>-<pid>"). timeout_s: deadline of each unary call."""
+    regions (default "<hostname>-<pid>"). timeout_s: deadline of each unary call.
 
-    def __init__(self, socket=None, client_id=None, connect_timeout_s=5.0, timeout_s=60.0):
-        self.socket_path = socket or default_socket_path()
+    Engines on another host connect over TCP instead: address="host:port" with tls_ca_file (the CA that signed
+    the daemon's certificate) and either a client certificate (tls_cert_file, tls_key_file: mTLS) or a bearer
+    token (token=..., or token_file=...). Over TCP there are no regions: loads and stores carry inline bytes.
+    Without tls_ca_file the connection is plaintext, which the daemon accepts on a loopback address only."""
+
+    def __init__(self, socket=None, client_id=None, connect_timeout_s=5.0, timeout_s=60.0, address=None,
+                 tls_ca_file=None, tls_cert_file=None, tls_key_file=None, tls_server_name=None, token=None,
+                 token_file=None):
         self.client_id = client_id or f"{_socket.gethostname()}-{os.getpid()}"
         self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(
-            "unix:" + self.socket_path,
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+        options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+        if token_file is not None:
+            token = _read(token_file).decode().strip()
+        if address is None:
+            self.socket_path = socket or default_socket_path()
+            target = "unix:" + self.socket_path
+            self._channel = grpc.insecure_channel(target, options=options)
+        else:
+            self.socket_path = None
+            target = address
+            if tls_ca_file is not None:
+                credentials = grpc.ssl_channel_credentials(
+                    root_certificates=_read(tls_ca_file),
+                    private_key=_read(tls_key_file) if tls_key_file else None,
+                    certificate_chain=_read(tls_cert_file) if tls_cert_file else None)
+                if tls_server_name:
+                    options.append(("grpc.ssl_target_name_override", tls_server_name))
+                self._channel = grpc.secure_channel(address, credentials, options=options)
+            else:
+                self._channel = grpc.insecure_channel(address, options=options)
+        self._raw_channel = self._channel
+        if token is not None:
+            self._channel = grpc.intercept_channel(self._channel, _BearerToken(token))
         try:
-            grpc.channel_ready_future(self._channel).result(timeout=connect_timeout_s)
+            grpc.channel_ready_future(self._raw_channel).result(timeout=connect_timeout_s)
         except grpc.FutureTimeoutError:
-            self._channel.close()
+            self._raw_channel.close()
             raise CakeError(grpc.StatusCode.UNAVAILABLE,
-                            f"no daemon answers on {self.socket_path} (is caked running? is the path right?)") from None
+                            f"no daemon answers on {target} (is caked running? is the address right? "
+                            "for TLS: do the certificates match?)") from None
         self._kv = kv_pb2_grpc.KvServiceStub(self._channel)
         self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
         self._regions = {}
@@ -114,7 +175,7 @@ class Client:
                 self.release_region(region)
             except CakeError:
                 pass
-        self._channel.close()
+        self._raw_channel.close()
 
     def _keep_renewing(self, lease_ms):
         with self._lease_lock:

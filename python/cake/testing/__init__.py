@@ -36,13 +36,23 @@ def caked_path():
 
 
 class SpawnedDaemon:
-    """caked on a socket in a fresh temporary folder. `args` are extra command-line flags."""
+    """caked on a socket in a fresh temporary folder. `args` are extra command-line flags; `config`, TOML text
+    for --config (written owner-only into the folder); `open_dir` lets other users reach the socket's folder
+    (tests that call as other users)."""
 
-    def __init__(self, args=(), start_timeout_s=20.0):
+    def __init__(self, args=(), start_timeout_s=20.0, config=None, open_dir=False):
         self.dir = tempfile.mkdtemp(prefix="cake-py-")
+        if open_dir:
+            os.chmod(self.dir, 0o711)
         self.socket_path = os.path.join(self.dir, "caked.sock")
         self.log_path = os.path.join(self.dir, "caked.log")
         self._log = open(self.log_path, "wb")
+        args = list(args)
+        if config is not None:
+            config_path = os.path.join(self.dir, "caked.toml")
+            with open(os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                f.write(config)
+            args = ["--config", config_path, *args]
         self.process = subprocess.Popen(_die_with_parent([caked_path(), "--run-dir", self.dir, *args]),
                                         stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + start_timeout_s
