@@ -151,7 +151,8 @@ void DecideCudaRegions(const DaemonConfig& config, DaemonState& state) {
 }
 
 // The TCP listener's credentials: TLS from the config's files, re-read every tcp.tls_reload_s (certificates
-// rotate without a restart), with client certificates required when a client CA is given; plaintext only where
+// rotate without a restart). With a client CA, a client certificate is verified when presented (and names the
+// principal); a client without one must bring a bearer token, which every call's check demands. Plaintext only where
 // ValidateConfig allowed it (a loopback address, explicitly).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const DaemonConfig& config) {
   if (config.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
@@ -169,7 +170,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const Da
   options.watch_identity_key_cert_pairs();
   if (!config.tls_client_ca_file.empty()) {
     options.watch_root_certs();
-    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    options.set_cert_request_type(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
   } else {
     options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   }
@@ -234,8 +235,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     d->state_->tcp_port = tcp_port;
     spdlog::info("listening on TCP {} (port {}): {}, inline bytes only", config.tcp_listen, tcp_port,
                  config.tls_cert_file.empty() ? "plaintext, loopback only"
-                 : config.tls_client_ca_file.empty() ? "TLS, clients name themselves with bearer tokens"
-                                                      : "TLS, client certificates required (mTLS)");
+                 : config.tls_client_ca_file.empty() ? "TLS, callers name themselves with bearer tokens"
+                                                      : "TLS, callers present a client certificate or a bearer token");
   }
   d->housekeeping_ = std::thread([daemon = d.get()] { daemon->Housekeep(); });
   spdlog::info("caked {} listening on {} (DRAM tier {} MiB{}, {} I/O threads, window {})", CAKE_VERSION,

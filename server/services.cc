@@ -92,7 +92,9 @@ absl::StatusOr<Caller> IdentifyCaller(const grpc::CallbackServerContext& context
   bool tls = false;
   if (auth != nullptr) {
     for (const grpc::string_ref& type : auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME)) {
-      tls |= std::string_view(type.data(), type.size()) == GRPC_SSL_TRANSPORT_SECURITY_TYPE;
+      // "tls" from the TLS credentials the listener uses; "ssl" from gRPC's older SSL credentials.
+      const std::string_view security(type.data(), type.size());
+      tls |= security == "tls" || security == GRPC_SSL_TRANSPORT_SECURITY_TYPE;
     }
     if (tls) {
       for (const char* property : {GRPC_X509_SAN_PROPERTY_NAME, GRPC_X509_CN_PROPERTY_NAME}) {

@@ -1,0 +1,205 @@
+"""Engines on other hosts: caked's TCP listener with TLS, client certificates (mTLS) or bearer tokens naming the
+principal, inline bytes only. A test CA, certificates and a rogue CA are made here with openssl."""
+import os
+import shutil
+import socket
+import subprocess
+import textwrap
+import time
+
+import grpc
+import pytest
+
+import cake
+from cake.testing import SpawnedDaemon
+from helpers import pattern, prompt, small_namespace
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+
+ENGINE_URI = "spiffe://cake-test/engine-a"
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _key(name, cwd):
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", f"{name}.key",
+             cwd=cwd)
+    os.chmod(os.path.join(cwd, f"{name}.key"), 0o600)
+
+
+def _ca(name, cwd):
+    _key(name, cwd)
+    _openssl("req", "-x509", "-new", "-key", f"{name}.key", "-out", f"{name}.pem", "-days", "2", "-subj",
+             f"/CN={name}", cwd=cwd)
+
+
+def _signed(name, ca, subject, san, cwd):
+    _key(name, cwd)
+    _openssl("req", "-new", "-key", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=cwd)
+    with open(os.path.join(cwd, f"{name}.ext"), "w") as f:
+        f.write(f"subjectAltName={san}\n")
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key", "-CAcreateserial",
+             "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("pki"))
+    _ca("ca", d)
+    _signed("server", "ca", "/CN=localhost", "DNS:localhost,IP:127.0.0.1", d)
+    _signed("engine", "ca", "/CN=engine-a", f"URI:{ENGINE_URI}", d)
+    _ca("rogue-ca", d)
+    _signed("rogue", "rogue-ca", "/CN=engine-a", f"URI:{ENGINE_URI}", d)  # the same name, from the wrong CA
+    _ca("next-ca", d)
+    _signed("next-server", "next-ca", "/CN=localhost", "DNS:localhost,IP:127.0.0.1", d)
+    token_file = os.path.join(d, "token-b")
+    with open(os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(TOKEN + "\n")
+    return lambda name: os.path.join(d, name)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _config(pki, port, extra=""):
+    return textwrap.dedent(f"""
+        [tcp]
+        listen = "127.0.0.1:{port}"
+        tls_cert_file = "{pki("server.pem")}"
+        tls_key_file = "{pki("server.key")}"
+        tls_client_ca_file = "{pki("ca.pem")}"
+        {extra}
+
+        [[access.principal]]
+        name = "remote-a"
+        tls_identities = ["{ENGINE_URI}"]
+        tenants = ["a"]
+        roles = ["engine"]
+
+        [[access.principal]]
+        name = "remote-b"
+        token_file = "{pki("token-b")}"
+        tenants = ["b"]
+        roles = ["engine"]
+    """)
+
+
+@pytest.fixture(scope="module")
+def tls_daemon(pki):
+    port = _free_port()
+    with SpawnedDaemon(["--dram-capacity-mib", "64"], config=_config(pki, port)) as d:
+        d.address = f"127.0.0.1:{port}"
+        yield d
+        assert d.alive(), d.log()
+
+
+def _client(daemon, pki, **kwargs):
+    return cake.Client(address=daemon.address, tls_ca_file=pki("ca.pem"), connect_timeout_s=5, **kwargs)
+
+
+def test_an_engine_with_a_client_certificate_loads_inline_bit_exact(tls_daemon, pki):
+    ns = small_namespace("over-tls")
+    tokens = prompt(4, seed=90)
+    chunks = [pattern(c, ns.chunk_bytes, salt=9).tobytes() for c in range(4)]
+    with _client(tls_daemon, pki, tls_cert_file=pki("engine.pem"), tls_key_file=pki("engine.key")) as client:
+        assert client.store(ns, tokens=tokens, first_chunk=0, chunks=chunks).stored_chunks == 4
+        assert client.lookup(ns, tokens=tokens).cached_chunks == 4
+        with client.load(ns, tokens=tokens, mode="io_only") as load:
+            assert {e.chunk: e.data for e in load} == dict(enumerate(chunks))
+            load.release()
+        # Regions are this machine's shared memory: not for a caller on another host.
+        with pytest.raises(cake.CakeError) as refused:
+            client.register_region(1 << 16)
+        assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "inline" in refused.value.message
+
+
+def test_a_token_names_its_principal_and_only_its_tenant(tls_daemon, pki):
+    tokens = prompt(4, seed=90)
+    with _client(tls_daemon, pki, token=TOKEN) as client:
+        # The same prompt A stored: B's tenant holds none of it.
+        assert client.lookup(small_namespace("over-tls"), tokens=tokens).cached_chunks == 0
+        with pytest.raises(cake.CakeError) as refused:
+            client.lookup(small_namespace("over-tls", tenant="a"), tokens=tokens)
+        assert refused.value.code == grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(cake.CakeError) as refused:
+            client.status()
+        assert refused.value.code == grpc.StatusCode.PERMISSION_DENIED
+
+
+@pytest.mark.parametrize("credentials", [{"token": "not-the-token-at-all"}, {}])
+def test_a_wrong_or_missing_token_is_refused(tls_daemon, pki, credentials):
+    with _client(tls_daemon, pki, **credentials) as client:
+        with pytest.raises(cake.CakeError) as refused:
+            client.lookup(small_namespace("over-tls"), tokens=prompt(1))
+        assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_certificate_from_another_ca_or_plaintext_never_connects(tls_daemon, pki):
+    with pytest.raises(cake.CakeError) as refused:
+        _client(tls_daemon, pki, tls_cert_file=pki("rogue.pem"), tls_key_file=pki("rogue.key"))
+    assert refused.value.code == grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(cake.CakeError):
+        cake.Client(address=tls_daemon.address, token=TOKEN, connect_timeout_s=2)  # no TLS at all
+    # ... nor does a client that does not trust the daemon's certificate.
+    with pytest.raises(cake.CakeError):
+        cake.Client(address=tls_daemon.address, tls_ca_file=pki("rogue-ca.pem"), token=TOKEN, connect_timeout_s=2)
+    # The unix socket serves as before.
+    with tls_daemon.client() as local:
+        local.ping()
+
+
+def test_rotated_certificates_are_served_without_a_restart(pki, tmp_path):
+    cert, key = str(tmp_path / "server.pem"), str(tmp_path / "server.key")
+    shutil.copy(pki("server.pem"), cert)
+    shutil.copy(pki("server.key"), key)
+    port = _free_port()
+    config = _config(pki, port, extra="tls_reload_s = 1").replace(pki("server.pem"), cert).replace(
+        pki("server.key"), key)
+    with SpawnedDaemon(["--dram-capacity-mib", "64"], config=config) as daemon:
+        address = f"127.0.0.1:{port}"
+        with cake.Client(address=address, tls_ca_file=pki("ca.pem"), token=TOKEN) as client:
+            client.lookup(small_namespace("rotate"), tokens=prompt(1))
+        shutil.copy(pki("next-server.key"), key)
+        shutil.copy(pki("next-server.pem"), cert)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with cake.Client(address=address, tls_ca_file=pki("next-ca.pem"), token=TOKEN,
+                                 connect_timeout_s=1) as client:
+                    client.lookup(small_namespace("rotate"), tokens=prompt(1))
+                break
+            except cake.CakeError:
+                assert time.monotonic() < deadline, daemon.log()
+                time.sleep(0.2)
+
+
+def test_plaintext_tcp_only_on_loopback_and_only_when_allowed(pki):
+    port = _free_port()
+    config = textwrap.dedent(f"""
+        [tcp]
+        listen = "127.0.0.1:{port}"
+        allow_plaintext_loopback = true
+
+        [[access.principal]]
+        name = "sidecar"
+        token_file = "{pki("token-b")}"
+        tenants = ["b"]
+        roles = ["engine"]
+    """)
+    with SpawnedDaemon(["--dram-capacity-mib", "64"], config=config) as daemon:
+        with cake.Client(address=f"127.0.0.1:{port}", token=TOKEN) as client:
+            assert client.lookup(small_namespace("plain"), tokens=prompt(2)).total_chunks == 2
+        with cake.Client(address=f"127.0.0.1:{port}") as anonymous:
+            with pytest.raises(cake.CakeError) as refused:
+                anonymous.ping()
+            assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
+        assert "plaintext, loopback only" in daemon.log()
+    with pytest.raises(RuntimeError, match="loopback"):
+        SpawnedDaemon([], config=config.replace("127.0.0.1", "0.0.0.0"))
