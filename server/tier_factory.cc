@@ -60,6 +60,10 @@ absl::Status AddTiersFromConfig(const DaemonConfig& config, bool page_lock_dram,
     remote.endpoints = config.remote_endpoints;
     remote.user = config.remote_user;
     remote.password = config.remote_password;
+    if (!config.remote_password_file.empty()) {
+      CAKE_ASSIGN_OR_RETURN(remote.password,
+                            ReadSecretFile(config.remote_password_file, "the Redis password (remote.password_file)"));
+    }
     if (const char* password = std::getenv("CAKE_REMOTE_PASSWORD"); password != nullptr) remote.password = password;
     remote.key_prefix = config.remote_key_prefix;
     remote.part_bytes = config.remote_part_bytes;

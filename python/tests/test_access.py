@@ -224,3 +224,27 @@ def test_cakectl_as_a_non_admin_is_refused_state_changes(tenants_daemon):
     # Root (the operator) administers without being named.
     evicted = run(0, "evict", "--tier", "dram")
     assert evicted.returncode == 0, evicted.stderr
+
+
+@needs_root
+def test_connections_reusing_descriptors_keep_their_own_principal(tenants_daemon):
+    """The daemon finds a call's principal by its connection's descriptor, which the kernel reuses as soon as a
+    connection closes: two users reconnecting over and over at once must each always be themselves."""
+    body = """
+        mine, theirs = small_namespace("reuse"), small_namespace("reuse", tenant=OTHER)
+        outcomes = set()
+        for _ in range(25):
+            with cake.Client(SOCKET) as client:
+                outcomes.add((attempt(client.lookup, mine, tokens=TOKENS)[0],
+                              attempt(client.lookup, theirs, tokens=TOKENS)[0]))
+        result = sorted(outcomes)
+    """
+    children = []
+    for uid, other in ((ENGINE_A, "b"), (ENGINE_B, "a")):
+        code = PRELUDE + f"OTHER = {other!r}\n" + textwrap.dedent(body) + "\nprint(json.dumps(result))\n"
+        children.append(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True, env=_child_env(tenants_daemon), cwd="/", **_as_user(uid)))
+    for child in children:
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1]) == [["OK", "PERMISSION_DENIED"]]

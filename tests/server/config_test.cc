@@ -2,6 +2,7 @@
 #include "server/config.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -287,5 +288,102 @@ read_gbps = 7
   CHECK_THAT(std::string(ValidateConfig(flags).message()), Catch::Contains("--disk-read-gbps"));
   flags.disk_read_gbps = 7;
   CHECK(ValidateConfig(flags).ok());
+}
+
+TEST_CASE("config: [access] principals and [tcp]", "[config][access]") {
+  auto c = Load(R"([tcp]
+listen = "0.0.0.0:7070"
+tls_cert_file = "/etc/cake/tls/server.pem"
+tls_key_file = "/etc/cake/tls/server.key"
+tls_client_ca_file = "/etc/cake/tls/clients.pem"
+tls_reload_s = 30
+
+[[access.principal]]
+name = "vllm-a"
+unix_uids = [1001, 1002]
+tls_identities = ["spiffe://prod/vllm-a"]
+tenants = ["a", "shared"]
+roles = ["engine"]
+
+[[access.principal]]
+name = "ops"
+unix_users = ["root"]
+roles = ["admin"]
+)");
+  REQUIRE(c.ok());
+  CHECK(c->tcp_listen == "0.0.0.0:7070");
+  CHECK(c->tls_client_ca_file == "/etc/cake/tls/clients.pem");
+  CHECK(c->tls_reload_s == 30);
+  REQUIRE(c->principals.size() == 2);
+  CHECK(c->principals[0].name == "vllm-a");
+  CHECK(c->principals[0].unix_uids == std::vector<uint32_t>{1001, 1002});
+  CHECK(c->principals[0].tenants == std::vector<std::string>{"a", "shared"});
+  CHECK(c->principals[1].unix_users == std::vector<std::string>{"root"});
+  CHECK(ValidateConfig(*c).ok());
+  CHECK(DefaultConfig().principals.empty());
+  CHECK(DefaultConfig().tcp_listen.empty());
+
+  ExpectInvalid("[[access.principal]]\nroles = [\"engine\"]\ntenants = [\"a\"]\n", "has no name");
+  ExpectInvalid("[[access.principal]]\nname = \"x\"\ncolour = 1\n", "unknown key(s) in [access.principal[0]]: colour");
+  ExpectInvalid("[access]\nprincipal = 3\n", "[[access.principal]]");
+  ExpectInvalid("[[access.principal]]\nname = \"x\"\n[[access.principal]]\nname = \"x\"\n", "two [[access.principal]]");
+  ExpectInvalid("[tcp]\nlisten = 7\n", "tcp.listen must be a string");
+
+  auto rule = [](auto&& change) {
+    DaemonConfig config = DefaultConfig();
+    config.principals.push_back(PrincipalConfig{"p", {1001}, {}, {}, "", {"a"}, {"engine"}});
+    change(config);
+    return std::string(ValidateConfig(config).message());
+  };
+  CHECK_THAT(rule([](DaemonConfig& c) { c.principals[0].roles = {"root"}; }), Catch::Contains("accepted: engine"));
+  CHECK_THAT(rule([](DaemonConfig& c) { c.principals[0].roles = {}; }), Catch::Contains("has no roles"));
+  CHECK_THAT(rule([](DaemonConfig& c) { c.principals[0].tenants = {}; }), Catch::Contains("has no tenants"));
+  CHECK_THAT(rule([](DaemonConfig& c) { c.principals[0].unix_uids = {}; }), Catch::Contains("no way to recognise"));
+  // TCP: TLS unless plaintext is allowed, and then only on loopback; and somebody must be able to call.
+  CHECK_THAT(rule([](DaemonConfig& c) { c.tcp_listen = "0.0.0.0:7070"; }), Catch::Contains("plaintext TCP is refused"));
+  CHECK_THAT(rule([](DaemonConfig& c) {
+               c.tcp_listen = "10.0.0.1:7070";
+               c.tcp_allow_plaintext_loopback = true;
+             }),
+             Catch::Contains("not a loopback address"));
+  CHECK_THAT(rule([](DaemonConfig& c) {
+               c.tcp_listen = "127.0.0.1:7070";
+               c.tcp_allow_plaintext_loopback = true;
+             }),
+             Catch::Contains("nobody could call"));
+  CHECK_THAT(rule([](DaemonConfig& c) {
+               c.tcp_listen = "0.0.0.0:7070";
+               c.tls_cert_file = "/x.pem";
+             }),
+             Catch::Contains("go together"));
+  CHECK_THAT(rule([](DaemonConfig& c) { c.tls_cert_file = "/x.pem"; }), Catch::Contains("tcp.listen is not"));
+  CHECK(IsLoopbackListenAddress("[::1]:7070"));
+  CHECK(IsLoopbackListenAddress("localhost:7070"));
+  CHECK_FALSE(IsLoopbackListenAddress("127.0.0.1.evil.example:7070"));
+}
+
+TEST_CASE("config: secrets stay out of readable files", "[config][access]") {
+  // A password in a config the engines' group can read is refused; in an owner-only one it is accepted.
+  TempConfig config("[remote]\nendpoints = [\"127.0.0.1:6379\"]\npassword = \"hunter2\"\n");
+  REQUIRE(chmod(config.path().c_str(), 0600) == 0);
+  CHECK(LoadConfigFile(config.path(), DefaultConfig()).ok());
+  REQUIRE(chmod(config.path().c_str(), 0640) == 0);
+  auto refused = LoadConfigFile(config.path(), DefaultConfig());
+  CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("remote.password_file"));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("0640"));
+
+  TempConfig secret("hunter2\n");
+  REQUIRE(chmod(secret.path().c_str(), 0600) == 0);
+  auto read = ReadSecretFile(secret.path(), "the test secret");
+  REQUIRE(read.ok());
+  CHECK(*read == "hunter2");  // the newline an editor adds is not part of it
+  REQUIRE(chmod(secret.path().c_str(), 0644) == 0);
+  auto readable = ReadSecretFile(secret.path(), "the test secret");
+  CHECK(readable.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(readable.status().message()), Catch::Contains("mode 0600"));
+  CHECK(ReadSecretFile("/nonexistent/secret", "x").status().code() == absl::StatusCode::kFailedPrecondition);
+  TempConfig empty("");
+  CHECK_THAT(std::string(ReadSecretFile(empty.path(), "x").status().message()), Catch::Contains("is empty"));
 }
 }  // namespace cake
