@@ -8,7 +8,20 @@ prefix=${PREFIX:-/usr/local}
 [ -x build/bin/caked ] || { echo "install.sh: build first (scripts/test or scripts/demo builds into build/)" >&2; exit 1; }
 install -d "$prefix/bin" /etc/cake "$prefix/share/doc/cake"
 install -m 0755 build/bin/caked build/bin/cakectl "$prefix/bin/"
-[ -f /etc/cake/caked.toml ] || install -m 0644 deploy/caked.toml /etc/cake/caked.toml
+# The daemon's user and group: engines that use it join the group (the socket is 0660).
+if command -v groupadd >/dev/null; then
+  getent group cake >/dev/null || groupadd --system cake
+  getent passwd cake >/dev/null || useradd --system --gid cake --no-create-home --shell /usr/sbin/nologin cake
+fi
+[ -f /etc/cake/caked.toml ] || install -m 0640 deploy/caked.toml /etc/cake/caked.toml
+# Readable by the daemon (group cake), not by everyone; secrets go in /etc/cake/private, the daemon's alone.
+if getent group cake >/dev/null; then
+  chown root:cake /etc/cake/caked.toml && chmod 0640 /etc/cake/caked.toml
+  install -d -m 0700 -o cake -g cake /etc/cake/private
+else
+  chmod 0600 /etc/cake/caked.toml
+  install -d -m 0700 /etc/cake/private
+fi
 install -m 0644 docs/*.md "$prefix/share/doc/cake/"
 # The Python packages, where Debian's python3 finds them (/usr/local/lib/python3/dist-packages with the default
 # prefix); the generated cake.v1 stubs go inside the cake package.
@@ -22,8 +35,6 @@ if [ -f build/python/cake/v1/kv_pb2.py ]; then
   install -m 0644 python/cake_torch_engine/*.py "$pydir/cake_torch_engine/"
 fi
 if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
-  getent group cake >/dev/null || groupadd --system cake
-  getent passwd cake >/dev/null || useradd --system --gid cake --no-create-home --shell /usr/sbin/nologin cake
   install -m 0644 deploy/caked.service /etc/systemd/system/caked.service
   systemctl daemon-reload
   echo "installed; start with: systemctl enable --now caked"
