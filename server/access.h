@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,9 +42,12 @@ struct PeerFacts {
   std::optional<std::string> bearer_token;          // TCP: "authorization: Bearer <token>" metadata
 };
 
+class AccessPolicy;
+
 // A call's established identity.
 struct Caller {
-  const Principal* principal = nullptr;  // never null for an identified caller
+  const Principal* principal = nullptr;  // never null for an identified caller; owned by `policy`
+  std::shared_ptr<const AccessPolicy> policy;  // the policy that named it, kept alive while the call needs it
   bool unix_socket = false;              // only unix callers can use regions (they map shared memory)
   uid_t uid = 0;                         // unix callers: whom their regions are shared with
 };

@@ -230,7 +230,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
                                                config.tcp_listen, " (see the gRPC error above)"));
   }
   d->unix_listener_->Serve(d->server_.get());
-  spdlog::info("{}", d->state_->access.Describe());
+  spdlog::info("{}", d->state_->access()->Describe());
   if (!config.tcp_listen.empty()) {
     d->state_->tcp_port = tcp_port;
     spdlog::info("listening on TCP {} (port {}): {}, inline bytes only", config.tcp_listen, tcp_port,
@@ -244,6 +244,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
                config.dram_read_gbps > 0 ? absl::StrCat(", reads capped at ", config.dram_read_gbps, " Gbps") : "",
                config.io_threads, config.load_window);
   return d;
+}
+
+absl::Status Daemon::ReloadAccess(const std::vector<PrincipalConfig>& principals) {
+  DaemonConfig next = state_->config;
+  next.principals = principals;
+  CAKE_RETURN_IF_ERROR(ValidateConfig(next));
+  CAKE_ASSIGN_OR_RETURN(AccessPolicy policy, AccessPolicy::FromConfig(next));
+  auto replacement = std::make_shared<const AccessPolicy>(std::move(policy));
+  spdlog::info("reloaded {}", replacement->Describe());
+  state_->ReplaceAccess(std::move(replacement));
+  return absl::OkStatus();
 }
 
 absl::Status Daemon::CheckServing(std::chrono::milliseconds timeout) const {

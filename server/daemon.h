@@ -32,6 +32,11 @@ class Daemon {
   // whose gRPC server is wedged is restarted instead of being kept alive by a timer.
   absl::Status CheckServing(std::chrono::milliseconds timeout) const;
 
+  // Replaces who may do what with `principals` (the config file's [access], read again on SIGHUP; token files are
+  // read again too). Every later call is checked against the new policy, those already running finish under the
+  // old. A configuration that does not validate keeps the old policy and is the error.
+  absl::Status ReloadAccess(const std::vector<PrincipalConfig>& principals);
+
   DaemonState& state() { return *state_; }
   const std::string& socket_path() const { return socket_path_; }
 

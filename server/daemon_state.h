@@ -65,7 +65,7 @@ class ComputeModels {
 struct DaemonState {
   DaemonState(const DaemonConfig& c, AccessPolicy access_policy)
       : config(c),
-        access(std::move(access_policy)),
+        access_(std::make_shared<const AccessPolicy>(std::move(access_policy))),
         tiers(TierManager::Options{c.write_back_queue_bytes, c.dram_promotion_queue_bytes, c.remote_promote_to_disk}),
         regions(RegionRegistry::Limits{c.max_region_bytes, c.max_regions_per_client, c.cuda_max_region_bytes,
                                        c.max_regions, c.max_total_region_bytes,
@@ -78,7 +78,21 @@ struct DaemonState {
              std::chrono::milliseconds(c.arbiter_starvation_ms)) {}
 
   const DaemonConfig config;
-  const AccessPolicy access;
+  // Who may do what: replaced whole on SIGHUP (Daemon::ReloadAccess); a call keeps the policy that named it.
+  std::shared_ptr<const AccessPolicy> access() const {
+    MutexLock lock(&access_mu_);
+    return access_;
+  }
+  void ReplaceAccess(std::shared_ptr<const AccessPolicy> policy) {
+    MutexLock lock(&access_mu_);
+    access_ = std::move(policy);
+  }
+
+ private:
+  mutable Mutex access_mu_;
+  std::shared_ptr<const AccessPolicy> access_ ABSL_GUARDED_BY(access_mu_);
+
+ public:
   // The unix socket's accepted connections and their peers (set once, before serving starts).
   const UnixListener* unix_connections = nullptr;
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
@@ -110,6 +124,7 @@ struct DaemonState {
   IoPool pool;  // the loads' reads; last member: destroyed first, so queued work never outlives what it touches
 
   static constexpr int kNetworkCallThreads = 4;
+
   static constexpr size_t kNetworkCallQueue = 1024;
   static constexpr int kBackgroundThreads = 2;
   static constexpr size_t kBackgroundQueue = 4096;

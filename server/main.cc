@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);  // not a stop: reload (below)
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   // Keep freed request buffers (a 128K-token prompt is 512 KiB) in the heap instead of handing them back to the
   // kernel after every call: re-faulting them cost more than hashing the prompt (docs/benchmarks.md, Lookup).
@@ -172,7 +173,17 @@ int main(int argc, char** argv) {
   }
 
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  while (sigwait(&stop_signals, &sig) == 0 && sig == SIGHUP) {
+    // SIGHUP: who may do what, again from the file ([access] and the token files). The rest of the config needs a
+    // restart; TLS certificates are re-read on their own every tcp.tls_reload_s.
+    if (config_file.empty()) {
+      spdlog::warn("SIGHUP: no --config file to reload [access] from; nothing changed");
+      continue;
+    }
+    auto reread = cake::LoadConfigFile(config_file, cake::DefaultConfig());
+    absl::Status reloaded = reread.ok() ? (*daemon)->ReloadAccess(reread->principals) : reread.status();
+    if (!reloaded.ok()) spdlog::error("SIGHUP: [access] not reloaded, the old one stays: {}", reloaded.ToString());
+  }
   spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   cake::NotifySystemd("STOPPING=1");
   {

@@ -79,6 +79,12 @@ absl::Status CheckRegionsReachable(const Caller& caller) {
 }  // namespace
 
 absl::StatusOr<Caller> IdentifyCaller(const grpc::CallbackServerContext& context, const DaemonState& state) {
+  std::shared_ptr<const AccessPolicy> policy = state.access();
+  auto identified = [&](const PeerFacts& facts) -> absl::StatusOr<Caller> {
+    auto caller = policy->Identify(facts);
+    if (caller.ok()) caller->policy = policy;
+    return caller;
+  };
   PeerFacts facts;
   const std::string peer = context.peer();
   if (peer.rfind("fd:", 0) == 0) {
@@ -86,7 +92,7 @@ absl::StatusOr<Caller> IdentifyCaller(const grpc::CallbackServerContext& context
     if (state.unix_connections != nullptr) {
       if (auto unix_peer = state.unix_connections->PeerOf(peer)) facts.uid = unix_peer->uid;
     }
-    return state.access.Identify(facts);
+    return identified(facts);
   }
   const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   bool tls = false;
@@ -111,7 +117,7 @@ absl::StatusOr<Caller> IdentifyCaller(const grpc::CallbackServerContext& context
     const std::string_view value(it->second.data(), it->second.size());
     if (value.substr(0, kBearer.size()) == kBearer) facts.bearer_token = std::string(value.substr(kBearer.size()));
   }
-  return state.access.Identify(facts);
+  return identified(facts);
 }
 
 absl::StatusOr<Namespace> CallerNamespace(const Caller& caller, const v1::Namespace& proto, const DaemonConfig& config) {
@@ -145,7 +151,8 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
                                                                     " is not one this daemon serves (",
                                                                     absl::StrJoin(state_.cuda_devices, ", "), ")")));
     }
-    placement = {RegionBackend::kCudaIpc, request->device()};
+    placement.backend = RegionBackend::kCudaIpc;
+    placement.device = request->device();
   }
   // Host memory is shared with the engine that asked, by its uid, and with nobody else.
   placement.shared_with_uid = caller->uid;

@@ -2,6 +2,7 @@
 principal, inline bytes only. A test CA, certificates and a rogue CA are made here with openssl."""
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import textwrap
@@ -203,3 +204,43 @@ def test_plaintext_tcp_only_on_loopback_and_only_when_allowed(pki):
         assert "plaintext, loopback only" in daemon.log()
     with pytest.raises(RuntimeError, match="loopback"):
         SpawnedDaemon([], config=config.replace("127.0.0.1", "0.0.0.0"))
+
+
+def test_sighup_reloads_principals_and_tokens(pki, tmp_path):
+    token_file = str(tmp_path / "token")
+    with open(os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(TOKEN)
+    port = _free_port()
+    config = _config(pki, port).replace(pki("token-b"), token_file)
+    with SpawnedDaemon(["--dram-capacity-mib", "64"], config=config) as daemon:
+        daemon.address = f"127.0.0.1:{port}"
+        old = _client(daemon, pki, token=TOKEN)
+        old.lookup(small_namespace("hup"), tokens=prompt(1))
+        # The token is rotated: the old one stops working on the very next call, the new one works.
+        rotated = "fedcba9876543210fedcba9876543210"
+        with open(token_file, "w") as f:
+            f.write(rotated)
+        daemon.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "reloaded access" not in daemon.log():
+            assert time.monotonic() < deadline and daemon.alive(), daemon.log()
+            time.sleep(0.05)
+        with pytest.raises(cake.CakeError) as refused:
+            old.lookup(small_namespace("hup"), tokens=prompt(1))
+        assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
+        old.close()
+        with _client(daemon, pki, token=rotated) as new:
+            new.lookup(small_namespace("hup"), tokens=prompt(1))
+        # A broken config on reload keeps what was there, and says why.
+        config_path = os.path.join(daemon.dir, "caked.toml")
+        with open(config_path, "a") as f:
+            f.write('\n[[access.principal]]\nname = "remote-b"\ntoken_file = "/x"\ntenants = ["z"]\nroles = ["engine"]\n')
+        daemon.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "not reloaded" not in daemon.log():
+            assert time.monotonic() < deadline and daemon.alive(), daemon.log()
+            time.sleep(0.05)
+        assert "two [[access.principal]] entries" in daemon.log()
+        with _client(daemon, pki, token=rotated) as new:
+            new.lookup(small_namespace("hup"), tokens=prompt(1))
+        assert daemon.alive()
