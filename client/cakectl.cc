@@ -8,6 +8,12 @@ int main(int argc, char** argv) {
   CLI::App app{"cakectl: inspect and manage a running caked"};
   std::string socket;
   app.add_option("--socket", socket, "the daemon's unix socket (default: the daemon's default)");
+  cake::ClientOptions options;
+  app.add_option("--address", options.address, "the daemon's TCP listener, host:port, instead of the socket");
+  app.add_option("--tls-ca", options.tls_ca_file, "TCP: the CA that signed the daemon's certificate (PEM)");
+  app.add_option("--tls-cert", options.tls_cert_file, "TCP: this client's certificate (PEM), for mTLS");
+  app.add_option("--tls-key", options.tls_key_file, "TCP: this client's private key (PEM)");
+  app.add_option("--token-file", options.token_file, "TCP: a file holding this client's bearer token");
   app.require_subcommand(1);
   auto* status = app.add_subcommand("status", "version, uptime, tiers, live loads and regions");
   auto* stats = app.add_subcommand("stats", "every counter, one per line");
@@ -23,7 +29,9 @@ int main(int argc, char** argv) {
   read_cap->add_option("--gbps", cap_gbps, "the new cap, Gbit/s")->required();
   CLI11_PARSE(app, argc, argv);
 
-  auto client = cake::Client::Connect({socket, "cakectl"});
+  options.socket_path = socket;
+  options.client_id = "cakectl";
+  auto client = cake::Client::Connect(options);
   if (!client.ok()) {
     std::fprintf(stderr, "cakectl: %s\n", std::string(client.status().message()).c_str());
     return 1;

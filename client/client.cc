@@ -5,8 +5,10 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -484,8 +486,44 @@ std::string DefaultSocketPath() {
   return absl::StrCat("/tmp/cake-", geteuid(), "/caked.sock");
 }
 
+namespace {
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::FailedPreconditionError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The credentials for a TCP connection: TLS with the options' files (plaintext without a CA: the daemon accepts
+// that on loopback only), and the bearer token on every call where there is one.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TcpChannelCredentials(const ClientOptions& options) {
+  if (options.tls_ca_file.empty()) {
+    if (!options.token_file.empty()) {
+      return absl::InvalidArgumentError("a bearer token travels only over TLS: give the daemon's CA (tls_ca_file)");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions tls;
+  CAKE_ASSIGN_OR_RETURN(tls.pem_root_certs, ReadWholeFile(options.tls_ca_file));
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    CAKE_ASSIGN_OR_RETURN(tls.pem_cert_chain, ReadWholeFile(options.tls_cert_file));
+    CAKE_ASSIGN_OR_RETURN(tls.pem_private_key, ReadWholeFile(options.tls_key_file));
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::SslCredentials(tls);
+  if (!options.token_file.empty()) {
+    CAKE_ASSIGN_OR_RETURN(std::string token, ReadWholeFile(options.token_file));
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+    credentials = grpc::CompositeChannelCredentials(credentials, grpc::AccessTokenCredentials(token));
+  }
+  return credentials;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
-  if (options.socket_path.empty()) options.socket_path = DefaultSocketPath();
+  if (options.socket_path.empty() && options.address.empty()) options.socket_path = DefaultSocketPath();
   if (options.client_id.empty()) {
     char host[256] = "host";
     gethostname(host, sizeof(host) - 1);
@@ -494,11 +532,17 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(1 << 30);
   args.SetMaxSendMessageSize(1 << 30);
-  auto channel =
-      grpc::CreateCustomChannel(absl::StrCat("unix:", options.socket_path), grpc::InsecureChannelCredentials(), args);
+  std::string target = absl::StrCat("unix:", options.socket_path);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!options.address.empty()) {
+    target = options.address;
+    CAKE_ASSIGN_OR_RETURN(credentials, TcpChannelCredentials(options));
+  }
+  auto channel = grpc::CreateCustomChannel(target, credentials, args);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5))) {
-    return absl::UnavailableError(
-        absl::StrCat("no daemon answers on ", options.socket_path, " (is caked running? is the path right?)"));
+    return absl::UnavailableError(absl::StrCat("no daemon answers on ", target,
+                                               " (is caked running? is the address right? for TLS: do the "
+                                               "certificates match?)"));
   }
   return std::unique_ptr<Client>(new GrpcClient(std::move(channel), std::move(options.client_id)));
 }

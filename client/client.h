@@ -20,8 +20,20 @@
 namespace cake {
 
 struct ClientOptions {
+  ClientOptions() = default;
+  // The usual case: a unix socket and a client id.
+  ClientOptions(std::string socket, std::string id) : socket_path(std::move(socket)), client_id(std::move(id)) {}
+
   std::string socket_path;  // default: the daemon's default socket for this user
   std::string client_id;    // default: "<hostname>-<pid>"
+  // An engine or operator on another host: the daemon's TCP listener ("host:port") instead of the socket, with
+  // TLS (tls_ca_file: the CA that signed the daemon's certificate), and either a client certificate
+  // (tls_cert_file, tls_key_file) or a bearer token read from token_file. No regions over TCP: inline bytes.
+  std::string address;
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string token_file;
 };
 
 // Where clients look for the daemon: $CAKE_SOCKET when set, else the default socket path by the rule caked uses.

@@ -244,3 +244,20 @@ def test_sighup_reloads_principals_and_tokens(pki, tmp_path):
         with _client(daemon, pki, token=rotated) as new:
             new.lookup(small_namespace("hup"), tokens=prompt(1))
         assert daemon.alive()
+
+
+def test_cakectl_over_tls_is_held_to_its_principal(tls_daemon, pki):
+    from cake.testing import caked_path
+    cakectl = os.path.join(os.path.dirname(os.path.abspath(caked_path())), "cakectl")
+    tls = ["--address", tls_daemon.address, "--tls-ca", pki("ca.pem")]
+    as_engine = tls + ["--tls-cert", pki("engine.pem"), "--tls-key", pki("engine.key")]
+
+    def run(*args):
+        return subprocess.run([cakectl, *args], capture_output=True, text=True, timeout=30)
+
+    assert run(*as_engine, "ping").returncode == 0
+    refused = run(*as_engine, "status")
+    assert refused.returncode != 0 and "monitor role" in refused.stderr, refused.stderr
+    assert run(*tls, "--token-file", pki("token-b"), "ping").returncode == 0
+    wrong = run("--address", tls_daemon.address, "--tls-ca", pki("rogue-ca.pem"), "--token-file", pki("token-b"), "ping")
+    assert wrong.returncode != 0 and "no daemon answers" in wrong.stderr
