@@ -191,6 +191,34 @@ def test_an_engine_in_the_group_maps_its_own_region_and_not_another(tenants_daem
 
 
 @needs_root
+def test_the_documented_single_user_deployment_works_for_an_engine_in_the_group():
+    """No principals (the shipped config): an engine under its own user, in the daemon's group, registers, maps,
+    stores and loads; its region is shared with it alone."""
+    daemon = SpawnedDaemon(["--dram-capacity-mib", "64"], open_dir=True)
+    try:
+        result = run_as(ENGINE_A, daemon, """
+            client = cake.Client(SOCKET, client_id="grouped")
+            ns = small_namespace("single-user")
+            region = client.register_region(4 * ns.chunk_bytes)
+            for c in range(4):
+                region.numpy()[c * ns.chunk_bytes:(c + 1) * ns.chunk_bytes] = pattern(c, ns.chunk_bytes, salt=3)
+            client.store(ns, tokens=TOKENS, first_chunk=0, chunk_count=4, region=region)
+            region.numpy()[:] = 0
+            with client.load(ns, tokens=TOKENS, region=region, mode="io_only") as load:
+                list(load)
+                load.release()
+            view = region.numpy()
+            result = {"bit_exact": all(bytes(view[c * ns.chunk_bytes:(c + 1) * ns.chunk_bytes]) ==
+                                       pattern(c, ns.chunk_bytes, 3).tobytes() for c in range(4)),
+                      "shm": region.shm_name}
+        """)
+        assert result["bit_exact"]
+        assert "single-user mode" in daemon.log()
+    finally:
+        daemon.stop()
+
+
+@needs_root
 def test_callers_without_a_principal_and_monitors(tenants_daemon):
     stranger = run_as(STRANGER, tenants_daemon, """
         client = cake.Client(SOCKET)
