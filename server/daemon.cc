@@ -68,15 +68,9 @@ absl::Status ClearStaleSocket(const std::string& path) {
     return absl::FailedPreconditionError(
         absl::StrCat(path, " exists and is not a socket; choose another server.socket"));
   }
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("socket path ", path, " is longer than ", sizeof(addr.sun_path) - 1, " bytes"));
-  }
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  CAKE_ASSIGN_OR_RETURN(const sockaddr_un addr, UnixSocketAddress(path));
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const bool live = fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  const bool live = fd >= 0 && connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
   if (fd >= 0) close(fd);
   if (live) {
     return absl::AlreadyExistsError(

@@ -18,7 +18,7 @@
 
 namespace cake {
 
-absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::string& path, uint32_t mode) {
+absl::StatusOr<sockaddr_un> UnixSocketAddress(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) {
@@ -26,6 +26,13 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::stri
         absl::StrCat("socket path ", path, " is longer than ", sizeof(addr.sun_path) - 1, " bytes"));
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::string& path, uint32_t mode) {
+  auto address = UnixSocketAddress(path);
+  if (!address.ok()) return address.status();
+  sockaddr_un addr = *address;
   std::unique_ptr<UnixListener> listener(new UnixListener());
   listener->listen_fd_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!listener->listen_fd_.valid()) {
@@ -65,7 +72,11 @@ void UnixListener::AcceptLoop(grpc::Server* server) {
   pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
   auto last_warning = std::chrono::steady_clock::time_point();
   while (true) {
-    if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    if (::poll(fds, 2, -1) < 0) {
+      // Only a stop ends the loop: a transient failure (ENOMEM) must not leave the socket unserved.
+      if (errno != EINTR) ::poll(nullptr, 0, 50);
+      continue;
+    }
     if (fds[1].revents != 0) break;
     if ((fds[0].revents & POLLIN) == 0) continue;
     // Non-blocking, as gRPC's own listener hands connections to its transport.

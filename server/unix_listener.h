@@ -5,6 +5,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,9 @@ class Server;
 }
 
 namespace cake {
+
+// The address of a unix socket at `path`: INVALID_ARGUMENT when the path does not fit sun_path (107 bytes).
+absl::StatusOr<sockaddr_un> UnixSocketAddress(const std::string& path);
 
 struct UnixPeer {
   uid_t uid = 0;
