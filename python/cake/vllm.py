@@ -1,0 +1,442 @@
+"""caked behind vLLM: a KV connector (vLLM's KVConnectorBase_V1) on the Python client.
+
+Enable it with (docs/engines.md, "vLLM"):
+
+    vllm serve MODEL --kv-transfer-config '{"kv_connector": "CakeConnector", "kv_connector_module_path": "cake.vllm",
+        "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": {"cake_socket": "/run/cake/caked.sock", "cake_chunk_tokens": 256}}'
+
+Written against vllm-project/vllm's v1 connector interface: kv_connector/v1/base.py at
+003df2961dd8830c317a61f9745ccd557da9fa06 (and the older 13f4ad0f55b08ca1d37d1459f50ce950feaeb547), the factory at
+a4cd9d0d28bdb41db8dfe0acdafac2bf2f608630, the scheduler that calls it (v1/core/sched/scheduler.py at
+00024d314514900f361ad072af6931e403b7f589), the worker's call order (v1/worker/kv_connector_model_runner_mixin.py at
+23ec7c7fab7aa8edb1c14195c048113e210683fa) and the example connector (example_connector.py at
+4c1654210cfd5f3d07459cc3a23eef6aaea20706 and 00231834dc62bb1127ec5c8f2e6762c87d2f477e). vLLM itself was not run.
+
+What it does:
+- Scheduler side: get_num_new_matched_tokens sends the prompt's tokens to caked's Lookup on a thread of its own
+  and answers None (ask again) until the answer is in; then the tokens cached beyond vLLM's own prefix hit, in whole
+  chunks (a chunk is a multiple of vLLM's block size), leaving at least one token to compute. Loads are
+  asynchronous by default (the request waits in WAITING_FOR_REMOTE_KVS while the worker loads).
+- Worker side: an I/O-only Load of the chunks into a region of the daemon's (device memory over CUDA IPC when the
+  KV cache is on a GPU, host shared memory otherwise), then a scatter of each chunk's tokens into vLLM's blocks, one
+  indexed copy per layer for K and V, in the layout the registered KV caches have (FlashAttention's
+  [2, blocks, block_size, heads, dim], FlashInfer's [blocks, 2, ...], or the [blocks, heads, block_size, K|V] view).
+  Chunks that fail to load become load errors on their blocks, which vLLM recomputes.
+- Stores: when a request finishes, the scheduler holds its blocks (request_finished returns True) and the worker
+  gathers the prompt's full chunks out of them into the region and Stores them, then reports the request as sent.
+- Cake's split (compute the front while the back loads) needs a scheduler hook stock vLLM lacks; docs/engines.md
+  describes it. This connector loads the cached suffix I/O-only, which stock vLLM supports.
+"""
+import concurrent.futures
+import enum
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+
+from cake.client import Client
+from cake.errors import CakeError
+from cake.layout import ChunkLayout
+from cake.namespace import Namespace
+
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
+                                                                   KVConnectorRole)
+except ImportError:  # tests, and machines without vLLM: the same methods on plain bases
+    KVConnectorBase_V1 = object
+    KVConnectorMetadata = object
+
+    class KVConnectorRole(enum.Enum):
+        SCHEDULER = 0
+        WORKER = 1
+
+log = logging.getLogger("cake.vllm")
+
+_DTYPES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float8_e4m3fn": "fp8",
+           "torch.float8_e5m2": "fp8", "torch.uint8": "fp8", "torch.int8": "int8", "float32": "fp32",
+           "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+
+
+@dataclass
+class LoadSpec:
+    """One request's load: its prompt's tokens through the cached chunks, the tokens [start, end) to put into
+    `block_ids` (start is vLLM's own prefix hit), and whether vLLM waits for it asynchronously."""
+    request_id: str
+    tokens: list
+    block_ids: list
+    start: int
+    end: int
+    is_async: bool
+
+
+@dataclass
+class StoreSpec:
+    """One finished request's store: the prompt's full chunks and the blocks holding them."""
+    request_id: str
+    tokens: list
+    block_ids: list
+
+
+@dataclass
+class CakeConnectorMetadata(KVConnectorMetadata):
+    loads: list = field(default_factory=list)
+    stores: list = field(default_factory=list)
+
+
+def _extra(vllm_config):
+    transfer = getattr(vllm_config, "kv_transfer_config", None)
+    return dict(getattr(transfer, "kv_connector_extra_config", None) or {})
+
+
+def namespace_for(vllm_config, tp_rank=None):
+    """The namespace both sides use: the model, this rank's share of the KV heads, the dtype, the chunk size."""
+    extra = _extra(vllm_config)
+    model, parallel, cache = vllm_config.model_config, vllm_config.parallel_config, vllm_config.cache_config
+    chunk_tokens = int(extra.get("cake_chunk_tokens", 256))
+    block_size = int(cache.block_size)
+    if chunk_tokens % block_size != 0:
+        raise ValueError(f"cake_chunk_tokens ({chunk_tokens}) must be a multiple of vLLM's block size ({block_size})")
+    cache_dtype = str(getattr(cache, "cache_dtype", "auto"))
+    dtype = _DTYPES.get(str(model.dtype) if cache_dtype == "auto" else cache_dtype)
+    if dtype is None:
+        raise ValueError(f"KV dtype {model.dtype if cache_dtype == 'auto' else cache_dtype} has no Cake equivalent")
+    tp_size = int(getattr(parallel, "tensor_parallel_size", 1))
+    rank = int(getattr(parallel, "rank", 0) if tp_rank is None else tp_rank) % tp_size
+    return Namespace(str(extra.get("cake_model_id") or f"vllm:{model.model}"),
+                     num_layers=int(model.get_num_layers(parallel)),
+                     num_kv_heads=int(model.get_num_kv_heads(parallel)), head_dim=int(model.get_head_size()),
+                     dtype=dtype, tp_rank=rank, tp_size=tp_size, chunk_tokens=chunk_tokens,
+                     tenant=str(extra.get("cake_tenant", "")))
+
+
+def _connect(vllm_config, who):
+    extra = _extra(vllm_config)
+    return Client(extra.get("cake_socket") or None, client_id=f"vllm-{who}-{os.getpid()}",
+                  timeout_s=float(extra.get("cake_timeout_s", 30.0)))
+
+
+class _SchedulerSide:
+    """Lookups, the block ids vLLM gave each load, and what the next step's metadata carries."""
+
+    def __init__(self, vllm_config, client):
+        extra = _extra(vllm_config)
+        self.client = client
+        self.ns = namespace_for(vllm_config, tp_rank=0)  # every rank stores its shard alike: rank 0 stands for all
+        self.block_size = int(vllm_config.cache_config.block_size)
+        self.load_async = bool(extra.get("cake_load_async", True))
+        self.lookup_wait_s = float(extra.get("cake_lookup_wait_s", 0.002))
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="cake-lookup")
+        self._lookups = {}        # request id -> Future of cached chunks
+        self._matched = {}        # request id -> (start, end) tokens promised to vLLM
+        self._loads = []
+        self._stores = []
+        self._lock = threading.Lock()
+
+    def _lookup(self, tokens):
+        try:
+            return self.client.lookup(self.ns, tokens=tokens).cached_chunks
+        except CakeError as error:
+            log.warning("caked lookup failed, computing instead: %s", error)
+            return 0
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        tokens = list(request.prompt_token_ids or [])
+        chunk = self.ns.chunk_tokens
+        if len(tokens) < chunk:
+            return 0, False
+        with self._lock:
+            future = self._lookups.get(request.request_id)
+            if future is None:
+                future = self._pool.submit(self._lookup, tokens[:len(tokens) // chunk * chunk])
+                self._lookups[request.request_id] = future
+        try:
+            cached_chunks = future.result(timeout=self.lookup_wait_s)
+        except concurrent.futures.TimeoutError:
+            return None, False  # not known yet: vLLM asks again on a later step
+        cached = cached_chunks * chunk
+        # At least one token is computed (vLLM needs one to sample from): a whole chunk less, so loads stay
+        # chunk- and block-aligned.
+        while cached >= request.num_tokens and cached > 0:
+            cached -= chunk
+        external = cached - num_computed_tokens
+        if external <= 0:
+            with self._lock:
+                self._lookups.pop(request.request_id, None)
+            return 0, False
+        with self._lock:
+            self._matched[request.request_id] = (num_computed_tokens, cached)
+        return external, self.load_async
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        with self._lock:
+            self._lookups.pop(request.request_id, None)
+            matched = self._matched.pop(request.request_id, None)
+        if num_external_tokens <= 0 or matched is None:
+            return  # nothing to load (or the second call after an asynchronous load)
+        start, end = matched
+        block_ids = list(blocks.get_block_ids()[0])
+        with self._lock:
+            self._loads.append(LoadSpec(request.request_id, list(request.prompt_token_ids)[:end], block_ids, start,
+                                        end, self.load_async))
+
+    def build_connector_meta(self, scheduler_output):
+        with self._lock:
+            meta = CakeConnectorMetadata(loads=self._loads, stores=self._stores)
+            self._loads, self._stores = [], []
+        return meta
+
+    def request_finished(self, request, block_ids):
+        """Holds the finished request's blocks until the worker has stored its prompt's full chunks."""
+        with self._lock:
+            self._lookups.pop(request.request_id, None)
+            self._matched.pop(request.request_id, None)
+        tokens = list(request.prompt_token_ids or [])
+        full = len(tokens) // self.ns.chunk_tokens * self.ns.chunk_tokens
+        blocks_needed = full // self.block_size
+        if full == 0 or len(block_ids) < blocks_needed:
+            return False, None
+        with self._lock:
+            self._stores.append(StoreSpec(request.request_id, tokens[:full], list(block_ids[:blocks_needed])))
+        return True, None
+
+
+class _PagedLayer:
+    """One layer of vLLM's paged KV cache, and how to put a token range's K and V into it and take it out."""
+
+    def __init__(self, name, cache):
+        self.name, self.cache = name, cache
+        shape = tuple(cache.shape)
+        if cache.dim() == 5 and shape[0] == 2:
+            self.kind, self.block_size, self.heads, self.head_dim = "flash_attn", shape[2], shape[3], shape[4]
+        elif cache.dim() == 5 and shape[1] == 2:
+            self.kind, self.block_size, self.heads, self.head_dim = "flashinfer", shape[2], shape[3], shape[4]
+        elif cache.dim() == 4:
+            self.kind, self.heads, self.block_size = "bhnc", shape[1], shape[2]
+            self.head_dim = shape[3] // 2
+        else:
+            raise ValueError(f"layer {name}: KV cache of shape {shape} is not one caked's connector knows (MLA's "
+                             "[blocks, block_size, dim] is not supported)")
+
+    def write(self, blocks, offsets, k, v):
+        """k, v: [tokens, heads, head_dim] for the slots (blocks[i], offsets[i])."""
+        if self.kind == "flash_attn":
+            self.cache[0, blocks, offsets] = k
+            self.cache[1, blocks, offsets] = v
+        elif self.kind == "flashinfer":
+            self.cache[blocks, 0, offsets] = k
+            self.cache[blocks, 1, offsets] = v
+        else:
+            import torch
+            self.cache[blocks, :, offsets] = torch.cat((k, v), dim=-1)
+
+    def read(self, blocks, offsets):
+        if self.kind == "flash_attn":
+            return self.cache[0, blocks, offsets], self.cache[1, blocks, offsets]
+        if self.kind == "flashinfer":
+            return self.cache[blocks, 0, offsets], self.cache[blocks, 1, offsets]
+        kv = self.cache[blocks, :, offsets]
+        return kv[..., :self.head_dim], kv[..., self.head_dim:]
+
+
+def _tensor_parallel_rank():
+    """This worker's tensor-parallel rank, from vLLM's process groups where they exist."""
+    try:
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+        return get_tensor_model_parallel_rank()
+    except Exception:  # no vLLM, or its groups are not set up: the config's rank
+        return None
+
+
+class _WorkerSide:
+    """The region, the loads and stores of each step, and what get_finished and the load errors report."""
+
+    def __init__(self, vllm_config, client):
+        extra = _extra(vllm_config)
+        self.vllm_config = vllm_config
+        self.client = client
+        self.ns = namespace_for(vllm_config, tp_rank=_tensor_parallel_rank())
+        self.layout = ChunkLayout.of(self.ns)
+        self.region_chunks = int(extra.get("cake_region_chunks", 64))
+        self.layers = []
+        self.region = None
+        self._region_lock = threading.Lock()  # one load or store uses the region at a time
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cake-transfer")
+        self._lock = threading.Lock()
+        self._recved, self._sent, self._errors = set(), set(), set()
+
+    def register_kv_caches(self, kv_caches):
+        self.layers = [_PagedLayer(name, cache) for name, cache in kv_caches.items()]
+        first = self.layers[0]
+        if len(self.layers) != self.ns.num_layers or (first.heads, first.head_dim) != (self.ns.num_kv_heads,
+                                                                                      self.ns.head_dim):
+            raise ValueError(f"the registered KV caches ({len(self.layers)} layers of {first.heads} heads x "
+                             f"{first.head_dim}) do not match the model's ({self.ns.num_layers} x "
+                             f"{self.ns.num_kv_heads} x {self.ns.head_dim})")
+        self.block_size = first.block_size
+        self.device = first.cache.device
+        kind = "cuda" if self.device.type == "cuda" else "host"
+        self.region = self.client.register_region(self.region_chunks * self.ns.chunk_bytes, kind=kind,
+                                                  device=self.device.index or 0)
+
+    def _chunk_view(self, index):
+        from cake.layout import _TORCH
+        import torch
+        flat = self.region.torch()[index * self.ns.chunk_bytes:(index + 1) * self.ns.chunk_bytes]
+        return flat.view(getattr(torch, _TORCH[self.ns.dtype])).view(self.layout.shape)
+
+    def _slots(self, block_ids, first, last):
+        import torch
+        positions = torch.arange(first, last)
+        blocks = torch.tensor(block_ids, dtype=torch.int64)[positions // self.block_size]
+        return blocks.to(self.device), (positions % self.block_size).to(self.device)
+
+    def _blocks_of(self, spec, first, last):
+        bs = self.block_size
+        return set(spec.block_ids[first // bs:(last + bs - 1) // bs]) if last > first else set()
+
+    def _load(self, spec):
+        """Loads chunks of [spec.start, spec.end) into the region and scatters their tokens into the blocks. The
+        tokens that did not arrive (read failures, chunks evicted since the lookup, a window too small) make their
+        blocks load errors: vLLM recomputes from the first."""
+        chunk = self.ns.chunk_tokens
+        valid = (spec.end, spec.end)  # the loaded tokens, [lo, hi): the daemon reports a suffix of the cached chunks
+        try:
+            with self._region_lock:
+                with self.client.load(self.ns, tokens=spec.tokens, region=self.region, mode="io_only",
+                                      computed_through=spec.start // chunk) as load:
+                    for event in load:
+                        lo = max(spec.start, event.chunk * chunk)
+                        hi = min(spec.end, (event.chunk + 1) * chunk)
+                        if lo >= hi:
+                            continue
+                        view = self._chunk_view(event.region_offset // self.ns.chunk_bytes)
+                        blocks, offsets = self._slots(spec.block_ids, lo, hi)
+                        rows = slice(lo - event.chunk * chunk, hi - event.chunk * chunk)
+                        for layer_index, layer in enumerate(self.layers):
+                            layer.write(blocks, offsets, view[layer_index, 0, rows].to(layer.cache.dtype),
+                                        view[layer_index, 1, rows].to(layer.cache.dtype))
+                    plan = load.plan
+                    if load.loaded_low < plan.cached_chunks:
+                        valid = (max(spec.start, load.loaded_low * chunk), min(spec.end, plan.cached_chunks * chunk))
+                    load.release()
+        except (CakeError, RuntimeError, TimeoutError, ValueError) as error:
+            log.warning("caked load of request %s failed, vLLM recomputes it: %s", spec.request_id, error)
+            valid = (spec.end, spec.end)
+        failed = self._blocks_of(spec, spec.start, valid[0]) | self._blocks_of(spec, valid[1], spec.end)
+        with self._lock:
+            self._errors |= failed
+            if spec.is_async:
+                self._recved.add(spec.request_id)
+
+    def _store(self, spec):
+        chunk = self.ns.chunk_tokens
+        try:
+            with self._region_lock:
+                for start in range(0, len(spec.tokens), chunk * self.region_chunks):
+                    count = min(self.region_chunks, (len(spec.tokens) - start) // chunk)
+                    for i in range(count):
+                        lo = start + i * chunk
+                        blocks, offsets = self._slots(spec.block_ids, lo, lo + chunk)
+                        view = self._chunk_view(i)
+                        for layer_index, layer in enumerate(self.layers):
+                            k, v = layer.read(blocks, offsets)
+                            view[layer_index, 0].copy_(k)
+                            view[layer_index, 1].copy_(v)
+                    self.client.store(self.ns, tokens=spec.tokens, first_chunk=start // chunk, chunk_count=count,
+                                      region=self.region)
+        except (CakeError, RuntimeError, ValueError) as error:
+            log.warning("caked store of request %s failed (the cache stays without it): %s", spec.request_id, error)
+        with self._lock:
+            self._sent.add(spec.request_id)
+
+    def start_load_kv(self, metadata):
+        if metadata is None:
+            return
+        for spec in metadata.stores:
+            self._pool.submit(self._store, spec)
+        for spec in metadata.loads:
+            if spec.is_async:
+                self._pool.submit(self._load, spec)
+            else:
+                self._load(spec)  # vLLM computes this step on top of it: it must be in the blocks first
+
+    def get_finished(self, finished_req_ids):
+        with self._lock:
+            sent, recved = self._sent, self._recved
+            self._sent, self._recved = set(), set()
+        return (sent or None), (recved or None)
+
+    def get_block_ids_with_load_errors(self):
+        with self._lock:
+            errors, self._errors = self._errors, set()
+        return errors
+
+    def shutdown(self):
+        self._pool.shutdown(wait=True)
+
+
+class CakeConnector(KVConnectorBase_V1):
+    """vLLM's KVConnectorBase_V1 on caked. One instance per process and role; the scheduler's and the workers'
+    halves talk through CakeConnectorMetadata, which vLLM carries from one to the other each step."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None, client=None):
+        if KVConnectorBase_V1 is not object:
+            super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        self._metadata = None
+        self._role = role
+        self._client = client or _connect(vllm_config, "scheduler" if role == KVConnectorRole.SCHEDULER else "worker")
+        if role == KVConnectorRole.SCHEDULER:
+            self._scheduler, self._worker = _SchedulerSide(vllm_config, self._client), None
+        else:
+            self._scheduler, self._worker = None, _WorkerSide(vllm_config, self._client)
+
+    @property
+    def requires_kv_delivery(self):
+        return False  # a cache: a request never waits on it to be delivered elsewhere
+
+    # --- scheduler side -------------------------------------------------------------------------------------
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        return self._scheduler.get_num_new_matched_tokens(request, num_computed_tokens)
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        self._scheduler.update_state_after_alloc(request, blocks, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output):
+        return self._scheduler.build_connector_meta(scheduler_output)
+
+    def request_finished(self, request, block_ids):
+        return self._scheduler.request_finished(request, block_ids)
+
+    # --- worker side ----------------------------------------------------------------------------------------
+    def bind_connector_metadata(self, connector_metadata):
+        self._metadata = connector_metadata
+
+    def clear_connector_metadata(self):
+        self._metadata = None
+
+    def register_kv_caches(self, kv_caches):
+        self._worker.register_kv_caches(kv_caches)
+
+    def start_load_kv(self, forward_context, **kwargs):
+        self._worker.start_load_kv(self._metadata)
+
+    def wait_for_layer_load(self, layer_name):
+        pass  # synchronous loads are whole before the forward; asynchronous ones before the request is scheduled
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        pass  # stores happen when the request finishes, from its held blocks
+
+    def wait_for_save(self):
+        pass
+
+    def get_finished(self, finished_req_ids):
+        return self._worker.get_finished(finished_req_ids)
+
+    def get_block_ids_with_load_errors(self):
+        return self._worker.get_block_ids_with_load_errors()
+
+    def shutdown(self):
+        if self._worker is not None:
+            self._worker.shutdown()
+        self._client.close()

@@ -1,0 +1,312 @@
+"""caked behind vLLM, without vLLM: the scheduler's and the worker's halves of cake.vllm.CakeConnector driven in
+the order vLLM's scheduler (v1/core/sched/scheduler.py at 00024d31) and model runner
+(kv_connector_model_runner_mixin.py at 23ec7c7f) call them, with a paged KV pool in each layout vLLM hands a
+connector, against a real caked: misses, hits after a store, vLLM's own prefix hit, partial prefixes, None until
+the lookup is known, asynchronous completion, load errors leading to recomputation, every loaded token
+bit-exact."""
+import threading
+import time
+
+import pytest
+import torch
+
+from cake.testing import SpawnedDaemon
+from cake.vllm import CakeConnector, KVConnectorRole
+
+BLOCK, CHUNK = 16, 32          # a chunk is two of vLLM's blocks
+LAYERS, HEADS, DIM = 2, 2, 16  # fp16: 8 KiB chunks
+BLOCKS = 64
+
+
+class ModelConfig:
+    model, dtype = "test/llama", torch.float16
+
+    def get_num_layers(self, parallel):
+        return LAYERS
+
+    def get_num_kv_heads(self, parallel):
+        return HEADS
+
+    def get_head_size(self):
+        return DIM
+
+
+class VllmConfig:
+    def __init__(self, daemon, **extra):
+        self.model_config = ModelConfig()
+        self.parallel_config = type("Parallel", (), {"tensor_parallel_size": 1, "rank": 0})()
+        self.cache_config = type("Cache", (), {"block_size": BLOCK, "cache_dtype": "auto"})()
+        self.kv_transfer_config = type("KVTransfer", (), {
+            "kv_role": "kv_both", "kv_connector": "CakeConnector", "kv_connector_module_path": "cake.vllm",
+            "kv_connector_extra_config": {"cake_socket": daemon.socket_path, "cake_chunk_tokens": CHUNK,
+                                          "cake_lookup_wait_s": 5.0, **extra}})()
+
+
+class Request:
+    def __init__(self, request_id, tokens):
+        self.request_id, self.prompt_token_ids = request_id, list(tokens)
+        self.num_tokens = len(tokens)
+
+
+class Blocks:
+    def __init__(self, ids):
+        self.ids = ids
+
+    def get_block_ids(self):
+        return (self.ids,)
+
+
+def reference_kv(tokens):
+    """The KV a model would compute: a function of each token's whole prefix, exact in fp16. [L, 2, T, H, D]."""
+    prefix, h = [], 0
+    for t in tokens:
+        h = (h * 1000003 + t) % (1 << 31)
+        prefix.append(h)
+    base = torch.tensor(prefix, dtype=torch.int64).view(1, 1, -1, 1, 1)
+    grid = (torch.arange(LAYERS).view(-1, 1, 1, 1, 1) * 7 + torch.arange(2).view(1, -1, 1, 1, 1) * 13
+            + torch.arange(HEADS).view(1, 1, 1, -1, 1) * 17 + torch.arange(DIM).view(1, 1, 1, 1, -1) * 19)
+    return (((base + grid) % 251).to(torch.float32) / 8).to(torch.float16)
+
+
+class PagedPool:
+    """vLLM's per-layer paged KV caches in one layout, and a free list of blocks."""
+
+    def __init__(self, layout):
+        self.layout = layout
+        shape = {"flash_attn": (2, BLOCKS, BLOCK, HEADS, DIM), "flashinfer": (BLOCKS, 2, BLOCK, HEADS, DIM),
+                 "bhnc": (BLOCKS, HEADS, BLOCK, 2 * DIM)}[layout]
+        self.caches = {f"model.layers.{i}.self_attn.attn": torch.full(shape, float("nan"), dtype=torch.float16)
+                       for i in range(LAYERS)}
+        self.free = list(range(BLOCKS))
+
+    def alloc(self, n):
+        ids, self.free = self.free[:n], self.free[n:]
+        return ids
+
+    def _index(self, block_ids, first, last):
+        t = torch.arange(first, last)
+        return torch.tensor(block_ids)[t // BLOCK], t % BLOCK
+
+    def write(self, block_ids, first, last, kv):
+        b, o = self._index(block_ids, first, last)
+        for layer, cache in enumerate(self.caches.values()):
+            k, v = kv[layer, 0, first:last], kv[layer, 1, first:last]
+            if self.layout == "flash_attn":
+                cache[0, b, o], cache[1, b, o] = k, v
+            elif self.layout == "flashinfer":
+                cache[b, 0, o], cache[b, 1, o] = k, v
+            else:
+                cache[b, :, o] = torch.cat((k, v), dim=-1)
+
+    def read(self, block_ids, first, last):
+        b, o = self._index(block_ids, first, last)
+        out = []
+        for cache in self.caches.values():
+            if self.layout == "flash_attn":
+                out.append(torch.stack((cache[0, b, o], cache[1, b, o])))
+            elif self.layout == "flashinfer":
+                out.append(torch.stack((cache[b, 0, o], cache[b, 1, o])))
+            else:
+                kv = cache[b, :, o]
+                out.append(torch.stack((kv[..., :DIM], kv[..., DIM:])))
+        return torch.stack(out)
+
+
+class Engine:
+    """One vLLM instance: a scheduler-side and a worker-side connector, a paged pool, and the step loop."""
+
+    def __init__(self, daemon, layout="flash_attn", scheduler_client=None, **extra):
+        config = VllmConfig(daemon, **extra)
+        self.scheduler = CakeConnector(config, KVConnectorRole.SCHEDULER, client=scheduler_client)
+        self.worker = CakeConnector(config, KVConnectorRole.WORKER)
+        self.pool = PagedPool(layout)
+        self.worker.register_kv_caches(self.pool.caches)
+        self.nones = 0
+
+    def step(self):
+        """One engine step as the model runner makes it: bind, start_load_kv, (forward: a few milliseconds),
+        wait_for_save, get_finished, load errors, clear."""
+        meta = self.scheduler.build_connector_meta(None)
+        self.worker.bind_connector_metadata(meta)
+        self.worker.start_load_kv(None)
+        for name in self.pool.caches:
+            self.worker.wait_for_layer_load(name)
+        time.sleep(0.002)
+        self.worker.wait_for_save()
+        sending, recving = self.worker.get_finished(set())
+        errors = self.worker.get_block_ids_with_load_errors()
+        self.worker.clear_connector_metadata()
+        return sending or set(), recving or set(), errors
+
+    def serve(self, request_id, tokens, local_hit=0):
+        """Prefills a prompt as vLLM would: ask the connector (again while it answers None), allocate, load, compute
+        what is left, finish (the blocks held until the store is done). Returns what happened."""
+        request = Request(request_id, tokens)
+        reference = reference_kv(tokens)
+        while True:
+            external, is_async = self.scheduler.get_num_new_matched_tokens(request, local_hit)
+            if external is not None:
+                break
+            self.nones += 1
+            self.step()
+        assert local_hit + external < len(tokens), "the connector must leave a token to compute"
+        assert (local_hit + external) % BLOCK == 0
+        block_ids = self.pool.alloc((len(tokens) + BLOCK - 1) // BLOCK)
+        self.pool.write(block_ids, 0, local_hit, reference)  # vLLM's own prefix cache hit
+        self.scheduler.update_state_after_alloc(request, Blocks(block_ids), external)
+        errors = set()
+        if is_async and external > 0:
+            for _ in range(5000):
+                _, recving, step_errors = self.step()
+                errors |= step_errors
+                if request_id in recving:
+                    break
+            else:
+                raise AssertionError("the asynchronous load was never reported finished")
+            self.scheduler.update_state_after_alloc(request, Blocks(block_ids), 0)  # as vLLM calls it again
+        elif external > 0:
+            _, _, errors = self.step()
+        computed = local_hit + external
+        if errors:  # vLLM's _update_requests_with_invalid_blocks: recompute from the first bad block
+            first_bad = min(block_ids.index(b) for b in errors)
+            computed = min(computed, first_bad * BLOCK)
+        loaded_exact = bool(torch.equal(self.pool.read(block_ids, local_hit, computed),
+                                        reference[:, :, local_hit:computed])) if computed > local_hit else True
+        self.pool.write(block_ids, computed, len(tokens), reference)  # the forward computes the rest
+        assert torch.equal(self.pool.read(block_ids, 0, len(tokens)), reference)
+        hold, _ = self.scheduler.request_finished(request, block_ids)
+        stored = False
+        if hold:
+            for _ in range(5000):
+                sending, _, _ = self.step()
+                if request_id in sending:
+                    stored = True
+                    break
+        self.pool.free += block_ids
+        return {"external": external, "async": is_async, "loaded_exact": loaded_exact, "errors": len(errors),
+                "computed_from": computed, "stored": stored}
+
+    def close(self):
+        self.worker.shutdown()
+        self.scheduler.shutdown()
+
+
+def prompt(tokens, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [int(t) for t in torch.randint(0, 32000, (tokens,), generator=g)]
+
+
+@pytest.mark.parametrize("layout", ["flash_attn", "flashinfer", "bhnc"])
+@pytest.mark.parametrize("load_async", [True, False])
+def test_a_stored_prompt_loads_bit_exact_into_the_blocks(daemon, layout, load_async):
+    tokens = prompt(5 * CHUNK + 7, seed=hash((layout, load_async)) % 1000)
+    first = Engine(daemon, layout, cake_load_async=load_async)
+    second = Engine(daemon, layout, cake_load_async=load_async)
+    try:
+        cold = first.serve("r1", tokens)
+        assert cold["external"] == 0 and cold["stored"]
+        warm = second.serve("r2", tokens)
+        assert warm == {"external": 5 * CHUNK, "async": load_async, "loaded_exact": True, "errors": 0,
+                        "computed_from": 5 * CHUNK, "stored": True}
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_full_prompt_hit_leaves_the_last_chunk_to_compute(daemon):
+    tokens = prompt(3 * CHUNK, seed=21)
+    engine = Engine(daemon)
+    try:
+        engine.serve("a", tokens)
+        again = engine.serve("b", tokens)
+        assert again["external"] == 2 * CHUNK and again["loaded_exact"]
+    finally:
+        engine.close()
+
+
+def test_vllms_own_prefix_hit_and_a_partial_prefix(daemon):
+    shared = prompt(3 * CHUNK, seed=31)
+    engine = Engine(daemon, "flashinfer")
+    try:
+        engine.serve("a", shared + prompt(CHUNK + 3, seed=32))
+        # vLLM already holds one block (half a chunk): only the rest comes from caked, from mid-chunk on.
+        other = engine.serve("b", shared + prompt(2 * CHUNK, seed=33), local_hit=BLOCK)
+        assert other["external"] == 3 * CHUNK - BLOCK and other["loaded_exact"] and other["errors"] == 0
+    finally:
+        engine.close()
+
+
+def test_none_until_the_lookup_is_known(daemon):
+    gate = threading.Event()
+
+    class GatedClient:
+        """The scheduler's client, whose Lookup waits for the test: vLLM must be told to ask again."""
+
+        def __init__(self, real):
+            self.real = real
+
+        def lookup(self, *args, **kwargs):
+            gate.wait(30)
+            return self.real.lookup(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+    tokens = prompt(2 * CHUNK + 1, seed=41)
+    writer = Engine(daemon)
+    writer.serve("w", tokens)
+    writer.close()
+    real = daemon.client()
+    engine = Engine(daemon, scheduler_client=GatedClient(real), cake_lookup_wait_s=0.01)
+    try:
+        request = Request("r", tokens)
+        assert engine.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)
+        assert engine.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)  # still unknown; no repeat
+        gate.set()
+        result = engine.serve("r", tokens)
+        assert result["external"] == 2 * CHUNK and result["loaded_exact"]
+    finally:
+        engine.close()
+
+
+def test_chunks_gone_between_lookup_and_load_are_load_errors_vllm_recomputes(fresh_daemon):
+    daemon = fresh_daemon()
+    tokens = prompt(4 * CHUNK + 1, seed=51)
+    engine = Engine(daemon)
+    try:
+        engine.serve("w", tokens)
+        request = Request("r", tokens)
+        external, is_async = engine.scheduler.get_num_new_matched_tokens(request, 0)
+        assert external == 4 * CHUNK
+        with daemon.client() as admin:
+            admin.evict("dram")  # gone before the worker loads
+        block_ids = engine.pool.alloc(5)
+        engine.scheduler.update_state_after_alloc(request, Blocks(block_ids), external)
+        errors = set()
+        for _ in range(5000):
+            _, recving, step_errors = engine.step()
+            errors |= step_errors
+            if "r" in recving:
+                break
+        # Every block the load promised is reported: vLLM recomputes from the first (block 0 here).
+        assert errors == set(block_ids[:4 * CHUNK // BLOCK])
+    finally:
+        engine.close()
+
+
+def test_an_unreachable_daemon_is_a_miss(fresh_daemon):
+    daemon = fresh_daemon()
+    engine = Engine(daemon)
+    daemon.stop()
+    try:
+        assert engine.scheduler.get_num_new_matched_tokens(Request("x", prompt(3 * CHUNK, seed=61)), 0) == (0, False)
+    finally:
+        engine.worker._worker._pool.shutdown()
+
+
+def test_the_chunk_must_be_whole_blocks(daemon):
+    with pytest.raises(ValueError, match="multiple of vLLM's block size"):
+        CakeConnector(VllmConfig(daemon, cake_chunk_tokens=24), KVConnectorRole.SCHEDULER)
+    with pytest.raises(ValueError, match="do not match"):
+        worker = CakeConnector(VllmConfig(daemon), KVConnectorRole.WORKER)
+        worker.register_kv_caches({"only": torch.zeros((2, 4, BLOCK, HEADS, DIM), dtype=torch.float16)})
