@@ -186,6 +186,9 @@ class _SchedulerSide:
             self._loads, self._stores = [], []
         return meta
 
+    def shutdown(self):
+        self._pool.shutdown(wait=True)
+
     def request_finished(self, request, block_ids):
         """Holds the finished request's blocks until the worker has stored its prompt's full chunks."""
         with self._lock:
@@ -439,4 +442,6 @@ class CakeConnector(KVConnectorBase_V1):
     def shutdown(self):
         if self._worker is not None:
             self._worker.shutdown()
+        if self._scheduler is not None:
+            self._scheduler.shutdown()
         self._client.close()
