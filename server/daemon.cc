@@ -24,6 +24,8 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 #include "server/tier_factory.h"
 #include "spdlog/spdlog.h"
@@ -201,6 +203,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   if (!unix_listener.ok()) return unix_listener.status();
   d->unix_listener_ = std::move(*unix_listener);
   d->state_->unix_connections = d->unix_listener_.get();
+  // gRPC's standard health service (grpc.health.v1.Health: grpcurl, Kubernetes gRPC probes) and server reflection.
+  // Both answer without the access checks: they say whether the daemon serves and what its API is, nothing more.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int tcp_port = 0;
   if (!config.tcp_listen.empty()) {
@@ -223,6 +229,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     return absl::UnavailableError(absl::StrCat("could not start serving", config.tcp_listen.empty() ? "" : " on ",
                                                config.tcp_listen, " (see the gRPC error above)"));
   }
+  d->state_->health = d->server_->GetHealthCheckService();
+  if (d->state_->health != nullptr) d->state_->health->SetServingStatus(true);
   d->unix_listener_->Serve(d->server_.get());
   spdlog::info("{}", d->state_->access()->Describe());
   if (!config.tcp_listen.empty()) {
@@ -282,6 +290,11 @@ void Daemon::Housekeep() {
       spdlog::warn("a region ({} bytes) of client {} released: its lease ran out ({} ms without a call naming it)",
                    gone.bytes, gone.owner.ToString(), state_->regions.lease().count());
     }
+    if (state_->draining && state_->drain_exit_when_idle && !stop_requested_ && state_->loads.active() == 0) {
+      stop_requested_ = true;
+      spdlog::info("drained: no load is running; stopping as asked");
+      if (request_stop_) request_stop_();
+    }
     // gRPC frees a large message as many small buffers scattered through the heap, which the allocator keeps
     // (an oversized request would stay resident for good); hand the free pages back now and then.
     if (const auto now = std::chrono::steady_clock::now(); now - last_trim >= kTrimPeriod) {
@@ -307,6 +320,7 @@ void Daemon::Stop() {
   StopHousekeeping();
   spdlog::info("stopping: {} live loads cancelled, {} regions released", state_->loads.active(),
                state_->regions.count());
+  if (state_->health != nullptr) state_->health->SetServingStatus(false);
   unix_listener_->Stop();  // no new connections; gRPC's shutdown below ends the ones it has
   state_->loads.CancelAll();
   // A cancelled load's read asleep under a read cap (however small) must not hold its I/O thread past the stop.

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -37,6 +38,10 @@ class Daemon {
   // old. A configuration that does not validate keeps the old policy and is the error.
   absl::Status ReloadAccess(const std::vector<PrincipalConfig>& principals);
 
+  // What a drained daemon calls once it is idle (Drain with exit_when_idle): caked's main raises SIGTERM to
+  // itself, so the stop is the same as any other. Unset: the daemon stays up, idle.
+  void SetStopRequest(std::function<void()> request_stop) { request_stop_ = std::move(request_stop); }
+
   DaemonState& state() { return *state_; }
   const std::string& socket_path() const { return socket_path_; }
 
@@ -53,6 +58,8 @@ class Daemon {
   std::unique_ptr<UnixListener> unix_listener_;  // before server_: stops handing it connections first
   std::unique_ptr<grpc::Server> server_;
   bool stopped_ = false;
+  std::function<void()> request_stop_;
+  bool stop_requested_ = false;  // housekeeping thread only
   std::mutex housekeeping_mu_;
   std::condition_variable housekeeping_wake_;
   bool housekeeping_stop_ = false;  // guarded by housekeeping_mu_

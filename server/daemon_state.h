@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "absl/container/flat_hash_map.h"
 #include "base/mutex.h"
 #include "cuda/cuda_backend.h"
@@ -109,6 +110,11 @@ struct DaemonState {
   std::vector<int> cuda_devices;
   PinnedRange dram_pinned;  // after `tiers`: unpinned before the arena goes
   std::string listen_address;
+  // Drain: new loads are refused and the health service says NOT_SERVING; with drain_exit_when_idle the
+  // housekeeping thread asks for a stop (request_stop) once no load runs.
+  std::atomic<bool> draining{false};
+  std::atomic<bool> drain_exit_when_idle{false};
+  grpc::HealthCheckServiceInterface* health = nullptr;  // gRPC's standard health service (set once, at start)
   int tcp_port = 0;  // the TCP listener's port (tcp.listen may ask for port 0: any)
   // Calls that wait on a networked tier (Lookups that reach Redis, Status and Stats with a remote tier, Evict of
   // it): here rather than on gRPC's threads, which Ping and every other call need, or the I/O threads, which

@@ -140,6 +140,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   absl::Status StartLocked(const v1::LoadStart& start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const DaemonConfig& config = state_.config;
     CAKE_RETURN_IF_ERROR(caller_.status());  // not an engine of this daemon: nothing of the request is read
+    if (state_.draining) {
+      return absl::UnavailableError("the daemon is draining and takes no new loads; compute, or try another daemon");
+    }
     CAKE_RETURN_IF_ERROR(CheckClientId(start.client_id()));
     CAKE_ASSIGN_OR_RETURN(const Namespace ns, CallerNamespace(*caller_, start.namespace_(), config));
     CAKE_ASSIGN_OR_RETURN(std::vector<ChunkKey> keys, PromptKeys(ns, start.prompt(), config));

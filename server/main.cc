@@ -1,6 +1,7 @@
 // caked: the Cake KV-cache loader daemon. Configuration: embedded defaults, then --config FILE, then flags.
 #include <malloc.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <cstdio>
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
     spdlog::critical("cannot start: {}", daemon.status().ToString());
     return 1;
   }
+  (*daemon)->SetStopRequest([] { kill(getpid(), SIGTERM); });  // Drain with exit_when_idle: stop as on SIGTERM
   cake::NotifySystemd("READY=1");
 
   // The watchdog is fed only after a client's path through the socket got an answer (Daemon::CheckServing),

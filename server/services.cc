@@ -394,6 +394,7 @@ void AdminServiceImpl::FillStatus(v1::StatusResponse* response) {
   response->set_active_loads(state_.loads.active());
   response->set_regions(static_cast<uint32_t>(state_.regions.count()));
   response->set_region_bytes(state_.regions.total_bytes());
+  response->set_draining(state_.draining);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* context, const v1::StatsRequest*,
@@ -503,6 +504,22 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetReadCap(grpc::CallbackServerConte
     if (entry->tier.get() == tier) state_.tiers.ForgetLoadThroughput(entry->kind);
   }
   spdlog::info("{} tier read cap: {} -> {} Gbit/s", request->tier(), response->previous_gbps(), request->gbps());
+  return Reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::Drain(grpc::CallbackServerContext* context, const v1::DrainRequest* request,
+                                                  v1::DrainResponse* response) {
+  if (auto caller = Authorize(context, state_, Role::kAdmin, "Drain"); !caller.ok()) {
+    return Reply(context, caller.status());
+  }
+  const bool draining = !request->resume();
+  state_.drain_exit_when_idle = draining && request->exit_when_idle();
+  state_.draining = draining;
+  if (state_.health != nullptr) state_.health->SetServingStatus(!draining);
+  response->set_active_loads(state_.loads.active());
+  response->set_draining(draining);
+  spdlog::info("{}: {} loads running{}", draining ? "draining (new loads refused, health NOT_SERVING)" : "resumed",
+               response->active_loads(), state_.drain_exit_when_idle ? "; the daemon stops once none is" : "");
   return Reply(context, absl::OkStatus());
 }
 

@@ -50,6 +50,8 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
                                   v1::EvictResponse* response) override;
   grpc::ServerUnaryReactor* SetReadCap(grpc::CallbackServerContext* context, const v1::SetReadCapRequest* request,
                                        v1::SetReadCapResponse* response) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context, const v1::DrainRequest* request,
+                                  v1::DrainResponse* response) override;
 
  private:
   absl::StatusOr<Tier*> NamedTier(const std::string& name) const;

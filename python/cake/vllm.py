@@ -36,7 +36,6 @@ import threading
 from dataclasses import dataclass, field
 
 from cake.client import Client
-from cake.errors import CakeError
 from cake.layout import ChunkLayout
 from cake.namespace import Namespace
 
@@ -61,21 +60,24 @@ _DTYPES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "
 @dataclass
 class LoadSpec:
     """One request's load: its prompt's tokens through the cached chunks, the tokens [start, end) to put into
-    `block_ids` (start is vLLM's own prefix hit), and whether vLLM waits for it asynchronously."""
+    `block_ids` (start is vLLM's own prefix hit), whether vLLM waits for it asynchronously, and the request's
+    namespace suffix (LoRA, cache salt) beyond the model's."""
     request_id: str
     tokens: list
     block_ids: list
     start: int
     end: int
     is_async: bool
+    model_id: str = ""
 
 
 @dataclass
 class StoreSpec:
-    """One finished request's store: the prompt's full chunks and the blocks holding them."""
+    """One finished request's store: the prompt's computed full chunks and the blocks holding them."""
     request_id: str
     tokens: list
     block_ids: list
+    model_id: str = ""
 
 
 @dataclass
@@ -103,11 +105,46 @@ def namespace_for(vllm_config, tp_rank=None):
         raise ValueError(f"KV dtype {model.dtype if cache_dtype == 'auto' else cache_dtype} has no Cake equivalent")
     tp_size = int(getattr(parallel, "tensor_parallel_size", 1))
     rank = int(getattr(parallel, "rank", 0) if tp_rank is None else tp_rank) % tp_size
-    return Namespace(str(extra.get("cake_model_id") or f"vllm:{model.model}"),
+    model_id = str(extra.get("cake_model_id") or f"vllm:{model.model}")
+    if dtype == "fp8":  # e4m3 and e5m2 are different bytes under one element size
+        model_id += f"|{cache_dtype if cache_dtype != 'auto' else model.dtype}"
+    pp_size = int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
+    if pp_size > 1:  # each stage holds other layers
+        model_id += f"|pp{_pipeline_rank(parallel)}of{pp_size}"
+    return Namespace(model_id,
                      num_layers=int(model.get_num_layers(parallel)),
                      num_kv_heads=int(model.get_num_kv_heads(parallel)), head_dim=int(model.get_head_size()),
                      dtype=dtype, tp_rank=rank, tp_size=tp_size, chunk_tokens=chunk_tokens,
                      tenant=str(extra.get("cake_tenant", "")))
+
+
+def _pipeline_rank(parallel):
+    try:
+        from vllm.distributed.parallel_state import get_pp_group
+        return get_pp_group().rank_in_group
+    except Exception:  # the scheduler (no groups), or no vLLM: the config's word
+        return int(getattr(parallel, "pipeline_parallel_rank", 0) or 0)
+
+
+def _request_namespace(ns, request):
+    """The namespace a request's KV lives in, or None for one whose KV depends on more than its tokens (images,
+    audio: the cache would hand one image's KV to another's request). A LoRA adapter and a cache salt each give
+    their own namespace: the same tokens under another adapter, or another user's salt, never share KV."""
+    if getattr(request, "mm_features", None) or getattr(request, "mm_hashes", None) or \
+            getattr(request, "mm_positions", None):
+        return None
+    extra = []
+    lora = getattr(request, "lora_request", None)
+    if lora is not None:
+        extra.append(f"lora={getattr(lora, 'lora_name', None) or getattr(lora, 'name', '')}:"
+                     f"{getattr(lora, 'lora_int_id', '')}")
+    salt = getattr(request, "cache_salt", None)
+    if salt:
+        extra.append(f"salt={salt}")
+    if not extra:
+        return ns
+    import dataclasses
+    return dataclasses.replace(ns, model_id="|".join([ns.model_id, *extra]))
 
 
 def _connect(vllm_config, who):
@@ -126,6 +163,8 @@ class _SchedulerSide:
         self.block_size = int(vllm_config.cache_config.block_size)
         self.load_async = bool(extra.get("cake_load_async", True))
         self.lookup_wait_s = float(extra.get("cake_lookup_wait_s", 0.002))
+        # The worker's region holds this many chunks: a longer hit could not land whole, so none is promised.
+        self.region_chunks = int(extra.get("cake_region_chunks", 64))
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="cake-lookup")
         self._lookups = {}        # request id -> Future of cached chunks
         self._matched = {}        # request id -> (start, end) tokens promised to vLLM
@@ -133,27 +172,34 @@ class _SchedulerSide:
         self._stores = []
         self._lock = threading.Lock()
 
-    def _lookup(self, tokens):
+    def _lookup(self, ns, tokens):
         try:
-            return self.client.lookup(self.ns, tokens=tokens).cached_chunks
-        except CakeError as error:
+            return self.client.lookup(ns, tokens=tokens).cached_chunks
+        except Exception as error:  # anything: a lookup thread that raised would leave the request unanswered
             log.warning("caked lookup failed, computing instead: %s", error)
             return 0
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         tokens = list(request.prompt_token_ids or [])
         chunk = self.ns.chunk_tokens
-        if len(tokens) < chunk:
+        ns = _request_namespace(self.ns, request)
+        if len(tokens) < chunk or ns is None:
             return 0, False
         with self._lock:
             future = self._lookups.get(request.request_id)
-            if future is None:
-                future = self._pool.submit(self._lookup, tokens[:len(tokens) // chunk * chunk])
+            first_ask = future is None
+            if first_ask:
+                future = self._pool.submit(self._lookup, ns, tokens[:len(tokens) // chunk * chunk])
                 self._lookups[request.request_id] = future
+        # Only the first ask waits (a little): a step with many waiting requests must not wait on each of them.
+        if not future.done() and not first_ask:
+            return None, False
         try:
             cached_chunks = future.result(timeout=self.lookup_wait_s)
         except concurrent.futures.TimeoutError:
             return None, False  # not known yet: vLLM asks again on a later step
+        # No more than the worker's region holds past vLLM's own hit.
+        cached_chunks = min(cached_chunks, num_computed_tokens // chunk + self.region_chunks)
         cached = cached_chunks * chunk
         # At least one token is computed (vLLM needs one to sample from): a whole chunk less, so loads stay
         # chunk- and block-aligned.
@@ -165,7 +211,7 @@ class _SchedulerSide:
                 self._lookups.pop(request.request_id, None)
             return 0, False
         with self._lock:
-            self._matched[request.request_id] = (num_computed_tokens, cached)
+            self._matched[request.request_id] = (num_computed_tokens, cached, ns.model_id)
         return external, self.load_async
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
@@ -174,11 +220,15 @@ class _SchedulerSide:
             matched = self._matched.pop(request.request_id, None)
         if num_external_tokens <= 0 or matched is None:
             return  # nothing to load (or the second call after an asynchronous load)
-        start, end = matched
+        start, end, model_id = matched
+        if end - start != num_external_tokens:
+            log.warning("vLLM allocated %d external tokens for request %s, %d were offered; loading what it took",
+                        num_external_tokens, request.request_id, end - start)
+            end = start + min(end - start, num_external_tokens) // self.block_size * self.block_size
         block_ids = list(blocks.get_block_ids()[0])
         with self._lock:
             self._loads.append(LoadSpec(request.request_id, list(request.prompt_token_ids)[:end], block_ids, start,
-                                        end, self.load_async))
+                                        end, self.load_async, model_id))
 
     def build_connector_meta(self, scheduler_output):
         with self._lock:
@@ -190,17 +240,24 @@ class _SchedulerSide:
         self._pool.shutdown(wait=True)
 
     def request_finished(self, request, block_ids):
-        """Holds the finished request's blocks until the worker has stored its prompt's full chunks."""
+        """Holds the finished request's blocks until the worker has stored the full chunks of its prompt that
+        were computed: a request aborted mid-prefill, or before its load ended, stores only what its blocks truly
+        hold (nothing, for one still waiting on its load)."""
         with self._lock:
             self._lookups.pop(request.request_id, None)
             self._matched.pop(request.request_id, None)
+        if "WAITING" in str(getattr(request, "status", "")):
+            return False, None  # never ran: its blocks hold nothing of it (and vLLM frees them its own way)
+        ns = _request_namespace(self.ns, request)
         tokens = list(request.prompt_token_ids or [])
-        full = len(tokens) // self.ns.chunk_tokens * self.ns.chunk_tokens
+        computed = min(len(tokens), int(getattr(request, "num_computed_tokens", 0) or 0))
+        full = computed // self.ns.chunk_tokens * self.ns.chunk_tokens
         blocks_needed = full // self.block_size
-        if full == 0 or len(block_ids) < blocks_needed:
+        if ns is None or full == 0 or len(block_ids) < blocks_needed:
             return False, None
         with self._lock:
-            self._stores.append(StoreSpec(request.request_id, tokens[:full], list(block_ids[:blocks_needed])))
+            self._stores.append(StoreSpec(request.request_id, tokens[:full], list(block_ids[:blocks_needed]),
+                                          ns.model_id))
         return True, None
 
 
@@ -277,8 +334,13 @@ class _WorkerSide:
                              f"{first.head_dim}) do not match the model's ({self.ns.num_layers} x "
                              f"{self.ns.num_kv_heads} x {self.ns.head_dim})")
         self.block_size = first.block_size
+        expected = int(self.vllm_config.cache_config.block_size)
+        if any(layer.block_size != expected for layer in self.layers):
+            raise ValueError(f"the KV caches' blocks hold {first.block_size} tokens, the scheduler's {expected}")
         self.device = first.cache.device
-        kind = "cuda" if self.device.type == "cuda" else "host"
+        # Device memory where the daemon serves it (CUDA IPC), host shared memory otherwise. The ordinal is this
+        # process's: under CUDA_VISIBLE_DEVICES it must be the daemon's numbering too (docs/engines.md).
+        kind = "auto" if self.device.type == "cuda" else "host"
         self.region = self.client.register_region(self.region_chunks * self.ns.chunk_bytes, kind=kind,
                                                   device=self.device.index or 0)
 
@@ -298,6 +360,18 @@ class _WorkerSide:
         bs = self.block_size
         return set(spec.block_ids[first // bs:(last + bs - 1) // bs]) if last > first else set()
 
+    def _sync(self):
+        # Copies into or out of a device region run on the current stream: done before the region is reused
+        # (another load) or read by the daemon (Store).
+        if self.device.type == "cuda" or getattr(self.region, "kind", "host") == "cuda":
+            import torch
+            torch.cuda.synchronize(self.device if self.device.type == "cuda" else None)
+
+    def _spec_namespace(self, spec):
+        import dataclasses
+        return self.ns if not spec.model_id or spec.model_id == self.ns.model_id else dataclasses.replace(
+            self.ns, model_id=spec.model_id)
+
     def _load(self, spec):
         """Loads chunks of [spec.start, spec.end) into the region and scatters their tokens into the blocks. The
         tokens that did not arrive (read failures, chunks evicted since the lookup, a window too small) make their
@@ -306,8 +380,8 @@ class _WorkerSide:
         valid = (spec.end, spec.end)  # the loaded tokens, [lo, hi): the daemon reports a suffix of the cached chunks
         try:
             with self._region_lock:
-                with self.client.load(self.ns, tokens=spec.tokens, region=self.region, mode="io_only",
-                                      computed_through=spec.start // chunk) as load:
+                with self.client.load(self._spec_namespace(spec), tokens=spec.tokens, region=self.region,
+                                      mode="io_only", computed_through=spec.start // chunk) as load:
                     for event in load:
                         lo = max(spec.start, event.chunk * chunk)
                         hi = min(spec.end, (event.chunk + 1) * chunk)
@@ -322,15 +396,17 @@ class _WorkerSide:
                     plan = load.plan
                     if load.loaded_low < plan.cached_chunks:
                         valid = (max(spec.start, load.loaded_low * chunk), min(spec.end, plan.cached_chunks * chunk))
+                    self._sync()  # the scatter has read the region before the region is let go
                     load.release()
-        except (CakeError, RuntimeError, TimeoutError, ValueError) as error:
+        except Exception as error:  # anything: the request must still be reported, its blocks as errors
             log.warning("caked load of request %s failed, vLLM recomputes it: %s", spec.request_id, error)
             valid = (spec.end, spec.end)
-        failed = self._blocks_of(spec, spec.start, valid[0]) | self._blocks_of(spec, valid[1], spec.end)
-        with self._lock:
-            self._errors |= failed
-            if spec.is_async:
-                self._recved.add(spec.request_id)
+        finally:
+            failed = self._blocks_of(spec, spec.start, valid[0]) | self._blocks_of(spec, valid[1], spec.end)
+            with self._lock:
+                self._errors |= failed
+                if spec.is_async:
+                    self._recved.add(spec.request_id)
 
     def _store(self, spec):
         chunk = self.ns.chunk_tokens
@@ -346,12 +422,14 @@ class _WorkerSide:
                             k, v = layer.read(blocks, offsets)
                             view[layer_index, 0].copy_(k)
                             view[layer_index, 1].copy_(v)
-                    self.client.store(self.ns, tokens=spec.tokens, first_chunk=start // chunk, chunk_count=count,
-                                      region=self.region)
-        except (CakeError, RuntimeError, ValueError) as error:
+                    self._sync()  # the gather has written the region before the daemon reads it
+                    self.client.store(self._spec_namespace(spec), tokens=spec.tokens, first_chunk=start // chunk,
+                                      chunk_count=count, region=self.region)
+        except Exception as error:  # anything: the blocks must still be given back
             log.warning("caked store of request %s failed (the cache stays without it): %s", spec.request_id, error)
-        with self._lock:
-            self._sent.add(spec.request_id)
+        finally:
+            with self._lock:
+                self._sent.add(spec.request_id)
 
     def start_load_kv(self, metadata):
         if metadata is None:

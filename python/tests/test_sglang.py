@@ -12,7 +12,7 @@ import torch
 from cake.sglang import SGLANG_BATCH_PAGES, CakeHiCacheStorage, engine_key
 
 PAGE = 16
-LAYERS, HEADS, DIM = 2, 2, 16  # fp16: 4 KiB pages, limits.min_chunk_bytes
+LAYERS, HEADS, DIM = 3, 4, 8  # every axis a different size, so a wrong permutation cannot round-trip; 6 KiB pages
 
 
 def get_hash_str(token_ids, prior_hash=None):
@@ -83,6 +83,21 @@ class HostPool:
 
     def pages(self, indices):
         return [self.get_data_page(int(indices[s]), flat=False).clone() for s in range(0, len(indices), PAGE)]
+
+    def token_kv(self, slot):
+        """Slot `slot`'s K and V, [2, layers, heads, dim], indexed straight from kv_buffer's documented dims
+        (mha.py's init_kv_buffer), independently of any page shape or permutation."""
+        kv, p = self.kv_buffer, PAGE
+        if self.layout == "layer_first":      # (2, L, size, H, D)
+            return kv[:, :, slot]
+        if self.layout == "page_first":       # (2, size, L, H, D)
+            return kv[:, slot]
+        if self.layout == "page_first_direct":  # (2, page_num, L, P, H, D)
+            return kv[:, slot // p, :, slot % p]
+        return kv[:, slot // p, :, slot % p].permute(0, 2, 1, 3)  # page_head (2, page_num, H, P, L, D)
+
+    def tokens(self, indices):
+        return torch.stack([self.token_kv(int(i)) for i in indices])
 
 
 class Config:
@@ -167,6 +182,26 @@ def test_backup_then_prefetch_is_bit_exact_in_every_layout(daemon, layout):
         assert controller_backup(backend, keys, written)
     finally:
         backend.close()
+
+
+def test_pages_written_in_one_layout_read_back_in_every_other(daemon):
+    """The chunk in between is Cake's layout: what one host layout stores, another reads, token for token."""
+    writer, source = backend_for(daemon, "page_first", model_name="cross-layout")
+    readers = [backend_for(daemon, layout, model_name="cross-layout")
+               for layout in ("layer_first", "page_first_direct", "page_head")]
+    try:
+        keys = page_keys(tokens_of(3, seed=13))
+        written = source.alloc(3 * PAGE)
+        source.fill(written, seed=14)
+        assert controller_backup(writer, keys, written)
+        for reader, pool in readers:
+            hit, completed, read = controller_prefetch(reader, keys, pool)
+            assert (hit, completed) == (3, 3)
+            assert torch.equal(pool.tokens(read), source.tokens(written)), pool.layout
+    finally:
+        writer.close()
+        for reader, _ in readers:
+            reader.close()
 
 
 def test_partial_prefix_and_a_page_whose_prefix_is_missing(daemon):

@@ -4,8 +4,10 @@ the order vLLM's scheduler (v1/core/sched/scheduler.py at 00024d31) and model ru
 connector, against a real caked: misses, hits after a store, vLLM's own prefix hit, partial prefixes, None until
 the lookup is known, asynchronous completion, load errors leading to recomputation, every loaded token
 bit-exact."""
+import pickle
 import threading
 import time
+import zlib
 
 import pytest
 import torch
@@ -14,7 +16,7 @@ from cake.testing import SpawnedDaemon
 from cake.vllm import CakeConnector, KVConnectorRole
 
 BLOCK, CHUNK = 16, 32          # a chunk is two of vLLM's blocks
-LAYERS, HEADS, DIM = 2, 2, 16  # fp16: 8 KiB chunks
+LAYERS, HEADS, DIM = 3, 4, 8  # every axis a different size, so a wrong index cannot round-trip; 12 KiB chunks
 BLOCKS = 64
 
 
@@ -43,9 +45,16 @@ class VllmConfig:
 
 
 class Request:
-    def __init__(self, request_id, tokens):
+    """The fields of vLLM's Request a connector reads."""
+
+    def __init__(self, request_id, tokens, **more):
         self.request_id, self.prompt_token_ids = request_id, list(tokens)
         self.num_tokens = len(tokens)
+        self.num_computed_tokens = 0
+        self.status = "RequestStatus.WAITING"
+        self.mm_features, self.lora_request, self.cache_salt = [], None, None
+        for name, value in more.items():
+            setattr(self, name, value)
 
 
 class Blocks:
@@ -83,33 +92,31 @@ class PagedPool:
         ids, self.free = self.free[:n], self.free[n:]
         return ids
 
-    def _index(self, block_ids, first, last):
-        t = torch.arange(first, last)
-        return torch.tensor(block_ids)[t // BLOCK], t % BLOCK
+    def _slot(self, cache, block, offset):
+        """Token (block, offset)'s K and V as [2, heads, dim], from the layout's documented dims, one token at a
+        time (independent of the connector's vectorised indexing)."""
+        if self.layout == "flash_attn":    # [2, blocks, block_size, heads, dim]
+            return cache[:, block, offset]
+        if self.layout == "flashinfer":    # [blocks, 2, block_size, heads, dim]
+            return cache[block, :, offset]
+        return cache[block, :, offset].view(HEADS, 2, DIM).permute(1, 0, 2)  # [blocks, heads, block_size, K|V]
 
     def write(self, block_ids, first, last, kv):
-        b, o = self._index(block_ids, first, last)
-        for layer, cache in enumerate(self.caches.values()):
-            k, v = kv[layer, 0, first:last], kv[layer, 1, first:last]
-            if self.layout == "flash_attn":
-                cache[0, b, o], cache[1, b, o] = k, v
-            elif self.layout == "flashinfer":
-                cache[b, 0, o], cache[b, 1, o] = k, v
-            else:
-                cache[b, :, o] = torch.cat((k, v), dim=-1)
+        for t in range(first, last):
+            for layer, cache in enumerate(self.caches.values()):
+                block, offset = block_ids[t // BLOCK], t % BLOCK
+                if self.layout == "bhnc":
+                    cache[block, :, offset] = torch.cat((kv[layer, 0, t], kv[layer, 1, t]), dim=-1)
+                else:
+                    self._slot(cache, block, offset).copy_(kv[layer, :, t])
 
     def read(self, block_ids, first, last):
-        b, o = self._index(block_ids, first, last)
-        out = []
-        for cache in self.caches.values():
-            if self.layout == "flash_attn":
-                out.append(torch.stack((cache[0, b, o], cache[1, b, o])))
-            elif self.layout == "flashinfer":
-                out.append(torch.stack((cache[b, 0, o], cache[b, 1, o])))
-            else:
-                kv = cache[b, :, o]
-                out.append(torch.stack((kv[..., :DIM], kv[..., DIM:])))
-        return torch.stack(out)
+        """[layers, 2, tokens, heads, dim] of tokens [first, last)."""
+        out = [[self._slot(cache, block_ids[t // BLOCK], t % BLOCK) for t in range(first, last)]
+               for cache in self.caches.values()]
+        if last <= first:
+            return torch.empty((LAYERS, 2, 0, HEADS, DIM), dtype=torch.float16)
+        return torch.stack([torch.stack(layer, dim=1) for layer in out])
 
 
 class Engine:
@@ -126,7 +133,7 @@ class Engine:
     def step(self):
         """One engine step as the model runner makes it: bind, start_load_kv, (forward: a few milliseconds),
         wait_for_save, get_finished, load errors, clear."""
-        meta = self.scheduler.build_connector_meta(None)
+        meta = pickle.loads(pickle.dumps(self.scheduler.build_connector_meta(None)))  # as vLLM ships it
         self.worker.bind_connector_metadata(meta)
         self.worker.start_load_kv(None)
         for name in self.pool.caches:
@@ -138,10 +145,10 @@ class Engine:
         self.worker.clear_connector_metadata()
         return sending or set(), recving or set(), errors
 
-    def serve(self, request_id, tokens, local_hit=0):
+    def serve(self, request_id, tokens, local_hit=0, **request_fields):
         """Prefills a prompt as vLLM would: ask the connector (again while it answers None), allocate, load, compute
         what is left, finish (the blocks held until the store is done). Returns what happened."""
-        request = Request(request_id, tokens)
+        request = Request(request_id, tokens, **request_fields)
         reference = reference_kv(tokens)
         while True:
             external, is_async = self.scheduler.get_num_new_matched_tokens(request, local_hit)
@@ -174,6 +181,7 @@ class Engine:
                                         reference[:, :, local_hit:computed])) if computed > local_hit else True
         self.pool.write(block_ids, computed, len(tokens), reference)  # the forward computes the rest
         assert torch.equal(self.pool.read(block_ids, 0, len(tokens)), reference)
+        request.num_computed_tokens, request.status = len(tokens), "RequestStatus.FINISHED_LENGTH_CAPPED"
         hold, _ = self.scheduler.request_finished(request, block_ids)
         stored = False
         if hold:
@@ -199,7 +207,7 @@ def prompt(tokens, seed):
 @pytest.mark.parametrize("layout", ["flash_attn", "flashinfer", "bhnc"])
 @pytest.mark.parametrize("load_async", [True, False])
 def test_a_stored_prompt_loads_bit_exact_into_the_blocks(daemon, layout, load_async):
-    tokens = prompt(5 * CHUNK + 7, seed=hash((layout, load_async)) % 1000)
+    tokens = prompt(5 * CHUNK + 7, seed=zlib.crc32(f"{layout}-{load_async}".encode()))
     first = Engine(daemon, layout, cake_load_async=load_async)
     second = Engine(daemon, layout, cake_load_async=load_async)
     try:
@@ -211,6 +219,64 @@ def test_a_stored_prompt_loads_bit_exact_into_the_blocks(daemon, layout, load_as
     finally:
         first.close()
         second.close()
+
+
+def test_a_prompt_stored_in_one_layout_loads_into_another(daemon):
+    tokens = prompt(3 * CHUNK + 1, seed=71)
+    writer, reader = Engine(daemon, "flash_attn"), Engine(daemon, "bhnc")
+    try:
+        writer.serve("w", tokens)
+        assert reader.serve("r", tokens)["loaded_exact"]
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_aborted_requests_store_only_what_was_computed(daemon):
+    tokens = prompt(4 * CHUNK, seed=81)
+    engine = Engine(daemon)
+    try:
+        block_ids = engine.pool.alloc(8)
+        # Aborted after one chunk of prefill: that chunk alone is stored.
+        aborted = Request("a", tokens, num_computed_tokens=CHUNK + 5, status="RequestStatus.FINISHED_ABORTED")
+        engine.pool.write(block_ids, 0, CHUNK + 5, reference_kv(tokens))
+        hold, _ = engine.scheduler.request_finished(aborted, block_ids)
+        assert hold
+        assert any("a" in engine.step()[0] for _ in range(5000))
+        assert engine.scheduler._scheduler.client.lookup(engine.scheduler._scheduler.ns, tokens=tokens).cached_chunks == 1
+        # Aborted while waiting for its load: nothing of it is in its blocks; nothing is held or stored.
+        waiting = Request("b", prompt(4 * CHUNK, seed=82), status="RequestStatus.WAITING_FOR_REMOTE_KVS")
+        assert engine.scheduler.request_finished(waiting, block_ids) == (False, None)
+    finally:
+        engine.close()
+
+
+def test_requests_whose_kv_depends_on_more_than_tokens(daemon):
+    tokens = prompt(3 * CHUNK + 1, seed=91)
+    engine = Engine(daemon)
+    try:
+        engine.serve("plain", tokens)
+        # Images: never looked up, never stored. A cache salt or a LoRA adapter: a namespace of their own.
+        assert engine.serve("image", tokens, mm_features=["an image"]) ["external"] == 0
+        assert engine.serve("salted", tokens, cache_salt="user-7")["external"] == 0
+        assert engine.serve("salted-again", tokens, cache_salt="user-7")["external"] == 3 * CHUNK
+        lora = type("Lora", (), {"lora_name": "sql", "lora_int_id": 3})()
+        assert engine.serve("lora", tokens, lora_request=lora)["external"] == 0
+        assert engine.serve("plain-again", tokens)["external"] == 3 * CHUNK
+    finally:
+        engine.close()
+
+
+def test_a_hit_longer_than_the_region_is_promised_only_as_far_as_it_fits(daemon):
+    tokens = prompt(6 * CHUNK + 1, seed=101)
+    writer, reader = Engine(daemon), Engine(daemon, cake_region_chunks=2)
+    try:
+        writer.serve("w", tokens)
+        result = reader.serve("r", tokens)
+        assert result["external"] == 2 * CHUNK and result["errors"] == 0 and result["loaded_exact"]
+    finally:
+        writer.close()
+        reader.close()
 
 
 def test_a_full_prompt_hit_leaves_the_last_chunk_to_compute(daemon):
@@ -257,11 +323,14 @@ def test_none_until_the_lookup_is_known(daemon):
     writer.serve("w", tokens)
     writer.close()
     real = daemon.client()
-    engine = Engine(daemon, scheduler_client=GatedClient(real), cake_lookup_wait_s=0.01)
+    engine = Engine(daemon, scheduler_client=GatedClient(real), cake_lookup_wait_s=1.0)
     try:
         request = Request("r", tokens)
         assert engine.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)
-        assert engine.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)  # still unknown; no repeat
+        started = time.monotonic()
+        assert engine.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)  # still unknown
+        assert time.monotonic() - started < 0.5  # only the first ask waits (1 s here): a step asks every request
+        assert len(engine.scheduler._scheduler._lookups) == 1  # one Lookup in flight, not one per ask
         gate.set()
         result = engine.serve("r", tokens)
         assert result["external"] == 2 * CHUNK and result["loaded_exact"]
