@@ -17,6 +17,7 @@ void AddCommonOptions(CLI::App* command, cake::bench::CommonOptions& common) {
 
 int main(int argc, char** argv) {
   CLI::App app{"cake-bench: benchmarks for caked"};
+  app.set_version_flag("--version", std::string("cake-bench ") + CAKE_VERSION);
   app.require_subcommand(1);
 
   cake::bench::LookupBenchOptions lookup;

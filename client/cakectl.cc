@@ -1,19 +1,86 @@
 // cakectl: the operator's command line for a running caked.
+//
+// Exit status: 0 done; 1 the daemon refused or failed the call (its message on stderr); 2 bad usage; 3 no daemon
+// answers (not running, wrong socket or address, or unreachable).
 #include <cstdio>
+#include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "cake/v1/admin.pb.h"
 #include "client/client.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace {
+
+constexpr int kRefused = 1;
+constexpr int kBadUsage = 2;
+constexpr int kNotRunning = 3;
+
+// Bytes for people: 1536 -> "1.5 KiB".
+std::string Bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 5) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? absl::StrFormat("%d B", bytes) : absl::StrFormat("%.1f %s", value, units[unit]);
+}
+
+std::string Duration(double seconds) {
+  const auto s = static_cast<uint64_t>(seconds);
+  if (s >= 86400) return absl::StrFormat("%dd %dh %dm", s / 86400, s % 86400 / 3600, s % 3600 / 60);
+  if (s >= 3600) return absl::StrFormat("%dh %dm %ds", s / 3600, s % 3600 / 60, s % 60);
+  if (s >= 60) return absl::StrFormat("%dm %ds", s / 60, s % 60);
+  return absl::StrFormat("%.1fs", seconds);
+}
+
+std::string Json(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+std::string StatusText(const cake::v1::StatusResponse& r) {
+  std::string out = absl::StrFormat(
+      "version:        %s\npid:            %u\nuptime:         %s\nlisten:         %s\nregion backend: %s\n"
+      "active loads:   %u%s\nregions:        %u (%s)\n",
+      r.version(), r.pid(), Duration(r.uptime_s()), r.listen_address(), r.region_backend(), r.active_loads(),
+      r.draining() ? " (draining: new loads refused)" : "", r.regions(), Bytes(r.region_bytes()));
+  for (const cake::v1::TierStatus& t : r.tiers()) {
+    const double used = t.capacity_bytes() > 0 ? 100.0 * static_cast<double>(t.used_bytes()) /
+                                                     static_cast<double>(t.capacity_bytes())
+                                               : 0;
+    absl::StrAppendFormat(&out, "tier %-6s      %u chunks, %s of %s (%.0f%%)%s\n", t.name() + ":", t.chunks(),
+                          Bytes(t.used_bytes()), Bytes(t.capacity_bytes()), used,
+                          t.read_limit_gbps() > 0 ? absl::StrFormat(", reads capped at %g Gbit/s", t.read_limit_gbps())
+                                                  : "");
+  }
+  return out;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"cakectl: inspect and manage a running caked"};
+  app.set_version_flag("--version", std::string("cakectl ") + CAKE_VERSION);
   std::string socket;
-  app.add_option("--socket", socket, "the daemon's unix socket (default: the daemon's default)");
+  app.add_option("--socket", socket, "the daemon's unix socket (default: $CAKE_SOCKET, then the usual places)");
   cake::ClientOptions options;
   app.add_option("--address", options.address, "the daemon's TCP listener, host:port, instead of the socket");
   app.add_option("--tls-ca", options.tls_ca_file, "TCP: the CA that signed the daemon's certificate (PEM)");
   app.add_option("--tls-cert", options.tls_cert_file, "TCP: this client's certificate (PEM), for mTLS");
   app.add_option("--tls-key", options.tls_key_file, "TCP: this client's private key (PEM)");
   app.add_option("--token-file", options.token_file, "TCP: a file holding this client's bearer token");
+  std::string output = "text";
+  app.add_option("--output,-o", output, "text (for people) or json (protobuf's JSON of the reply)")
+      ->check(CLI::IsMember({"text", "json"}));
   app.require_subcommand(1);
   auto* status = app.add_subcommand("status", "version, uptime, tiers, live loads and regions");
   auto* stats = app.add_subcommand("stats", "every counter, one per line");
@@ -27,50 +94,75 @@ int main(int argc, char** argv) {
   double cap_gbps = 0;
   read_cap->add_option("--tier", cap_tier, "dram, disk or remote")->required();
   read_cap->add_option("--gbps", cap_gbps, "the new cap, Gbit/s")->required();
-  CLI11_PARSE(app, argc, argv);
+  auto* drain = app.add_subcommand("drain", "take no new loads (health NOT_SERVING); running ones finish");
+  bool exit_when_idle = false, resume = false;
+  drain->add_flag("--exit-when-idle", exit_when_idle, "then stop the daemon once no load runs");
+  drain->add_flag("--resume", resume, "take loads again");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kBadUsage;  // --help and --version exit 0
+  }
+  const bool json = output == "json";
 
   options.socket_path = socket;
   options.client_id = "cakectl";
   auto client = cake::Client::Connect(options);
   if (!client.ok()) {
     std::fprintf(stderr, "cakectl: %s\n", std::string(client.status().message()).c_str());
-    return 1;
+    return kNotRunning;
   }
+  auto call = [&](const char* method, const google::protobuf::Message& request,
+                  google::protobuf::Message* response) -> int {
+    absl::Status s = (*client)->Admin(method, request, response);
+    if (s.ok()) return 0;
+    std::fprintf(stderr, "cakectl: %s\n", s.ToString().c_str());
+    return s.code() == absl::StatusCode::kUnavailable ? kNotRunning : kRefused;
+  };
+
   if (status->parsed()) {
-    auto text = (*client)->StatusText();
-    if (!text.ok()) {
-      std::fprintf(stderr, "cakectl: %s\n", text.status().ToString().c_str());
-      return 1;
-    }
-    std::fputs(text->c_str(), stdout);
+    cake::v1::StatusResponse r;
+    if (int rc = call("Status", cake::v1::StatusRequest(), &r); rc != 0) return rc;
+    std::fputs((json ? Json(r) : StatusText(r)).c_str(), stdout);
   } else if (stats->parsed()) {
-    auto counters = (*client)->Stats();
-    if (!counters.ok()) {
-      std::fprintf(stderr, "cakectl: %s\n", counters.status().ToString().c_str());
-      return 1;
+    cake::v1::StatsResponse r;
+    if (int rc = call("Stats", cake::v1::StatsRequest(), &r); rc != 0) return rc;
+    if (json) {
+      std::fputs(Json(r).c_str(), stdout);
+    } else {
+      std::map<std::string, uint64_t> sorted(r.counters().begin(), r.counters().end());
+      for (const auto& [name, value] : sorted) std::printf("%s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
     }
-    for (const auto& [name, value] : *counters)
-      std::printf("%s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
   } else if (evict->parsed()) {
-    auto evicted = (*client)->Evict(evict_tier);
-    if (!evicted.ok()) {
-      std::fprintf(stderr, "cakectl: %s\n", evicted.status().ToString().c_str());
-      return 1;
-    }
-    std::printf("evicted %llu chunks from %s\n", static_cast<unsigned long long>(*evicted), evict_tier.c_str());
+    cake::v1::EvictRequest request;
+    request.set_tier(evict_tier);
+    cake::v1::EvictResponse r;
+    if (int rc = call("Evict", request, &r); rc != 0) return rc;
+    if (json) std::fputs(Json(r).c_str(), stdout);
+    else std::printf("evicted %llu chunks (%s) from %s\n", static_cast<unsigned long long>(r.chunks()),
+                     Bytes(r.bytes()).c_str(), evict_tier.c_str());
   } else if (read_cap->parsed()) {
-    auto previous = (*client)->SetReadCap(cap_tier, cap_gbps);
-    if (!previous.ok()) {
-      std::fprintf(stderr, "cakectl: %s\n", previous.status().ToString().c_str());
-      return 1;
-    }
-    std::printf("%s read cap: %g -> %g Gbit/s\n", cap_tier.c_str(), *previous, cap_gbps);
+    cake::v1::SetReadCapRequest request;
+    request.set_tier(cap_tier);
+    request.set_gbps(cap_gbps);
+    cake::v1::SetReadCapResponse r;
+    if (int rc = call("SetReadCap", request, &r); rc != 0) return rc;
+    if (json) std::fputs(Json(r).c_str(), stdout);
+    else std::printf("%s read cap: %g -> %g Gbit/s\n", cap_tier.c_str(), r.previous_gbps(), cap_gbps);
+  } else if (drain->parsed()) {
+    cake::v1::DrainRequest request;
+    request.set_exit_when_idle(exit_when_idle);
+    request.set_resume(resume);
+    cake::v1::DrainResponse r;
+    if (int rc = call("Drain", request, &r); rc != 0) return rc;
+    if (json) std::fputs(Json(r).c_str(), stdout);
+    else std::printf("%s; %u loads running%s\n", r.draining() ? "draining: new loads are refused" : "taking loads",
+                     r.active_loads(), exit_when_idle ? "; the daemon stops once none is" : "");
   } else if (ping->parsed()) {
-    if (auto s = (*client)->Ping(); !s.ok()) {
-      std::fprintf(stderr, "cakectl: %s\n", s.ToString().c_str());
-      return 1;
-    }
-    std::puts("ok");
+    cake::v1::PingResponse r;
+    if (int rc = call("Ping", cake::v1::PingRequest(), &r); rc != 0) return rc;
+    std::puts(json ? "{}" : "ok");
   }
   return 0;
 }

@@ -408,6 +408,42 @@ class GrpcClient final : public Client {
     return out;
   }
 
+  absl::Status Admin(std::string_view method, const google::protobuf::Message& request,
+                     google::protobuf::Message* response) override {
+    grpc::ClientContext context;
+    auto call = [&](auto rpc, const auto* typed_request, auto* typed_response) -> absl::Status {
+      if (typed_request == nullptr || typed_response == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("the messages do not match AdminService.", std::string(method)));
+      }
+      return FromGrpc((admin_.get()->*rpc)(&context, *typed_request, typed_response));
+    };
+    using Stub = v1::AdminService::Stub;
+    if (method == "Ping") {
+      return call(&Stub::Ping, dynamic_cast<const v1::PingRequest*>(&request), dynamic_cast<v1::PingResponse*>(response));
+    }
+    if (method == "Status") {
+      return call(&Stub::Status, dynamic_cast<const v1::StatusRequest*>(&request),
+                  dynamic_cast<v1::StatusResponse*>(response));
+    }
+    if (method == "Stats") {
+      return call(&Stub::Stats, dynamic_cast<const v1::StatsRequest*>(&request),
+                  dynamic_cast<v1::StatsResponse*>(response));
+    }
+    if (method == "Evict") {
+      return call(&Stub::Evict, dynamic_cast<const v1::EvictRequest*>(&request),
+                  dynamic_cast<v1::EvictResponse*>(response));
+    }
+    if (method == "SetReadCap") {
+      return call(&Stub::SetReadCap, dynamic_cast<const v1::SetReadCapRequest*>(&request),
+                  dynamic_cast<v1::SetReadCapResponse*>(response));
+    }
+    if (method == "Drain") {
+      return call(&Stub::Drain, dynamic_cast<const v1::DrainRequest*>(&request),
+                  dynamic_cast<v1::DrainResponse*>(response));
+    }
+    return absl::InvalidArgumentError(absl::StrCat("AdminService has no call ", std::string(method)));
+  }
+
  private:
   static constexpr uint64_t kInlineStoreBatchBytes = uint64_t{64} << 20;
 

@@ -17,6 +17,10 @@
 #include "storage/namespace.h"
 #include "storage/tier_kind.h"
 
+namespace google::protobuf {
+class Message;
+}
+
 namespace cake {
 
 struct ClientOptions {
@@ -176,6 +180,11 @@ class Client {
   virtual absl::StatusOr<double> SetReadCap(const std::string& tier, double gbps) = 0;
   // The daemon's status as "key: value" lines, for people.
   virtual absl::StatusOr<std::string> StatusText() = 0;
+  // For tools (cakectl): one AdminService call by its name ("Ping", "Status", "Stats", "Evict", "SetReadCap",
+  // "Drain"), with the cake.v1 request and response messages of that call. INVALID_ARGUMENT for another name or
+  // messages of the wrong type.
+  virtual absl::Status Admin(std::string_view method, const google::protobuf::Message& request,
+                             google::protobuf::Message* response) = 0;
 };
 
 }  // namespace cake

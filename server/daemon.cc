@@ -230,7 +230,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
                                                config.tcp_listen, " (see the gRPC error above)"));
   }
   d->state_->health = d->server_->GetHealthCheckService();
-  if (d->state_->health != nullptr) d->state_->health->SetServingStatus(true);
+  if (d->state_->health != nullptr) {
+    // "" is the whole server; probes may also name the service they need.
+    for (const char* service : {"cake.v1.KvService", "cake.v1.AdminService"}) {
+      d->state_->health->SetServingStatus(service, true);
+    }
+    d->state_->health->SetServingStatus(true);
+  }
   d->unix_listener_->Serve(d->server_.get());
   spdlog::info("{}", d->state_->access()->Describe());
   if (!config.tcp_listen.empty()) {

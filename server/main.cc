@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
 
   cake::DaemonConfig config = cake::DefaultConfig();
   CLI::App app{"caked: loads KV-cache chunks of cached prompt prefixes while the engine computes the rest"};
+  app.set_version_flag("--version", std::string("caked ") + CAKE_VERSION);
   std::string config_file;
   app.add_option("--config", config_file, "TOML configuration file (deploy/caked.toml documents every key)");
   std::string run_dir, socket, log_level, key_secret;

@@ -324,6 +324,12 @@ class Client:
         reply = self._call(self._admin.Evict, admin_pb2.EvictRequest(tier=tier))
         return reply.chunks, reply.bytes
 
+    def drain(self, exit_when_idle=False, resume=False):
+        """Stops the daemon taking new loads (health NOT_SERVING), or takes them again with resume; with
+        exit_when_idle the daemon stops once no load runs. Returns (active_loads, draining)."""
+        reply = self._call(self._admin.Drain, admin_pb2.DrainRequest(exit_when_idle=exit_when_idle, resume=resume))
+        return reply.active_loads, reply.draining
+
     def set_read_cap(self, tier, gbps):
         """Changes a capped tier's read cap (Gbit/s); returns the previous cap."""
         return self._call(self._admin.SetReadCap, admin_pb2.SetReadCapRequest(tier=tier, gbps=gbps)).previous_gbps

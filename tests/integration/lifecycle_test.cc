@@ -46,18 +46,40 @@ TEST_CASE("SIGTERM stops cleanly: live loads cancelled, regions released, socket
   CHECK(daemon.log().find("stopped") != std::string::npos);
 }
 
-TEST_CASE("cakectl reports status and stats", "[lifecycle]") {
-  auto daemon = StartDaemon({"--dram-read-gbps", "25"});
-  auto status = Run(std::string(CAKE_CAKECTL_PATH) + " --socket " + daemon.socket_path() + " status");
+TEST_CASE("cakectl reports status and stats as text or JSON and its exit codes tell failures apart", "[lifecycle]") {
+  auto daemon = StartDaemon({"--dram-read-gbps", "25", "--dram-capacity-mib", "1536"});
+  const std::string cakectl = std::string(CAKE_CAKECTL_PATH) + " --socket " + daemon.socket_path();
+  auto status = Run(cakectl + " status");
   CHECK(status.exit_code == 0);
-  CHECK(status.output.find("tier dram") != std::string::npos);
-  CHECK(status.output.find("reads capped at 25 Gbps") != std::string::npos);
-  auto stats = Run(std::string(CAKE_CAKECTL_PATH) + " --socket " + daemon.socket_path() + " stats");
+  CHECK(status.output.find("tier dram:") != std::string::npos);
+  CHECK(status.output.find("of 1.5 GiB") != std::string::npos);  // sizes for people
+  CHECK(status.output.find("reads capped at 25 Gbit/s") != std::string::npos);
+  auto stats = Run(cakectl + " stats");
   CHECK(stats.exit_code == 0);
   CHECK(stats.output.find("lookups 0") != std::string::npos);
+  // JSON: protobuf's mapping of the reply, field names as in admin.proto, numbers exact.
+  auto json = Run(cakectl + " --output json status");
+  CHECK(json.exit_code == 0);
+  CHECK(json.output.find("\"capacity_bytes\": \"1610612736\"") != std::string::npos);
+  CHECK(json.output.find("\"draining\": false") != std::string::npos);
+  auto version = Run(std::string(CAKE_CAKECTL_PATH) + " --version");
+  CHECK(version.exit_code == 0);
+  CHECK(version.output.find("cakectl 0.") != std::string::npos);
+  // Not running: 3. Refused by the daemon: 1. Bad usage: 2.
   auto nobody = Run(std::string(CAKE_CAKECTL_PATH) + " --socket /tmp/cake-nonexistent.sock ping");
-  CHECK(nobody.exit_code == 1);
+  CHECK(nobody.exit_code == 3);
   CHECK(nobody.output.find("no daemon answers") != std::string::npos);
+  auto refused = Run(cakectl + " evict --tier tape");
+  CHECK(refused.exit_code == 1);
+  CHECK(refused.output.find("unknown tier") != std::string::npos);
+  CHECK(Run(cakectl + " evict").exit_code == 2);
+  CHECK(Run(cakectl + " --output yaml status").exit_code == 2);
+  // Drain and resume.
+  auto drained = Run(cakectl + " drain");
+  CHECK(drained.exit_code == 0);
+  CHECK(drained.output.find("draining: new loads are refused") != std::string::npos);
+  CHECK(Run(cakectl + " status").output.find("(draining") != std::string::npos);
+  CHECK(Run(cakectl + " drain --resume").output.find("taking loads") != std::string::npos);
 }
 
 TEST_CASE("start-up refuses bad configuration and a second daemon on a live socket", "[lifecycle]") {
