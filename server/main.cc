@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <thread>
@@ -137,13 +138,26 @@ int main(int argc, char** argv) {
     return 0;
   }
   spdlog::set_level(spdlog::level::from_str(config.log_level));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ caked: %v");
+  cake::ConfigureLogFormat();
 
+  // Start-up can take minutes (prefaulting or page-locking the DRAM tier, rebuilding a large disk index): while
+  // it runs, systemd hears that it does (STATUS=) and extends its start timeout, 30 s at a time.
+  std::atomic<bool> started{false};
+  std::thread start_progress([&started] {
+    cake::NotifySystemd("STATUS=starting: building the tiers (prefault, pinning, disk index)");
+    for (int waited_ms = 0; !started; waited_ms += 100) {
+      if (waited_ms % 10000 == 0) cake::NotifySystemd("EXTEND_TIMEOUT_USEC=30000000");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
   auto daemon = cake::Daemon::Start(config);
+  started = true;
+  start_progress.join();
   if (!daemon.ok()) {
     spdlog::critical("cannot start: {}", daemon.status().ToString());
     return 1;
   }
+  cake::NotifySystemd(std::string("STATUS=serving on ") + (*daemon)->socket_path());
   (*daemon)->SetStopRequest([] { kill(getpid(), SIGTERM); });  // Drain with exit_when_idle: stop as on SIGTERM
   cake::NotifySystemd("READY=1");
 

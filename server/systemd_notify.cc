@@ -4,6 +4,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+#include "spdlog/pattern_formatter.h"
+#include "spdlog/spdlog.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -33,6 +40,33 @@ std::optional<std::chrono::microseconds> SystemdWatchdogInterval() {
   const long long v = std::atoll(usec);
   if (v <= 0) return std::nullopt;
   return std::chrono::microseconds(v);
+}
+
+namespace {
+
+// spdlog's level as the journal's priority prefix (sd-daemon(3)): trace and debug 7, info 6, warn 4, error 3,
+// critical 2.
+class JournalPriority final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    static constexpr std::string_view kPrefix[] = {"<7>", "<7>", "<6>", "<4>", "<3>", "<2>", ""};
+    const std::string_view prefix = kPrefix[std::min<size_t>(static_cast<size_t>(msg.level), 6)];
+    dest.append(prefix.data(), prefix.data() + prefix.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JournalPriority>(); }
+};
+
+}  // namespace
+
+void ConfigureLogFormat() {
+  const char* journal = std::getenv("JOURNAL_STREAM");
+  if (journal == nullptr || *journal == '\0') {
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ caked: %v");
+    return;
+  }
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<JournalPriority>('*').set_pattern("%*%v");
+  spdlog::set_formatter(std::move(formatter));
 }
 
 }  // namespace cake

@@ -71,3 +71,15 @@ def test_drain_with_exit_when_idle_waits_for_the_running_load(fresh_daemon):
         time.sleep(0.1)
     assert daemon.process.returncode == 0
     assert "drained: no load is running" in daemon.log()
+
+
+def test_under_systemd_log_lines_carry_journal_priorities(monkeypatch):
+    from cake.testing import SpawnedDaemon
+    monkeypatch.setenv("JOURNAL_STREAM", "8:12345")  # what systemd sets when stdout is the journal
+    with SpawnedDaemon(["--dram-capacity-mib", "64"]) as daemon:
+        with daemon.client() as client:
+            with pytest.raises(cake.CakeError):
+                client.evict("tape")
+        lines = [line for line in daemon.log().splitlines() if line]
+    assert lines and all(line[:3] in ("<7>", "<6>", "<4>", "<3>", "<2>") for line in lines), lines
+    assert any(line.startswith("<6>caked ") and "listening on" in line for line in lines)
