@@ -1,10 +1,11 @@
 """Who may do what: principals established by the daemon (the unix peer's uid), tenants that cannot see or poison
 each other, regions only their owner can use or map, admin as a role, and cakectl refused for state changes.
 
-The engines here are real processes running as other users (setuid children of this root test), reaching the
+The engines here are real processes running as other users (started through setpriv by this root test), reaching the
 daemon's socket through its group, as the documented deployment has it."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,8 @@ from cake.testing import SpawnedDaemon, caked_path
 ENGINE_A, ENGINE_B, MONITOR, STRANGER = 61001, 61002, 61003, 61004
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="calling as other users needs root (setuid children)")
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                                reason="calling as other users needs root and setpriv (util-linux)")
 
 CONFIG = textwrap.dedent(f"""
     [server]
@@ -71,15 +73,17 @@ def _child_env(daemon):
 
 
 def _as_user(uid):
-    # The engine's own user, and the daemon's group (here root's), which is what lets it open the socket.
-    return dict(user=uid, group=uid, extra_groups=[os.getgid()])
+    """argv prefix running a command as `uid` in the daemon's group (here root's), which is what lets it open the
+    socket. setpriv changes the ids after exec: subprocess's own user=/group= would fork() this process, whose gRPC
+    threads then crash it now and then (cake.testing explains the same for preexec_fn)."""
+    return [shutil.which("setpriv"), "--reuid", str(uid), "--regid", str(uid), "--groups", str(os.getgid()), "--"]
 
 
 def run_as(uid, daemon, body, timeout_s=60):
     """Runs PRELUDE + body as `uid`; body leaves its outcome in `result`, returned parsed."""
     code = PRELUDE + textwrap.dedent(body) + "\nprint(json.dumps(result))\n"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s,
-                          env=_child_env(daemon), cwd="/", **_as_user(uid))
+    proc = subprocess.run([*_as_user(uid), sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout_s, env=_child_env(daemon), cwd="/")
     assert proc.returncode == 0, f"child as uid {uid} failed:\n{proc.stderr}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -101,7 +105,7 @@ def test_unconfigured_daemon_serves_one_user_and_says_so(daemon, client):
 def test_two_tenants_cannot_see_poison_or_touch_each_other(tenants_daemon):
     daemon = tenants_daemon
     # Engine A stores a prompt from its region and keeps the region while B tries everything against it.
-    owner = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent("""
+    owner = subprocess.Popen([*_as_user(ENGINE_A), sys.executable, "-c", PRELUDE + textwrap.dedent("""
         client = cake.Client(SOCKET, client_id="engine")
         ns = small_namespace("shared-model")               # names no tenant: the principal's own ("a")
         region = client.register_region(4 * ns.chunk_bytes)
@@ -124,7 +128,7 @@ def test_two_tenants_cannot_see_poison_or_touch_each_other(tenants_daemon):
         after["renew_and_release"] = attempt(client.release_region, region)[0]
         print(json.dumps(after), flush=True)
     """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=_child_env(daemon), cwd="/", **_as_user(ENGINE_A))
+        env=_child_env(daemon), cwd="/")
     try:
         setup = json.loads(owner.stdout.readline() or "null")
         assert setup is not None, owner.stderr.read()
@@ -239,9 +243,9 @@ def test_cakectl_as_a_non_admin_is_refused_state_changes(tenants_daemon):
     cakectl = os.path.join(os.path.dirname(os.path.abspath(caked_path())), "cakectl")
 
     def run(uid, *args):
-        kwargs = _as_user(uid) if uid != 0 else {}
-        return subprocess.run([cakectl, "--socket", tenants_daemon.socket_path, *args], capture_output=True,
-                              text=True, timeout=30, cwd="/", **kwargs)
+        prefix = _as_user(uid) if uid != 0 else []
+        return subprocess.run([*prefix, cakectl, "--socket", tenants_daemon.socket_path, *args], capture_output=True,
+                              text=True, timeout=30, cwd="/")
 
     status = run(MONITOR, "status")
     assert status.returncode == 0, status.stderr
@@ -270,8 +274,8 @@ def test_connections_reusing_descriptors_keep_their_own_principal(tenants_daemon
     children = []
     for uid, other in ((ENGINE_A, "b"), (ENGINE_B, "a")):
         code = PRELUDE + f"OTHER = {other!r}\n" + textwrap.dedent(body) + "\nprint(json.dumps(result))\n"
-        children.append(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         text=True, env=_child_env(tenants_daemon), cwd="/", **_as_user(uid)))
+        children.append(subprocess.Popen([*_as_user(uid), sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, env=_child_env(tenants_daemon), cwd="/"))
     for child in children:
         out, err = child.communicate(timeout=120)
         assert child.returncode == 0, err
