@@ -515,11 +515,15 @@ std::string DefaultSocketPath() {
   if (const char* explicit_path = std::getenv("CAKE_SOCKET"); explicit_path != nullptr && *explicit_path != '\0') {
     return explicit_path;
   }
-  if (geteuid() == 0) return "/run/cake/caked.sock";
+  constexpr const char* kSystemSocket = "/run/cake/caked.sock";
+  if (geteuid() == 0) return kSystemSocket;
+  std::string own = absl::StrCat("/tmp/cake-", geteuid(), "/caked.sock");
   if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg != '\0') {
-    return absl::StrCat(xdg, "/cake/caked.sock");
+    own = absl::StrCat(xdg, "/cake/caked.sock");
   }
-  return absl::StrCat("/tmp/cake-", geteuid(), "/caked.sock");
+  // This user's own daemon when its socket exists, else the system daemon (systemd's, which serves its group).
+  if (access(own.c_str(), F_OK) != 0 && access(kSystemSocket, F_OK) == 0) return kSystemSocket;
+  return own;
 }
 
 namespace {

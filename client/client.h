@@ -40,7 +40,9 @@ struct ClientOptions {
   std::string token_file;
 };
 
-// Where clients look for the daemon: $CAKE_SOCKET when set, else the default socket path by the rule caked uses.
+// Where clients look for the daemon: $CAKE_SOCKET when set; root: /run/cake/caked.sock; another user: its own
+// daemon's socket ($XDG_RUNTIME_DIR/cake/caked.sock, else /tmp/cake-<uid>/caked.sock) when it exists, else the system
+// daemon's /run/cake/caked.sock when that exists, else its own path.
 std::string DefaultSocketPath();
 
 // A region the daemon created for this client, mapped into this process: host shared memory, or device memory

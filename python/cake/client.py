@@ -19,18 +19,28 @@ _REGION_KINDS = {"host": kv_pb2.REGION_HOST_SHM, "cuda": kv_pb2.REGION_CUDA_IPC,
 _MODES = {"cake": kv_pb2.LoadStart.MODE_CAKE, "io_only": kv_pb2.LoadStart.MODE_IO_ONLY}
 
 
+def _socket_candidates(euid, environ):
+    """Where a daemon's socket may be for this user, in the order clients look (caked uses the first for itself)."""
+    if euid == 0:
+        return ["/run/cake/caked.sock"]
+    runtime = environ.get("XDG_RUNTIME_DIR")
+    own = os.path.join(runtime, "cake", "caked.sock") if runtime else f"/tmp/cake-{euid}/caked.sock"
+    # The system daemon (systemd's, /run/cake) serves users in its group too.
+    return [own, "/run/cake/caked.sock"]
+
+
 def default_socket_path():
     """The daemon's socket by the rule caked and cakectl use: $CAKE_SOCKET when set; /run/cake/caked.sock for
-    root; else $XDG_RUNTIME_DIR/cake/caked.sock; else /tmp/cake-<uid>/caked.sock."""
+    root; else this user's own daemon ($XDG_RUNTIME_DIR/cake/caked.sock, or /tmp/cake-<uid>/caked.sock) when its
+    socket exists, else the system daemon's /run/cake/caked.sock when that exists, else this user's own path."""
     explicit = os.environ.get("CAKE_SOCKET")
     if explicit:
         return explicit
-    if os.geteuid() == 0:
-        return "/run/cake/caked.sock"
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime:
-        return os.path.join(runtime, "cake", "caked.sock")
-    return f"/tmp/cake-{os.geteuid()}/caked.sock"
+    candidates = _socket_candidates(os.geteuid(), os.environ)
+    for candidate in candidates:
+        if os.path.exists(candidate):
+            return candidate
+    return candidates[0]
 
 
 @dataclass(frozen=True)

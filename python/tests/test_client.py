@@ -179,7 +179,15 @@ def test_socket_discovery(monkeypatch, daemon):
     monkeypatch.delenv("CAKE_SOCKET")
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1234")
     expected = "/run/cake/caked.sock" if os.geteuid() == 0 else "/run/user/1234/cake/caked.sock"
+    if os.geteuid() != 0 and not os.path.exists(expected) and os.path.exists("/run/cake/caked.sock"):
+        expected = "/run/cake/caked.sock"
     assert cake.default_socket_path() == expected
+    # A user other than root looks for its own daemon first, then the system's (the unit's /run/cake).
+    from cake.client import _socket_candidates
+    assert _socket_candidates(1234, {"XDG_RUNTIME_DIR": "/run/user/1234"}) == [
+        "/run/user/1234/cake/caked.sock", "/run/cake/caked.sock"]
+    assert _socket_candidates(1234, {}) == ["/tmp/cake-1234/caked.sock", "/run/cake/caked.sock"]
+    assert _socket_candidates(0, {}) == ["/run/cake/caked.sock"]
 
 
 def test_no_daemon_is_unavailable(tmp_path):
