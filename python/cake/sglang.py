@@ -220,24 +220,31 @@ class CakeHiCacheStorage(_Base):
         self.stats["pages_loaded"] += sum(results)
         return results
 
-    def batch_get_v1(self, keys, host_indices, extra_info=None):
+    def _per_batch(self, what, keys, host_indices, transfer, stop_at_failure):
+        """Runs transfer(batch, page_starts) -> list of bools over batches of at most SGLANG_BATCH_PAGES pages of
+        `keys` and their `host_indices`; a batch after a failed one is not tried when stop_at_failure (a read past
+        a missing page is of no use). Never raises: what could not be done is False."""
         if self.ns is None or not keys:
             return [False] * len(keys)
-        results = []
+        results, p = [], self.ns.chunk_tokens
         for start in range(0, len(keys), SGLANG_BATCH_PAGES):
             batch = keys[start:start + SGLANG_BATCH_PAGES]
             try:
-                starts = self._page_starts(batch, host_indices[start * self.ns.chunk_tokens:
-                                                               (start + len(batch)) * self.ns.chunk_tokens])
-            except ValueError as error:
-                self._failed("get", error)
-                return results + [False] * (len(keys) - len(results))
-            part = self._load_pages(
-                batch, lambda i, chunk: self._copier.into_page(self._copier.page_view(starts[i]), chunk))
+                starts = self._page_starts(batch, host_indices[start * p:(start + len(batch)) * p])
+            except Exception as error:
+                self._failed(what, error)
+                break
+            part = transfer(batch, starts)
             results += part
-            if not all(part):
-                return results + [False] * (len(keys) - len(results))
-        return results
+            if stop_at_failure and not all(part):
+                break
+        return results + [False] * (len(keys) - len(results))
+
+    def batch_get_v1(self, keys, host_indices, extra_info=None):
+        def load(batch, starts):
+            return self._load_pages(
+                batch, lambda i, chunk: self._copier.into_page(self._copier.page_view(starts[i]), chunk))
+        return self._per_batch("get", keys, host_indices, load, stop_at_failure=True)
 
     def _store_pages(self, keys, read_page):
         """Copies each page (read_page(i, chunk) fills chunk i) into the set region and stores them all."""
@@ -256,20 +263,10 @@ class CakeHiCacheStorage(_Base):
         return [ok] * len(keys)
 
     def batch_set_v1(self, keys, host_indices, extra_info=None):
-        if self.ns is None or not keys:
-            return [False] * len(keys)
-        results = []
-        for start in range(0, len(keys), SGLANG_BATCH_PAGES):
-            batch = keys[start:start + SGLANG_BATCH_PAGES]
-            try:
-                starts = self._page_starts(batch, host_indices[start * self.ns.chunk_tokens:
-                                                               (start + len(batch)) * self.ns.chunk_tokens])
-            except ValueError as error:
-                self._failed("set", error)
-                return results + [False] * (len(keys) - len(results))
-            results += self._store_pages(
+        def store(batch, starts):
+            return self._store_pages(
                 batch, lambda i, chunk: self._copier.into_chunk(chunk, self._copier.page_view(starts[i])))
-        return results
+        return self._per_batch("set", keys, host_indices, store, stop_at_failure=False)
 
     # --- the generic interface (flat page tensors), which SGLang uses without "interface_v1" -----------------
     def batch_get(self, keys, target_locations=None, target_sizes=None):
