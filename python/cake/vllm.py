@@ -167,7 +167,7 @@ class _SchedulerSide:
         self.region_chunks = int(extra.get("cake_region_chunks", 64))
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="cake-lookup")
         self._lookups = {}        # request id -> Future of cached chunks
-        self._matched = {}        # request id -> (start, end) tokens promised to vLLM
+        self._matched = {}        # request id -> (start, end, model id): the tokens promised to vLLM
         self._loads = []
         self._stores = []
         self._lock = threading.Lock()
