@@ -171,10 +171,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
                                                        chunk_bytes_, " bytes exceeds server.max_message_bytes"));
       }
     } else {
-      if (!caller_->unix_socket) {
-        return absl::FailedPreconditionError(
-            "regions are shared memory on the daemon's machine; over TCP, load inline (no region_id)");
-      }
+      CAKE_RETURN_IF_ERROR(CheckRegionsReachable(*caller_));
       const RegionOwner owner(caller_->principal->name, start.client_id());
       CAKE_ASSIGN_OR_RETURN(const uint64_t region_size, state_.regions.Size(owner, start.region_id()));
       if (start.region_offset() > region_size) {
@@ -724,7 +721,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   RegionRegistry::WindowLease lease_ ABSL_GUARDED_BY(mu_);
   // What Start asked of its region, kept for the window's reservation once the lookup is done.
   struct RegionAsk {
-    RegionOwner owner{""};
+    RegionOwner owner;
     std::string region_id;
     uint64_t offset = 0;
     uint64_t window_bytes = 0;

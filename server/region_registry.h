@@ -31,6 +31,7 @@ struct RegionPlacement {
 // Who a region belongs to: the principal the daemon established for the caller, and which of that principal's
 // engines (the client's own word) registered it. Only the same pair may use or release it.
 struct RegionOwner {
+  RegionOwner() = default;
   RegionOwner(const char* client) : client_id(client) {}  // NOLINT: one principal (tests, single-user mode)
   RegionOwner(std::string client) : client_id(std::move(client)) {}  // NOLINT
   RegionOwner(std::string principal_name, std::string client)

@@ -49,7 +49,7 @@ class RegisterRegionReactor final : public grpc::ServerUnaryReactor {
   grpc::CallbackServerContext* const context_;
   DaemonState& state_;
   Mutex mu_;
-  RegionOwner owner_ ABSL_GUARDED_BY(mu_){""};
+  RegionOwner owner_ ABSL_GUARDED_BY(mu_);
   std::string region_id_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -69,14 +69,13 @@ absl::StatusOr<Caller> Authorize(grpc::CallbackServerContext* context, const Dae
   return caller;
 }
 
-// Regions are shared memory on this machine: only engines on the unix socket can map them.
+}  // namespace
+
 absl::Status CheckRegionsReachable(const Caller& caller) {
   if (caller.unix_socket) return absl::OkStatus();
   return absl::FailedPreconditionError(
       "regions are shared memory on the daemon's machine; over TCP, load and store with inline bytes (no region_id)");
 }
-
-}  // namespace
 
 absl::StatusOr<Caller> IdentifyCaller(const grpc::CallbackServerContext& context, const DaemonState& state) {
   std::shared_ptr<const AccessPolicy> policy = state.access();

@@ -92,26 +92,14 @@ class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientInte
         self._metadata = ("authorization", f"Bearer {token}")
 
     def _with_token(self, details):
-        metadata = list(details.metadata or []) + [self._metadata]
-        return details._replace(metadata=metadata) if hasattr(details, "_replace") else _CallDetails(
-            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready,
-            details.compression)
+        # gRPC hands interceptors its own call details, a namedtuple.
+        return details._replace(metadata=list(details.metadata or []) + [self._metadata])
 
     def intercept_unary_unary(self, continuation, details, request):
         return continuation(self._with_token(details), request)
 
     def intercept_stream_stream(self, continuation, details, request_iterator):
         return continuation(self._with_token(details), request_iterator)
-
-
-@dataclass(frozen=True)
-class _CallDetails(grpc.ClientCallDetails):
-    method: str
-    timeout: float
-    metadata: list
-    credentials: object
-    wait_for_ready: bool
-    compression: object
 
 
 def _read(path):
