@@ -1,7 +1,7 @@
 // cakectl: the operator's command line for a running caked.
 //
-// Exit status: 0 done; 1 the daemon refused or failed the call (its message on stderr); 2 bad usage; 3 no daemon
-// answers (not running, wrong socket or address, or unreachable).
+// Exit status: 0 done; 1 the daemon refused or failed the call (its message on stderr), health is NOT_SERVING, or
+// verify found bad chunks; 2 bad usage; 3 no daemon answers (not running, wrong socket or address, or unreachable).
 #include <cstdio>
 #include <string>
 
@@ -98,6 +98,22 @@ int main(int argc, char** argv) {
   bool exit_when_idle = false, resume = false;
   drain->add_flag("--exit-when-idle", exit_when_idle, "then stop the daemon once no load runs");
   drain->add_flag("--resume", resume, "take loads again");
+  auto* health = app.add_subcommand("health", "gRPC health check: exit 0 when SERVING, 1 when NOT_SERVING (probes)");
+  std::string health_service;
+  health->add_option("--service", health_service, "a service to ask about, e.g. cake.v1.KvService (default: all)");
+  auto* regions = app.add_subcommand("regions", "list every registered region, or release one");
+  regions->require_subcommand(0, 1);
+  auto* regions_list = regions->add_subcommand("list", "every region, by owner (the default)");
+  auto* regions_release = regions->add_subcommand("release", "release a region whoever owns it");
+  std::string release_id;
+  regions_release->add_option("region_id", release_id, "the id `cakectl regions` shows")->required();
+  auto* loads = app.add_subcommand("loads", "the loads running now");
+  loads->require_subcommand(0, 1);
+  loads->add_subcommand("list", "the default");
+  auto* config = app.add_subcommand("config", "the daemon's effective configuration (TOML; secrets masked)");
+  auto* verify = app.add_subcommand("verify", "re-read a tier's chunks, check their checksums, remove corrupt ones");
+  std::string verify_tier = "disk";
+  verify->add_option("--tier", verify_tier, "disk or remote (default: disk)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -159,6 +175,70 @@ int main(int argc, char** argv) {
     if (json) std::fputs(Json(r).c_str(), stdout);
     else std::printf("%s; %u loads running%s\n", r.draining() ? "draining: new loads are refused" : "taking loads",
                      r.active_loads(), exit_when_idle ? "; the daemon stops once none is" : "");
+  } else if (health->parsed()) {
+    auto serving = (*client)->Serving(health_service);
+    if (!serving.ok()) {
+      std::fprintf(stderr, "cakectl: %s\n", serving.status().ToString().c_str());
+      return serving.status().code() == absl::StatusCode::kUnavailable ? kNotRunning : kRefused;
+    }
+    if (json) std::printf("{\n \"status\": \"%s\"\n}\n", *serving ? "SERVING" : "NOT_SERVING");
+    else std::puts(*serving ? "SERVING" : "NOT_SERVING");
+    return *serving ? 0 : kRefused;
+  } else if (regions_release->parsed()) {
+    cake::v1::ReleaseAnyRegionRequest request;
+    request.set_region_id(release_id);
+    cake::v1::ReleaseAnyRegionResponse r;
+    if (int rc = call("ReleaseAnyRegion", request, &r); rc != 0) return rc;
+    if (json) std::fputs(Json(r).c_str(), stdout);
+    else std::printf("released %s (%s) of %s%s\n", release_id.c_str(), Bytes(r.bytes()).c_str(),
+                     r.principal().empty() ? "" : (r.principal() + "/").c_str(), r.client_id().c_str());
+  } else if (regions->parsed() || regions_list->parsed()) {
+    cake::v1::ListRegionsResponse r;
+    if (int rc = call("ListRegions", cake::v1::ListRegionsRequest(), &r); rc != 0) return rc;
+    if (json) {
+      std::fputs(Json(r).c_str(), stdout);
+    } else {
+      std::printf("%-34s %-24s %-5s %10s %7s %9s\n", "REGION", "OWNER", "KIND", "SIZE", "WINDOWS", "LEASE");
+      for (const cake::v1::RegionSummary& g : r.regions()) {
+        const std::string owner = g.principal().empty() ? g.client_id() : g.principal() + "/" + g.client_id();
+        std::printf("%-34s %-24s %-5s %10s %7u %9s\n", g.region_id().c_str(), owner.c_str(), g.kind().c_str(),
+                    Bytes(g.bytes()).c_str(), g.windows(), Duration(g.lease_left_s()).c_str());
+      }
+      std::printf("%d regions\n", r.regions_size());
+    }
+  } else if (loads->parsed()) {
+    cake::v1::ListLoadsResponse r;
+    if (int rc = call("ListLoads", cake::v1::ListLoadsRequest(), &r); rc != 0) return rc;
+    if (json) {
+      std::fputs(Json(r).c_str(), stdout);
+    } else {
+      std::printf("%-12s %-20s %-16s %-24s %-12s %-7s %15s %8s\n", "LOAD", "CLIENT", "TENANT", "MODEL", "STRATEGY",
+                  "PHASE", "LOADED/CACHED", "AGE");
+      for (const cake::v1::LoadSummary& l : r.loads()) {
+        const std::string client = l.principal().empty() ? l.client_id() : l.principal() + "/" + l.client_id();
+        std::printf("%-12s %-20s %-16s %-24s %-12s %-7s %7u/%-7u %8s\n", l.load_id().c_str(), client.c_str(),
+                    l.tenant().c_str(), l.model().c_str(), l.strategy().c_str(), l.phase().c_str(), l.loaded_chunks(),
+                    l.cached_chunks(), Duration(l.age_s()).c_str());
+      }
+      std::printf("%d loads\n", r.loads_size());
+    }
+  } else if (config->parsed()) {
+    cake::v1::GetConfigResponse r;
+    if (int rc = call("GetConfig", cake::v1::GetConfigRequest(), &r); rc != 0) return rc;
+    std::fputs(json ? Json(r).c_str() : r.toml().c_str(), stdout);
+  } else if (verify->parsed()) {
+    cake::v1::VerifyRequest request;
+    request.set_tier(verify_tier);
+    cake::v1::VerifyResponse r;
+    if (int rc = call("Verify", request, &r); rc != 0) return rc;
+    if (json) std::fputs(Json(r).c_str(), stdout);
+    else std::printf("%s tier: %llu chunks (%s) checked in %s: %llu corrupt (removed), %llu unreadable, %llu gone "
+                     "meanwhile\n",
+                     verify_tier.c_str(), static_cast<unsigned long long>(r.chunks_checked()),
+                     Bytes(r.bytes_checked()).c_str(), Duration(r.seconds()).c_str(),
+                     static_cast<unsigned long long>(r.corrupt_removed()),
+                     static_cast<unsigned long long>(r.unreadable()), static_cast<unsigned long long>(r.vanished()));
+    if (r.corrupt_removed() > 0 || r.unreadable() > 0) return kRefused;
   } else if (ping->parsed()) {
     cake::v1::PingResponse r;
     if (int rc = call("Ping", cake::v1::PingRequest(), &r); rc != 0) return rc;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "base/status_macros.h"
 #include "cake/v1/admin.grpc.pb.h"
 #include "cake/v1/kv.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 
 namespace cake {
@@ -408,6 +410,29 @@ class GrpcClient final : public Client {
     return out;
   }
 
+  absl::StatusOr<bool> Serving(const std::string& service) override {
+    if (service.size() > 127) return absl::InvalidArgumentError("a health service name is at most 127 bytes");
+    // grpc.health.v1.HealthCheckRequest{service} by hand: one length-delimited field (tag 1). Its stubs are not
+    // among Debian's packages, and the message is this small.
+    std::string request_bytes;
+    if (!service.empty()) request_bytes = std::string("\x0a") + static_cast<char>(service.size()) + service;
+    grpc::Slice slice(request_bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    std::promise<grpc::Status> done;
+    grpc::GenericStub(channel_).UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                                          &response, [&done](grpc::Status s) { done.set_value(std::move(s)); });
+    const grpc::Status status = done.get_future().get();
+    if (!status.ok()) return FromGrpc(status);
+    std::vector<grpc::Slice> slices;
+    if (!response.Dump(&slices).ok()) return absl::InternalError("unreadable health response");
+    std::string bytes;
+    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    return bytes == std::string("\x08\x01", 2);  // HealthCheckResponse{status: SERVING}
+  }
+
   absl::Status Admin(std::string_view method, const google::protobuf::Message& request,
                      google::protobuf::Message* response) override {
     grpc::ClientContext context;
@@ -418,29 +443,23 @@ class GrpcClient final : public Client {
       return FromGrpc((admin_.get()->*rpc)(&context, *typed_request, typed_response));
     };
     using Stub = v1::AdminService::Stub;
-    if (method == "Ping") {
-      return call(&Stub::Ping, dynamic_cast<const v1::PingRequest*>(&request), dynamic_cast<v1::PingResponse*>(response));
-    }
-    if (method == "Status") {
-      return call(&Stub::Status, dynamic_cast<const v1::StatusRequest*>(&request),
-                  dynamic_cast<v1::StatusResponse*>(response));
-    }
-    if (method == "Stats") {
-      return call(&Stub::Stats, dynamic_cast<const v1::StatsRequest*>(&request),
-                  dynamic_cast<v1::StatsResponse*>(response));
-    }
-    if (method == "Evict") {
-      return call(&Stub::Evict, dynamic_cast<const v1::EvictRequest*>(&request),
-                  dynamic_cast<v1::EvictResponse*>(response));
-    }
-    if (method == "SetReadCap") {
-      return call(&Stub::SetReadCap, dynamic_cast<const v1::SetReadCapRequest*>(&request),
-                  dynamic_cast<v1::SetReadCapResponse*>(response));
-    }
-    if (method == "Drain") {
-      return call(&Stub::Drain, dynamic_cast<const v1::DrainRequest*>(&request),
-                  dynamic_cast<v1::DrainResponse*>(response));
-    }
+#define CAKE_ADMIN_CALL(Name)                                                                     \
+  if (method == #Name) {                                                                          \
+    return call(&Stub::Name, dynamic_cast<const v1::Name##Request*>(&request),                    \
+                dynamic_cast<v1::Name##Response*>(response));                                     \
+  }
+    CAKE_ADMIN_CALL(Ping)
+    CAKE_ADMIN_CALL(Status)
+    CAKE_ADMIN_CALL(Stats)
+    CAKE_ADMIN_CALL(Evict)
+    CAKE_ADMIN_CALL(SetReadCap)
+    CAKE_ADMIN_CALL(Drain)
+    CAKE_ADMIN_CALL(ListRegions)
+    CAKE_ADMIN_CALL(ReleaseAnyRegion)
+    CAKE_ADMIN_CALL(ListLoads)
+    CAKE_ADMIN_CALL(GetConfig)
+    CAKE_ADMIN_CALL(Verify)
+#undef CAKE_ADMIN_CALL
     return absl::InvalidArgumentError(absl::StrCat("AdminService has no call ", std::string(method)));
   }
 

@@ -182,8 +182,11 @@ class Client {
   virtual absl::StatusOr<double> SetReadCap(const std::string& tier, double gbps) = 0;
   // The daemon's status as "key: value" lines, for people.
   virtual absl::StatusOr<std::string> StatusText() = 0;
+  // gRPC's standard health check: whether the daemon serves `service` ("" is the whole daemon; NOT_SERVING while
+  // drained or stopping). NOT_FOUND for a service it does not know.
+  virtual absl::StatusOr<bool> Serving(const std::string& service) = 0;
   // For tools (cakectl): one AdminService call by its name ("Ping", "Status", "Stats", "Evict", "SetReadCap",
-  // "Drain"), with the cake.v1 request and response messages of that call. INVALID_ARGUMENT for another name or
+  // "Drain", "ListRegions", "ReleaseAnyRegion", "ListLoads", "GetConfig", "Verify"), with the cake.v1 request and response messages of that call. INVALID_ARGUMENT for another name or
   // messages of the wrong type.
   virtual absl::Status Admin(std::string_view method, const google::protobuf::Message& request,
                              google::protobuf::Message* response) = 0;

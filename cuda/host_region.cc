@@ -9,6 +9,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -71,8 +75,40 @@ absl::Status CheckRange(uint64_t size, uint64_t offset, uint64_t bytes) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// When this process started, in the realtime clock's seconds (/proc/self/stat's start time after boot plus
+// /proc/stat's boot time); 0 when unknown.
+double ProcessStartRealtime() {
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  // Field 22 (starttime, clock ticks after boot); the fields after the command's closing parenthesis.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+  }
+  double boot = 0;
+  std::ifstream proc_stat("/proc/stat");
+  for (std::string key; proc_stat >> key;) {
+    if (key == "btime") {
+      proc_stat >> boot;
+      break;
+    }
+  }
+  uint64_t ticks = 0;
+  if (boot == 0 || !absl::SimpleAtoi(field, &ticks)) return 0;
+  return boot + static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
 SweptSharedMemory SweepOrphanedSharedMemory(const std::string& shm_dir) {
   SweptSharedMemory swept;
+  // In a container caked is pid 1 after every restart: an object named with this pid but last changed before this
+  // process started is a predecessor's. (btime has a second's resolution: one second of margin.)
+  const double started = ProcessStartRealtime();
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(shm_dir, ec)) {
     const std::string name = entry.path().filename().string();
@@ -81,12 +117,16 @@ SweptSharedMemory SweepOrphanedSharedMemory(const std::string& shm_dir) {
     const size_t dash = name.find('-', 5);
     int pid = 0;
     if (dash == std::string::npos || name.size() - dash - 1 != 32 ||
-        !absl::SimpleAtoi(absl::string_view(name.data() + 5, dash - 5), &pid) || pid <= 0 || pid == getpid()) {
+        !absl::SimpleAtoi(absl::string_view(name.data() + 5, dash - 5), &pid) || pid <= 0) {
       continue;
     }
-    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to ask about): not an orphan
     struct stat st {};
     if (lstat(entry.path().c_str(), &st) != 0 || st.st_uid != geteuid() || !S_ISREG(st.st_mode)) continue;
+    if (pid == getpid()) {
+      if (started == 0 || static_cast<double>(st.st_mtim.tv_sec) >= started - 1) continue;  // this process's own
+    } else if (kill(pid, 0) == 0 || errno != ESRCH) {
+      continue;  // alive (or not ours to ask about): not an orphan
+    }
     if (shm_unlink(("/" + name).c_str()) == 0) {
       ++swept.segments;
       swept.bytes += static_cast<uint64_t>(st.st_size);

@@ -1,43 +1,61 @@
 #!/usr/bin/env bash
-# Installs caked, cakectl, the Python client (with the stubs the build generated), the default configuration and
-# the systemd unit from a build in build/.
-# Idempotent: an existing /etc/cake/caked.toml is kept.
+# Installs Cake on this machine as the package does, because it installs the package: scripts/package builds the
+# .deb files (in build-pkg/), and apt installs them with their dependencies. So the layout is the package's:
+# /usr/bin/caked and cakectl, /etc/cake/caked.toml (a conffile: one already there, edited or not, is kept),
+# /etc/cake/private, the user and group cake, /lib/systemd/system/caked.service (not enabled), the docs, man pages
+# and the Python client in /usr/lib/python3/dist-packages. Idempotent: run it again after a pull to upgrade.
+# Usage: deploy/install.sh [--dev]    --dev: libcake-dev too (the C++ client library, for building engines)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-prefix=${PREFIX:-/usr/local}
-[ -x build/bin/caked ] || { echo "install.sh: build first (scripts/test or scripts/demo builds into build/)" >&2; exit 1; }
-install -d "$prefix/bin" /etc/cake "$prefix/share/doc/cake"
-install -m 0755 build/bin/caked build/bin/cakectl "$prefix/bin/"
-# The daemon's user and group: engines that use it join the group (the socket is 0660).
-if command -v groupadd >/dev/null; then
-  getent group cake >/dev/null || groupadd --system cake
-  getent passwd cake >/dev/null || useradd --system --gid cake --no-create-home --shell /usr/sbin/nologin cake
+with_dev=false
+for arg in "$@"; do
+  case $arg in
+    --dev) with_dev=true ;;
+    *) echo "usage: deploy/install.sh [--dev]" >&2; exit 2 ;;
+  esac
+done
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+mapfile -t debs < <(scripts/package)
+install_debs=()
+for deb in "${debs[@]}"; do
+  case $(basename "$deb") in
+    cake_*.deb) install_debs+=("$deb") ;;
+    libcake-dev_*.deb) $with_dev && install_debs+=("$deb") ;;
+  esac
+done
+[ ${#install_debs[@]} -gt 0 ] || { echo "install.sh: scripts/package made no cake_*.deb" >&2; exit 1; }
+
+# What this script installed before there was a package: /usr/local/bin comes first on PATH and a unit in
+# /etc/systemd/system hides the package's, so both go (the config and /etc/cake/private stay, and are kept).
+legacy_unit=/etc/systemd/system/caked.service
+legacy_enabled=false
+if [ -f "$legacy_unit" ] && grep -q '^ExecStart=/usr/local/bin/caked' "$legacy_unit"; then
+  echo "install.sh: removing $legacy_unit (from the install before the package)"
+  # Its enable link points at it: dropped with it, and made again for the package's unit below.
+  if [ -L /etc/systemd/system/multi-user.target.wants/caked.service ]; then
+    legacy_enabled=true
+    $SUDO rm -f /etc/systemd/system/multi-user.target.wants/caked.service
+  fi
+  $SUDO rm -f "$legacy_unit"
 fi
-[ -f /etc/cake/caked.toml ] || install -m 0640 deploy/caked.toml /etc/cake/caked.toml
-# Readable by the daemon (group cake), not by everyone; secrets go in /etc/cake/private, the daemon's alone.
-if getent group cake >/dev/null; then
-  chown root:cake /etc/cake/caked.toml && chmod 0640 /etc/cake/caked.toml
-  install -d -m 0700 -o cake -g cake /etc/cake/private
+for legacy in /usr/local/bin/caked /usr/local/bin/cakectl /usr/local/share/doc/cake \
+  /usr/local/lib/python3/dist-packages/cake /usr/local/lib/python3/dist-packages/cake_torch_engine; do
+  if [ -e "$legacy" ]; then
+    echo "install.sh: removing $legacy (from the install before the package)"
+    $SUDO rm -rf "$legacy"
+  fi
+done
+
+# confold: a caked.toml that is already there stays as it is, whoever wrote it.
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -o Dpkg::Options::=--force-confdef \
+  -o Dpkg::Options::=--force-confold "${install_debs[@]}"
+if $legacy_enabled; then
+  $SUDO systemctl enable caked.service  # works without a running systemd too (it makes the link)
+fi
+if [ -d /run/systemd/system ]; then
+  echo "installed; size /etc/cake/caked.toml to this host, then: systemctl enable --now caked"
 else
-  chmod 0600 /etc/cake/caked.toml
-  install -d -m 0700 /etc/cake/private
-fi
-install -m 0644 docs/*.md "$prefix/share/doc/cake/"
-# The Python packages, where Debian's python3 finds them (/usr/local/lib/python3/dist-packages with the default
-# prefix); the generated cake.v1 stubs go inside the cake package.
-if [ -f build/python/cake/v1/kv_pb2.py ]; then
-  pydir="$prefix/lib/python3/dist-packages"
-  rm -rf "$pydir/cake" "$pydir/cake_torch_engine"
-  install -d "$pydir/cake/v1" "$pydir/cake/testing" "$pydir/cake_torch_engine"
-  install -m 0644 python/cake/*.py "$pydir/cake/"
-  install -m 0644 python/cake/testing/*.py "$pydir/cake/testing/"
-  install -m 0644 build/python/cake/v1/*.py "$pydir/cake/v1/"
-  install -m 0644 python/cake_torch_engine/*.py "$pydir/cake_torch_engine/"
-fi
-if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
-  install -m 0644 deploy/caked.service /etc/systemd/system/caked.service
-  systemctl daemon-reload
-  echo "installed; start with: systemctl enable --now caked"
-else
-  echo "installed (no systemd here: run $prefix/bin/caked --config /etc/cake/caked.toml)"
+  echo "installed (no systemd running here: run caked --config /etc/cake/caked.toml as the user cake)"
 fi

@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <set>
+#include <sstream>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -265,12 +267,12 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
     return absl::InvalidArgumentError(absl::StrCat("config ", path, " line ", where.line, " column ", where.column,
                                                    ": ", std::string(e.description())));
   }
-  static const std::set<std::string> kTables = {"server", "tcp",       "access", "limits", "dram", "disk",
-                                                "remote", "cuda",      "writeback", "loader", "keys"};
+  static const std::set<std::string> kTables = {"server", "tcp",  "metrics",   "access", "limits", "dram",
+                                                "disk",   "remote", "cuda", "writeback", "loader", "keys"};
   for (const auto& [key, value] : root) {
     if (!kTables.contains(std::string(key.str()))) {
       return absl::InvalidArgumentError(absl::StrCat("config ", path, ": unknown table [", std::string(key.str()),
-                                                     "]; known: server, tcp, access, limits, dram, disk, remote, cuda, writeback, "
+                                                     "]; known: server, tcp, metrics, access, limits, dram, disk, remote, cuda, writeback, "
                                                      "loader, keys"));
     }
   }
@@ -290,6 +292,9 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   tcp.String("tls_client_ca_file", &c.tls_client_ca_file);
   tcp.Unsigned("tls_reload_s", &c.tls_reload_s, 1, 86400);
   tcp.Bool("allow_plaintext_loopback", &c.tcp_allow_plaintext_loopback);
+  TableReader metrics(root, "metrics");
+  metrics.String("listen", &c.metrics_listen);
+  metrics.Unsigned("max_namespace_series", &c.metrics_max_namespace_series, 1, 100000);
   TableReader access(root, "access");
   if (auto s = ReadPrincipals(root, &c.principals); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
@@ -351,7 +356,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   loader.Unsigned("arbiter_starvation_ms", &c.arbiter_starvation_ms, 1, 3600000);
   TableReader keys(root, "keys");
   keys.String("secret", &c.key_secret);
-  for (TableReader* t : {&server, &tcp, &access, &limits, &dram, &disk, &remote, &cuda, &writeback, &loader, &keys}) {
+  for (TableReader* t : {&server, &tcp, &metrics, &access, &limits, &dram, &disk, &remote, &cuda, &writeback, &loader, &keys}) {
     if (auto s = t->Finish(); !s.ok())
       return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
   }
@@ -421,6 +426,15 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
           "principal \"", p.name, "\" names no way to recognise it: unix_uids, unix_users, tls_identities or token_file"));
     }
   }
+  if (!c.metrics_listen.empty()) {
+    const size_t colon = c.metrics_listen.rfind(':');
+    const std::string port = colon == std::string::npos ? "" : c.metrics_listen.substr(colon + 1);
+    if (colon == 0 || port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoul(port) > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("metrics.listen \"", c.metrics_listen,
+                                                     "\" must be host:port, e.g. \"127.0.0.1:9464\""));
+    }
+  }
   if (!c.tcp_listen.empty()) {
     const bool tls = !c.tls_cert_file.empty() || !c.tls_key_file.empty();
     if (tls && (c.tls_cert_file.empty() || c.tls_key_file.empty())) {
@@ -454,6 +468,120 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
                                                    "\"; accepted: trace, debug, info, warn, error, critical, off"));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+constexpr const char* kMasked = "(set; masked)";
+
+const char* IoBackendWord(IoBackend backend) {
+  switch (backend) {
+    case IoBackend::kUring: return "uring";
+    case IoBackend::kPread: return "pread";
+    case IoBackend::kAuto: break;
+  }
+  return "auto";
+}
+
+template <typename T>
+toml::array Array(const std::vector<T>& values) {
+  toml::array out;
+  for (const T& v : values) {
+    if constexpr (std::is_integral_v<T>) {
+      out.push_back(static_cast<int64_t>(v));
+    } else {
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+// TOML integers are signed 64-bit: a value past that (nobody's real config) is written as the largest one.
+int64_t Int(uint64_t v) { return v > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v); }
+
+}  // namespace
+
+std::string FormatConfig(const DaemonConfig& c) {
+  toml::table root;
+  root.insert("server", toml::table{{"run_dir", c.run_dir},
+                                    {"socket", c.socket_path()},
+                                    {"socket_mode", static_cast<int64_t>(c.socket_mode)},
+                                    {"max_message_bytes", Int(c.max_message_bytes)},
+                                    {"transport_memory_bytes", Int(c.transport_memory_bytes)},
+                                    {"shutdown_grace_s", c.shutdown_grace_s},
+                                    {"log_level", c.log_level}});
+  root.insert("tcp", toml::table{{"listen", c.tcp_listen},
+                                 {"tls_cert_file", c.tls_cert_file},
+                                 {"tls_key_file", c.tls_key_file},
+                                 {"tls_client_ca_file", c.tls_client_ca_file},
+                                 {"tls_reload_s", static_cast<int64_t>(c.tls_reload_s)},
+                                 {"allow_plaintext_loopback", c.tcp_allow_plaintext_loopback}});
+  root.insert("metrics", toml::table{{"listen", c.metrics_listen},
+                                     {"max_namespace_series", static_cast<int64_t>(c.metrics_max_namespace_series)}});
+  toml::array principals;
+  for (const PrincipalConfig& p : c.principals) {
+    principals.push_back(toml::table{{"name", p.name},
+                                     {"unix_uids", Array(p.unix_uids)},
+                                     {"unix_users", Array(p.unix_users)},
+                                     {"tls_identities", Array(p.tls_identities)},
+                                     {"token_file", p.token_file},
+                                     {"tenants", Array(p.tenants)},
+                                     {"roles", Array(p.roles)}});
+  }
+  toml::table access;
+  if (!principals.empty()) access.insert("principal", std::move(principals));
+  root.insert("access", std::move(access));
+  root.insert("limits", toml::table{{"max_prompt_tokens", Int(c.max_prompt_tokens)},
+                                    {"max_chunk_bytes", Int(c.max_chunk_bytes)},
+                                    {"min_chunk_bytes", Int(c.min_chunk_bytes)},
+                                    {"max_chunk_tokens", static_cast<int64_t>(c.max_chunk_tokens)},
+                                    {"default_chunk_tokens", static_cast<int64_t>(c.default_chunk_tokens)},
+                                    {"max_region_bytes", Int(c.max_region_bytes)},
+                                    {"max_regions_per_client", static_cast<int64_t>(c.max_regions_per_client)},
+                                    {"max_regions", static_cast<int64_t>(c.max_regions)},
+                                    {"max_total_region_bytes", Int(c.max_total_region_bytes)},
+                                    {"max_concurrent_loads", static_cast<int64_t>(c.max_concurrent_loads)},
+                                    {"region_lease_ms", static_cast<int64_t>(c.region_lease_ms)}});
+  root.insert("dram", toml::table{{"capacity_bytes", Int(c.dram_capacity_bytes)},
+                                  {"read_gbps", c.dram_read_gbps},
+                                  {"read_burst_us", c.dram_read_burst_us},
+                                  {"prefault", c.dram_prefault},
+                                  {"promotion_queue_bytes", Int(c.dram_promotion_queue_bytes)}});
+  root.insert("disk", toml::table{{"root", c.disk_root},
+                                  {"capacity_bytes", Int(c.disk_capacity_bytes)},
+                                  {"queue_depth", static_cast<int64_t>(c.disk_queue_depth)},
+                                  {"io_backend", IoBackendWord(c.disk_io_backend)},
+                                  {"allow_buffered", c.disk_allow_buffered},
+                                  {"recovery_threads", static_cast<int64_t>(c.disk_recovery_threads)},
+                                  {"read_gbps", c.disk_read_gbps}});
+  root.insert("remote", toml::table{{"endpoints", Array(c.remote_endpoints)},
+                                    {"user", c.remote_user},
+                                    {"password", c.remote_password.empty() ? "" : kMasked},
+                                    {"password_file", c.remote_password_file},
+                                    {"key_prefix", c.remote_key_prefix},
+                                    {"part_bytes", Int(c.remote_part_bytes)},
+                                    {"connections", static_cast<int64_t>(c.remote_connections)},
+                                    {"connect_timeout_ms", static_cast<int64_t>(c.remote_connect_timeout_ms)},
+                                    {"command_timeout_ms", static_cast<int64_t>(c.remote_command_timeout_ms)},
+                                    {"ttl_s", Int(c.remote_ttl_s)},
+                                    {"read_gbps", c.remote_read_gbps},
+                                    {"promote_to_disk", c.remote_promote_to_disk}});
+  root.insert("cuda", toml::table{{"enabled", c.cuda_enabled},
+                                  {"devices", Array(c.cuda_devices)},
+                                  {"max_region_bytes", Int(c.cuda_max_region_bytes)},
+                                  {"pin_dram", c.cuda_pin_dram}});
+  root.insert("writeback", toml::table{{"queue_bytes", Int(c.write_back_queue_bytes)}});
+  root.insert("loader", toml::table{{"window", static_cast<int64_t>(c.load_window)},
+                                    {"max_window", static_cast<int64_t>(c.max_load_window)},
+                                    {"idle_timeout_ms", static_cast<int64_t>(c.load_idle_timeout_ms)},
+                                    {"max_inline_bytes", Int(c.max_inline_bytes)},
+                                    {"io_threads", static_cast<int64_t>(c.io_threads)},
+                                    {"arbiter", ArbiterPolicyName(c.arbiter)},
+                                    {"arbiter_starvation_ms", static_cast<int64_t>(c.arbiter_starvation_ms)}});
+  root.insert("keys", toml::table{{"secret", c.key_secret.empty() ? "" : kMasked}});
+  std::ostringstream out;
+  out << toml::toml_formatter(root, toml::toml_formatter::default_flags & ~toml::format_flags::indentation);
+  return out.str() + "\n";
 }
 
 absl::StatusOr<IoBackend> ParseIoBackendOption(std::string_view word, std::string_view where) {

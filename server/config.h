@@ -41,6 +41,10 @@ struct DaemonConfig {
   std::string tls_client_ca_file;      // set: clients must present a certificate this CA signed (mTLS)
   uint32_t tls_reload_s = 60;          // how often the certificate files are re-read (rotation without restart)
   bool tcp_allow_plaintext_loopback = false;  // tests and local tools: plaintext TCP, on a loopback address only
+  // [metrics] the Prometheus endpoint. Empty listen: none. It answers anyone who can reach it, so it listens on
+  // loopback unless the operator names another address.
+  std::string metrics_listen;              // "host:port", e.g. "127.0.0.1:9464"; port 0: any free port
+  uint32_t metrics_max_namespace_series = 64;  // (tenant, model) label pairs; past it, loads count as "other"
   // [access] who may do what. No principals: one trusted user (every peer on the socket may do everything).
   std::vector<PrincipalConfig> principals;
   // [limits]
@@ -115,6 +119,11 @@ DaemonConfig DefaultConfig();
 // Overlays a TOML file onto `base`. A missing key keeps its value; an unknown key, a wrong type or a value out of
 // range is an INVALID_ARGUMENT naming the key, so a typo never silently runs with defaults.
 absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig base);
+
+// The configuration as TOML that LoadConfigFile reads back (caked --print-config, cakectl config): every key,
+// defaults included, the socket resolved. Secrets (remote.password, keys.secret) are masked; files that hold
+// secrets are named by path only.
+std::string FormatConfig(const DaemonConfig& config);
 
 // Whether a tcp.listen address names a loopback host (127.0.0.1, [::1], localhost).
 bool IsLoopbackListenAddress(std::string_view address);

@@ -32,24 +32,25 @@
 
 namespace cake {
 
-uint64_t LoadTracker::TryAdd(uint32_t max_loads, std::function<void()> cancel) {
+uint64_t LoadTracker::TryAdd(uint32_t max_loads, std::function<void()> cancel,
+                             std::function<std::optional<LoadSummary>()> describe) {
   MutexLock lock(&mu_);
-  if (cancels_.size() >= max_loads) return 0;
+  if (loads_.size() >= max_loads) return 0;
   const uint64_t ticket = next_++;
-  cancels_.emplace(ticket, std::move(cancel));
+  loads_.emplace(ticket, Live{std::move(cancel), std::move(describe)});
   return ticket;
 }
 
 void LoadTracker::Remove(uint64_t ticket) {
   MutexLock lock(&mu_);
-  cancels_.erase(ticket);
+  loads_.erase(ticket);
 }
 
 void LoadTracker::CancelAll() {
   std::vector<std::function<void()>> cancels;
   {
     MutexLock lock(&mu_);
-    for (auto& [ticket, cancel] : cancels_) cancels.push_back(cancel);
+    for (auto& [ticket, live] : loads_) cancels.push_back(live.cancel);
   }
   // Outside the lock: a cancelled load leaves the tracker on its way out.
   for (auto& cancel : cancels) cancel();
@@ -57,7 +58,24 @@ void LoadTracker::CancelAll() {
 
 uint32_t LoadTracker::active() const {
   MutexLock lock(&mu_);
-  return static_cast<uint32_t>(cancels_.size());
+  return static_cast<uint32_t>(loads_.size());
+}
+
+std::vector<LoadSummary> LoadTracker::List() const {
+  std::vector<std::function<std::optional<LoadSummary>()>> describes;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [ticket, live] : loads_) {
+      if (live.describe) describes.push_back(live.describe);
+    }
+  }
+  // Outside the lock: a load takes its own lock to describe itself, and holds it when it calls TryAdd or Remove.
+  std::vector<LoadSummary> out;
+  for (const auto& describe : describes) {
+    if (std::optional<LoadSummary> summary = describe()) out.push_back(std::move(*summary));
+  }
+  std::sort(out.begin(), out.end(), [](const LoadSummary& a, const LoadSummary& b) { return a.age_s > b.age_s; });
+  return out;
 }
 
 namespace {
@@ -216,6 +234,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   }
   builder.RegisterService(d->kv_service_.get());
   builder.RegisterService(d->admin_service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(NewRpcMetricsInterceptor(d->state_->rpc_metrics));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
   // gRPC reads a request whole before comparing it with the limit above: only the quota bounds what a client
@@ -236,6 +257,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
       d->state_->health->SetServingStatus(service, true);
     }
     d->state_->health->SetServingStatus(true);
+  }
+  if (!config.metrics_listen.empty()) {
+    // Before serving: a port that cannot be bound fails the start, not a later scrape.
+    auto metrics = MetricsEndpoint::Start(config.metrics_listen, *d->state_);
+    if (!metrics.ok()) return metrics.status();
+    d->metrics_ = std::move(*metrics);
+    d->state_->metrics_address = d->metrics_->address();
+    spdlog::info("Prometheus metrics on http://{}/metrics", d->metrics_->address());
   }
   d->unix_listener_->Serve(d->server_.get());
   spdlog::info("{}", d->state_->access()->Describe());
@@ -262,6 +291,49 @@ absl::Status Daemon::ReloadAccess(const std::vector<PrincipalConfig>& principals
   auto replacement = std::make_shared<const AccessPolicy>(std::move(policy));
   spdlog::info("reloaded {}", replacement->Describe());
   state_->ReplaceAccess(std::move(replacement));
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::Reload(const DaemonConfig& next) {
+  CAKE_RETURN_IF_ERROR(ValidateConfig(next));
+  const DaemonConfig before = state_->effective_config();
+  CAKE_RETURN_IF_ERROR(ReloadAccess(next.principals));
+  DaemonConfig applied = before;
+  applied.principals = next.principals;
+  if (next.log_level != before.log_level) {
+    spdlog::set_level(spdlog::level::from_str(next.log_level));
+    spdlog::info("SIGHUP: log level {} -> {}", before.log_level, next.log_level);
+    applied.log_level = next.log_level;
+  }
+  // A cap changes only when the file's value did: one set since with cakectl set-read-cap stays otherwise.
+  struct Cap {
+    TierKind kind;
+    double DaemonConfig::*gbps;
+  };
+  for (const Cap& cap : {Cap{TierKind::kDram, &DaemonConfig::dram_read_gbps}, Cap{TierKind::kDisk, &DaemonConfig::disk_read_gbps},
+                         Cap{TierKind::kRemote, &DaemonConfig::remote_read_gbps}}) {
+    Tier* tier = state_->tiers.tier(cap.kind);
+    if (tier == nullptr || next.*cap.gbps == before.*cap.gbps) continue;
+    if (absl::Status set = tier->SetReadCapGbps(next.*cap.gbps); !set.ok()) {
+      spdlog::warn("SIGHUP: the {} tier's read cap stays {} Gbit/s ({}; a tier started without a cap needs a restart "
+                   "to get one)",
+                   TierKindName(cap.kind), tier->read_cap_gbps(), std::string(set.message()));
+      continue;
+    }
+    state_->tiers.ForgetLoadThroughput(cap.kind);
+    spdlog::info("SIGHUP: {} tier read cap {} -> {} Gbit/s", TierKindName(cap.kind), before.*cap.gbps, next.*cap.gbps);
+    applied.*cap.gbps = next.*cap.gbps;
+  }
+  // Everything else needs a restart: say so rather than pretend.
+  DaemonConfig wanted = next;
+  wanted.dram_read_gbps = applied.dram_read_gbps;
+  wanted.disk_read_gbps = applied.disk_read_gbps;
+  wanted.remote_read_gbps = applied.remote_read_gbps;
+  if (FormatConfig(wanted) != FormatConfig(applied)) {
+    spdlog::warn("SIGHUP: the file changes settings that need a restart; they are not applied (cakectl config shows "
+                 "the running ones)");
+  }
+  state_->SetEffectiveConfig(std::move(applied));
   return absl::OkStatus();
 }
 
@@ -323,6 +395,7 @@ void Daemon::StopHousekeeping() {
 void Daemon::Stop() {
   if (stopped_ || server_ == nullptr) return;  // a daemon that never started serving has nothing to stop
   stopped_ = true;
+  state_->stopping = true;
   StopHousekeeping();
   spdlog::info("stopping: {} live loads cancelled, {} regions released", state_->loads.active(),
                state_->regions.count());

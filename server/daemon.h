@@ -12,6 +12,7 @@
 #include "grpcpp/server.h"
 #include "server/config.h"
 #include "server/daemon_state.h"
+#include "server/metrics.h"
 #include "server/services.h"
 #include "server/unix_listener.h"
 
@@ -38,6 +39,11 @@ class Daemon {
   // old. A configuration that does not validate keeps the old policy and is the error.
   absl::Status ReloadAccess(const std::vector<PrincipalConfig>& principals);
 
+  // SIGHUP: applies what `next` (the file and flags, read again) changes among what may change while serving:
+  // [access] (ReloadAccess), server.log_level, and the read caps of tiers started with one. Any other change is
+  // logged as needing a restart and not applied. A `next` that does not validate changes nothing and is the error.
+  absl::Status Reload(const DaemonConfig& next);
+
   // What a drained daemon calls once it is idle (Drain with exit_when_idle): caked's main raises SIGTERM to
   // itself, so the stop is the same as any other. Unset: the daemon stays up, idle.
   void SetStopRequest(std::function<void()> request_stop) { request_stop_ = std::move(request_stop); }
@@ -57,6 +63,7 @@ class Daemon {
   std::unique_ptr<AdminServiceImpl> admin_service_;
   std::unique_ptr<UnixListener> unix_listener_;  // before server_: stops handing it connections first
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsEndpoint> metrics_;  // after state_: stops answering scrapes before the state goes
   bool stopped_ = false;
   std::function<void()> request_stop_;
   bool stop_requested_ = false;  // housekeeping thread only

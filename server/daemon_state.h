@@ -5,6 +5,9 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -17,24 +20,49 @@
 #include "server/config.h"
 #include "server/counters.h"
 #include "server/inline_budget.h"
+#include "server/load_metrics.h"
 #include "server/region_registry.h"
 #include "server/unix_listener.h"
 #include "storage/tier_manager.h"
 
 namespace cake {
 
-// Live loads, so a stopping daemon can cancel them and Status can count them.
+// What an operator sees of one running load (cakectl loads).
+struct LoadSummary {
+  std::string load_id;
+  std::string principal;  // empty in single-user mode
+  std::string client_id;
+  std::string tenant;
+  std::string model;
+  std::string strategy;  // "cake", "io_only", "compute_only"
+  std::string phase;     // "looking_up", "loading", "met"
+  uint32_t total_chunks = 0;
+  uint32_t cached_chunks = 0;
+  uint32_t loaded_chunks = 0;  // landed so far
+  uint32_t computed_through = 0;  // what the engine reported
+  bool inline_bytes = false;
+  double age_s = 0;
+};
+
+// Live loads, so a stopping daemon can cancel them, Status can count them and an operator can list them.
 class LoadTracker {
  public:
-  // Returns a ticket, or 0 when max_concurrent_loads are already running.
-  uint64_t TryAdd(uint32_t max_loads, std::function<void()> cancel);
+  // Returns a ticket, or 0 when max_concurrent_loads are already running. Both callbacks may be called from any
+  // thread, never under the tracker's lock, until Remove; `describe` answers nullopt for a load that is ending.
+  uint64_t TryAdd(uint32_t max_loads, std::function<void()> cancel,
+                  std::function<std::optional<LoadSummary>()> describe = nullptr);
   void Remove(uint64_t ticket);
   void CancelAll();
   uint32_t active() const;
+  std::vector<LoadSummary> List() const;
 
  private:
+  struct Live {
+    std::function<void()> cancel;
+    std::function<std::optional<LoadSummary>()> describe;
+  };
   mutable Mutex mu_;
-  absl::flat_hash_map<uint64_t, std::function<void()>> cancels_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Live> loads_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
@@ -88,10 +116,20 @@ struct DaemonState {
     MutexLock lock(&access_mu_);
     access_ = std::move(policy);
   }
+  // The configuration as reloads left it (cakectl config); `config` stays what the daemon started with.
+  DaemonConfig effective_config() const {
+    MutexLock lock(&access_mu_);
+    return effective_config_;
+  }
+  void SetEffectiveConfig(DaemonConfig next) {
+    MutexLock lock(&access_mu_);
+    effective_config_ = std::move(next);
+  }
 
  private:
   mutable Mutex access_mu_;
   std::shared_ptr<const AccessPolicy> access_ ABSL_GUARDED_BY(access_mu_);
+  DaemonConfig effective_config_ ABSL_GUARDED_BY(access_mu_) = config;
 
  public:
   // The unix socket's accepted connections and their peers (set once, before serving starts).
@@ -100,6 +138,9 @@ struct DaemonState {
   TierManager tiers;
   RegionRegistry regions;
   Counters counters;
+  LoadMetrics load_metrics{config.metrics_max_namespace_series};
+  RpcMetrics rpc_metrics;
+  std::string metrics_address;  // the Prometheus endpoint's "host:port" (empty: none); set once, at start
   InlineBudget inline_budget{config.max_inline_bytes};  // before the pools: queued reads hold loads that use it
   LoadTracker loads;
   ComputeModels compute_models;
@@ -114,6 +155,8 @@ struct DaemonState {
   // housekeeping thread asks for a stop (request_stop) once no load runs.
   std::atomic<bool> draining{false};
   std::atomic<bool> drain_exit_when_idle{false};
+  std::atomic<bool> stopping{false};         // Daemon::Stop began: long background jobs (Verify) end early
+  std::atomic<bool> verify_running{false};   // one Verify at a time
   grpc::HealthCheckServiceInterface* health = nullptr;  // gRPC's standard health service (set once, at start)
   int tcp_port = 0;  // the TCP listener's port (tcp.listen may ask for port 0: any)
   // Calls that wait on a networked tier (Lookups that reach Redis, Status and Stats with a remote tier, Evict of

@@ -119,6 +119,27 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     Pump();
   }
 
+  // For cakectl loads; nullopt once the load is ending.
+  std::optional<LoadSummary> Describe() {
+    MutexLock lock(&mu_);
+    if (finishing_ || !cursor_) return std::nullopt;
+    LoadSummary out;
+    out.load_id = load_id_;
+    out.principal = caller_.ok() && caller_->principal != nullptr ? caller_->principal->name : "";
+    out.client_id = client_id_;
+    out.tenant = tenant_;
+    out.model = model_;
+    out.strategy = strategy_ == Strategy::kCake ? "cake" : strategy_ == Strategy::kIoOnly ? "io_only" : "compute_only";
+    out.phase = phase_ == Phase::kMet ? "met" : "loading";
+    out.total_chunks = static_cast<uint32_t>(keys_.size());
+    out.cached_chunks = cursor_->cached_chunks();
+    out.loaded_chunks = static_cast<uint32_t>(chunks_read_);
+    out.computed_through = cursor_->computed_through();
+    out.inline_bytes = inline_;
+    out.age_s = SecondsSinceStartLocked();
+    return out;
+  }
+
   void OnDone() {
     {
       MutexLock lock(&context_mu_);
@@ -188,6 +209,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     }
     keys_ = std::move(keys);
     ns_id_ = ns.id();
+    metrics_ = &state_.load_metrics.For(ns.spec().tenant, ns.spec().model_id);
+    tenant_ = ns.spec().tenant;
+    model_ = ns.spec().model_id;
+    client_id_ = start.client_id();
     reported_through_ = start.computed_through();
     window_ = start.window() == 0 ? config.load_window : start.window();
     io_only_requested_ = start.mode() == v1::LoadStart::MODE_IO_ONLY;
@@ -238,10 +263,16 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     }
     // A stopping daemon ends the stream itself (CANCELLED) rather than cancel the context: the weak reference
     // is safe whenever it runs, even after the RPC is gone.
-    ticket_ = state_.loads.TryAdd(config.max_concurrent_loads, [weak = weak_from_this()] {
-      if (auto self = weak.lock())
-        self->Cancel(absl::CancelledError("the daemon is stopping; compute the rest of the prompt"));
-    });
+    ticket_ = state_.loads.TryAdd(
+        config.max_concurrent_loads,
+        [weak = weak_from_this()] {
+          if (auto self = weak.lock())
+            self->Cancel(absl::CancelledError("the daemon is stopping; compute the rest of the prompt"));
+        },
+        [weak = weak_from_this()]() -> std::optional<LoadSummary> {
+          auto self = weak.lock();
+          return self ? self->Describe() : std::nullopt;
+        });
     if (ticket_ == 0) {
       return absl::ResourceExhaustedError(absl::StrCat("the daemon is running limits.max_concurrent_loads (",
                                                        config.max_concurrent_loads, ") loads; retry shortly"));
@@ -289,6 +320,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     Bump(strategy_ == Strategy::kCake     ? state_.counters.loads_cake
          : strategy_ == Strategy::kIoOnly ? state_.counters.loads_io_only
                                           : state_.counters.loads_compute_only);
+    Bump(strategy_ == Strategy::kCake     ? metrics_->loads_cake
+         : strategy_ == Strategy::kIoOnly ? metrics_->loads_io_only
+                                          : metrics_->loads_compute_only);
+    state_.load_metrics.plan_seconds.Observe(SecondsSinceStartLocked());
 
     v1::LoadResponse response;
     v1::LoadPlan* plan = response.mutable_plan();
@@ -543,6 +578,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
         msg->set_region_offset(landing_->OffsetOf(loaded));
       }
       outbox_.push_back(std::move(response));
+      if (!first_chunk_landed_) {
+        first_chunk_landed_ = true;
+        state_.load_metrics.first_chunk_seconds.Observe(SecondsSinceStartLocked());
+      }
       Bump(state_.counters.load_chunks_loaded);
       Bump(state_.counters.load_bytes_loaded, chunk_bytes_);
     }
@@ -573,6 +612,13 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     outbox_.push_back(std::move(response));
     Bump(state_.counters.loads_finished);
     Bump(state_.counters.load_chunks_computed, *meeting);
+    const uint32_t cached = cursor_->cached_chunks();
+    metrics_->duration_seconds.Observe(SecondsSinceStartLocked());
+    if (cached > 0) metrics_->loaded_share.Observe(static_cast<double>(cached - *meeting) / cached);
+    Bump(metrics_->chunks_loaded, cached - *meeting);
+    Bump(metrics_->chunks_computed, *meeting);
+    Bump(metrics_->chunks_failed, cursor_->failed());
+    Bump(metrics_->chunks_uncached, keys_.size() - cached);
     if (first_read_ && chunks_read_ > 0 && single_tier_) {
       const double seconds = std::chrono::duration<double>(last_read_ - *first_read_).count();
       state_.tiers.RecordLoadThroughput(tiers_.back(), chunks_read_ * chunk_bytes_, seconds);
@@ -580,6 +626,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     spdlog::debug("{}: met at chunk {} of {} ({} loaded, {} failed, {} wasted reads) after {:.3f} ms", load_id_,
                   *meeting, cursor_->cached_chunks(), cursor_->cached_chunks() - *meeting, cursor_->failed(),
                   cursor_->wasted_reads(), std::chrono::duration<double, std::milli>(Clock::now() - started_).count());
+  }
+
+  double SecondsSinceStartLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::chrono::duration<double>(Clock::now() - started_).count();
   }
 
   void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -744,6 +794,11 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   std::optional<Clock::time_point> first_read_ ABSL_GUARDED_BY(mu_);
   Clock::time_point last_read_ ABSL_GUARDED_BY(mu_);
   uint64_t chunks_read_ ABSL_GUARDED_BY(mu_) = 0;
+  bool first_chunk_landed_ ABSL_GUARDED_BY(mu_) = false;
+  LoadMetrics::Series* metrics_ ABSL_GUARDED_BY(mu_) = nullptr;  // this load's (tenant, model); set at Start
+  std::string tenant_ ABSL_GUARDED_BY(mu_);
+  std::string model_ ABSL_GUARDED_BY(mu_);
+  std::string client_id_ ABSL_GUARDED_BY(mu_);
 
   std::deque<v1::LoadResponse> outbox_ ABSL_GUARDED_BY(mu_);
   v1::LoadResponse current_ ABSL_GUARDED_BY(mu_);  // the write in progress: gRPC reads it while writing_ is set

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "server/config.h"
 #include "server/daemon.h"
 #include "server/systemd_notify.h"
@@ -29,7 +30,6 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
   signal(SIGPIPE, SIG_IGN);
 
-  cake::DaemonConfig config = cake::DefaultConfig();
   CLI::App app{"caked: loads KV-cache chunks of cached prompt prefixes while the engine computes the rest"};
   app.set_version_flag("--version", std::string("caked ") + CAKE_VERSION);
   std::string config_file;
@@ -77,61 +77,75 @@ int main(int argc, char** argv) {
   std::vector<int> cuda_devices;
   app.add_option("--cuda-devices", cuda_devices, "CUDA device ordinals engines may ask for (cuda.devices)")
       ->delimiter(',');
-  bool check_config = false;
+  std::string metrics_listen;
+  app.add_option("--metrics-listen", metrics_listen,
+                 "serve Prometheus metrics on host:port, e.g. 127.0.0.1:9464 (metrics.listen)");
+  bool check_config = false, print_config = false;
   app.add_flag("--check-config", check_config, "validate the configuration and exit");
+  app.add_flag("--print-config", print_config,
+               "print the effective configuration (defaults, file and flags; secrets masked) as TOML and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
 
-  if (!config_file.empty()) {
-    auto loaded = cake::LoadConfigFile(config_file, config);
-    if (!loaded.ok()) {
-      std::fprintf(stderr, "caked: %s\n", std::string(loaded.status().message()).c_str());
-      return 2;
+  // The configuration: defaults, the file, then the flags. Built again on SIGHUP, so a reload applies the file's
+  // changes and keeps what the flags said.
+  auto build_config = [&]() -> absl::StatusOr<cake::DaemonConfig> {
+    cake::DaemonConfig config = cake::DefaultConfig();
+    if (!config_file.empty()) {
+      auto loaded = cake::LoadConfigFile(config_file, config);
+      if (!loaded.ok()) return loaded.status();
+      config = *loaded;
     }
-    config = *loaded;
-  }
-  if (!run_dir.empty()) {
-    config.run_dir = run_dir;
-    if (socket.empty()) config.socket.clear();
-  }
-  if (!socket.empty()) config.socket = socket;
-  if (!log_level.empty()) config.log_level = log_level;
-  if (dram_mib) config.dram_capacity_bytes = *dram_mib << 20;
-  if (prefault_flags > 0) config.dram_prefault = true;
-  if (no_prefault_flags > 0) config.dram_prefault = false;
-  if (dram_gbps) config.dram_read_gbps = *dram_gbps;
-  if (dram_burst_us) config.dram_read_burst_us = *dram_burst_us;
-  if (!disk_root.empty()) config.disk_root = disk_root;
-  if (disk_mib) config.disk_capacity_bytes = *disk_mib << 20;
-  // Flags that name an enum's value, parsed by the config file's own words.
-  auto word_flag = [](const std::string& word, const char* flag, auto parse, auto& out) {
-    if (word.empty()) return true;
-    auto parsed = parse(word, flag);
-    if (!parsed.ok()) {
-      std::fprintf(stderr, "caked: %s\n", std::string(parsed.status().message()).c_str());
-      return false;
+    if (!run_dir.empty()) {
+      config.run_dir = run_dir;
+      if (socket.empty()) config.socket.clear();
     }
-    out = *parsed;
-    return true;
+    if (!socket.empty()) config.socket = socket;
+    if (!log_level.empty()) config.log_level = log_level;
+    if (dram_mib) config.dram_capacity_bytes = *dram_mib << 20;
+    if (prefault_flags > 0) config.dram_prefault = true;
+    if (no_prefault_flags > 0) config.dram_prefault = false;
+    if (dram_gbps) config.dram_read_gbps = *dram_gbps;
+    if (dram_burst_us) config.dram_read_burst_us = *dram_burst_us;
+    if (!disk_root.empty()) config.disk_root = disk_root;
+    if (disk_mib) config.disk_capacity_bytes = *disk_mib << 20;
+    // Flags that name an enum's value are parsed by the config file's own words.
+    if (!arbiter.empty()) {
+      auto parsed = cake::ParseArbiterOption(arbiter, "--arbiter");
+      if (!parsed.ok()) return parsed.status();
+      config.arbiter = *parsed;
+    }
+    if (!io_backend.empty()) {
+      auto parsed = cake::ParseIoBackendOption(io_backend, "--disk-io-backend");
+      if (!parsed.ok()) return parsed.status();
+      config.disk_io_backend = *parsed;
+    }
+    if (disk_gbps) config.disk_read_gbps = *disk_gbps;
+    if (!remote_endpoints.empty()) config.remote_endpoints = remote_endpoints;
+    if (!remote_prefix.empty()) config.remote_key_prefix = remote_prefix;
+    if (remote_gbps) config.remote_read_gbps = *remote_gbps;
+    if (io_threads) config.io_threads = *io_threads;
+    if (window) config.load_window = *window;
+    if (no_cuda_flags > 0) config.cuda_enabled = false;
+    if (!cuda_devices.empty()) config.cuda_devices = cuda_devices;
+    if (!metrics_listen.empty()) config.metrics_listen = metrics_listen;
+    if (auto s = cake::ValidateConfig(config); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid configuration: ", s.message()));
+    }
+    return config;
   };
-  if (!word_flag(arbiter, "--arbiter", cake::ParseArbiterOption, config.arbiter) ||
-      !word_flag(io_backend, "--disk-io-backend", cake::ParseIoBackendOption, config.disk_io_backend)) {
+  auto built = build_config();
+  if (!built.ok()) {
+    std::fprintf(stderr, "caked: %s\n", std::string(built.status().message()).c_str());
     return 2;
   }
-  if (disk_gbps) config.disk_read_gbps = *disk_gbps;
-  if (!remote_endpoints.empty()) config.remote_endpoints = remote_endpoints;
-  if (!remote_prefix.empty()) config.remote_key_prefix = remote_prefix;
-  if (remote_gbps) config.remote_read_gbps = *remote_gbps;
-  if (io_threads) config.io_threads = *io_threads;
-  if (window) config.load_window = *window;
-  if (no_cuda_flags > 0) config.cuda_enabled = false;
-  if (!cuda_devices.empty()) config.cuda_devices = cuda_devices;
-  if (auto s = cake::ValidateConfig(config); !s.ok()) {
-    std::fprintf(stderr, "caked: invalid configuration: %s\n", std::string(s.message()).c_str());
-    return 2;
+  const cake::DaemonConfig config = *std::move(built);
+  if (print_config) {
+    std::fputs(cake::FormatConfig(config).c_str(), stdout);
+    return 0;
   }
   if (check_config) {
     std::printf("configuration is valid; socket %s\n", config.socket_path().c_str());
@@ -191,15 +205,15 @@ int main(int argc, char** argv) {
 
   int sig = 0;
   while (sigwait(&stop_signals, &sig) == 0 && sig == SIGHUP) {
-    // SIGHUP: who may do what, again from the file ([access] and the token files). The rest of the config needs a
-    // restart; TLS certificates are re-read on their own every tcp.tls_reload_s.
+    // SIGHUP: the file again, for what can change while serving (Daemon::Reload: [access] and its token files,
+    // the log level, read caps). TLS certificates are re-read on their own every tcp.tls_reload_s.
     if (config_file.empty()) {
-      spdlog::warn("SIGHUP: no --config file to reload [access] from; nothing changed");
+      spdlog::warn("SIGHUP: no --config file to reload; nothing changed");
       continue;
     }
-    auto reread = cake::LoadConfigFile(config_file, cake::DefaultConfig());
-    absl::Status reloaded = reread.ok() ? (*daemon)->ReloadAccess(reread->principals) : reread.status();
-    if (!reloaded.ok()) spdlog::error("SIGHUP: [access] not reloaded, the old one stays: {}", reloaded.ToString());
+    auto reread = build_config();
+    absl::Status reloaded = reread.ok() ? (*daemon)->Reload(*reread) : reread.status();
+    if (!reloaded.ok()) spdlog::error("SIGHUP: not reloaded, the running configuration stays: {}", reloaded.ToString());
   }
   spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   cake::NotifySystemd("STOPPING=1");

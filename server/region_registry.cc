@@ -1,6 +1,7 @@
 #include "server/region_registry.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "base/random_id.h"
@@ -74,6 +75,33 @@ absl::Status RegionRegistry::Release(const RegionOwner& owner, const std::string
   held_bytes_ -= last_ref->size();
   regions_.erase(region_id);
   return absl::OkStatus();
+}
+
+std::vector<RegionRegistry::Listed> RegionRegistry::List() const {
+  std::vector<Listed> out;
+  MutexLock lock(&mu_);
+  const TimePoint now = clock_->Now();
+  for (const auto& [id, e] : regions_) {
+    out.push_back(Listed{e.owner, id, e.region->backend(), e.region->size(), static_cast<uint32_t>(e.windows.size()),
+                         std::max(0.0, std::chrono::duration<double>(e.lease_ends - now).count())});
+  }
+  std::sort(out.begin(), out.end(), [](const Listed& a, const Listed& b) {
+    return std::tie(a.owner.principal, a.owner.client_id, a.region_id) <
+           std::tie(b.owner.principal, b.owner.client_id, b.region_id);
+  });
+  return out;
+}
+
+absl::StatusOr<RegionRegistry::Expired> RegionRegistry::ReleaseAny(const std::string& region_id) {
+  std::shared_ptr<Region> last_ref;  // destroyed outside the lock: unmapping can take a while
+  MutexLock lock(&mu_);
+  auto it = regions_.find(region_id);
+  if (it == regions_.end()) return absl::NotFoundError(absl::StrCat("no region ", region_id));
+  last_ref = std::move(it->second.region);
+  Expired released{it->second.owner, region_id, last_ref->size()};
+  held_bytes_ -= released.bytes;
+  regions_.erase(it);
+  return released;
 }
 
 absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const RegionOwner& owner,

@@ -112,6 +112,20 @@ class RegionRegistry {
   // Releases every region whose lease has run out and that no live load is using (a load's window keeps its
   // region: the owner is evidently alive; the lease runs again from the load's end). Returns what it released.
   std::vector<Expired> ReleaseExpired();
+  // An operator's release (cakectl regions release): whoever owns it. NOT_FOUND for an unknown id. Says whose it
+  // was; loads using it keep its memory until they end, as with Release.
+  absl::StatusOr<Expired> ReleaseAny(const std::string& region_id);
+
+  // What an operator sees of one region (cakectl regions): never its memory.
+  struct Listed {
+    RegionOwner owner;
+    std::string region_id;
+    RegionBackend backend;
+    uint64_t bytes;
+    uint32_t windows;  // live loads' windows in it
+    double lease_left_s;
+  };
+  std::vector<Listed> List() const;
 
   // Drops every region (daemon stop).
   void Clear();

@@ -394,6 +394,7 @@ void AdminServiceImpl::FillStatus(v1::StatusResponse* response) {
   response->set_regions(static_cast<uint32_t>(state_.regions.count()));
   response->set_region_bytes(state_.regions.total_bytes());
   response->set_draining(state_.draining);
+  response->set_metrics_address(state_.metrics_address);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* context, const v1::StatsRequest*,
@@ -520,6 +521,142 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Drain(grpc::CallbackServerContext* c
   spdlog::info("{}: {} loads running{}", draining ? "draining (new loads refused, health NOT_SERVING)" : "resumed",
                response->active_loads(), state_.drain_exit_when_idle ? "; the daemon stops once none is" : "");
   return Reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListRegions(grpc::CallbackServerContext* context,
+                                                        const v1::ListRegionsRequest*,
+                                                        v1::ListRegionsResponse* response) {
+  // Every owner's regions: an operator's view, so admin only.
+  if (auto caller = Authorize(context, state_, Role::kAdmin, "ListRegions"); !caller.ok()) {
+    return Reply(context, caller.status());
+  }
+  for (const RegionRegistry::Listed& r : state_.regions.List()) {
+    v1::RegionSummary* out = response->add_regions();
+    out->set_region_id(r.region_id);
+    out->set_principal(r.owner.principal);
+    out->set_client_id(r.owner.client_id);
+    out->set_kind(r.backend == RegionBackend::kCudaIpc ? "cuda" : "host");
+    out->set_bytes(r.bytes);
+    out->set_windows(r.windows);
+    out->set_lease_left_s(r.lease_left_s);
+  }
+  return Reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ReleaseAnyRegion(grpc::CallbackServerContext* context,
+                                                             const v1::ReleaseAnyRegionRequest* request,
+                                                             v1::ReleaseAnyRegionResponse* response) {
+  if (auto caller = Authorize(context, state_, Role::kAdmin, "ReleaseAnyRegion"); !caller.ok()) {
+    return Reply(context, caller.status());
+  }
+  if (request->region_id().empty() || request->region_id().size() > 256) {
+    return Reply(context, absl::InvalidArgumentError("region_id must be 1 to 256 bytes (cakectl regions lists them)"));
+  }
+  auto released = state_.regions.ReleaseAny(request->region_id());
+  if (!released.ok()) return Reply(context, released.status());
+  response->set_principal(released->owner.principal);
+  response->set_client_id(released->owner.client_id);
+  response->set_bytes(released->bytes);
+  Bump(state_.counters.regions_released);
+  spdlog::warn("an operator released a region of {} ({} bytes)", released->owner.ToString(), released->bytes);
+  return Reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListLoads(grpc::CallbackServerContext* context,
+                                                      const v1::ListLoadsRequest*, v1::ListLoadsResponse* response) {
+  if (auto caller = Authorize(context, state_, Role::kMonitor, "ListLoads"); !caller.ok()) {
+    return Reply(context, caller.status());
+  }
+  for (const LoadSummary& l : state_.loads.List()) {
+    v1::LoadSummary* out = response->add_loads();
+    out->set_load_id(l.load_id);
+    out->set_principal(l.principal);
+    out->set_client_id(l.client_id);
+    out->set_tenant(l.tenant);
+    out->set_model(l.model);
+    out->set_strategy(l.strategy);
+    out->set_phase(l.phase);
+    out->set_total_chunks(l.total_chunks);
+    out->set_cached_chunks(l.cached_chunks);
+    out->set_loaded_chunks(l.loaded_chunks);
+    out->set_computed_through(l.computed_through);
+    out->set_inline_bytes(l.inline_bytes);
+    out->set_age_s(l.age_s);
+  }
+  return Reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetConfig(grpc::CallbackServerContext* context,
+                                                      const v1::GetConfigRequest*, v1::GetConfigResponse* response) {
+  // Paths, limits and principals, no secrets: still an operator's business, not an engine's.
+  if (auto caller = Authorize(context, state_, Role::kAdmin, "GetConfig"); !caller.ok()) {
+    return Reply(context, caller.status());
+  }
+  DaemonConfig effective = state_.effective_config();
+  // Caps set with cakectl set-read-cap since are what runs.
+  if (Tier* t = state_.tiers.tier(TierKind::kDram)) effective.dram_read_gbps = t->read_cap_gbps();
+  if (Tier* t = state_.tiers.tier(TierKind::kDisk)) effective.disk_read_gbps = t->read_cap_gbps();
+  if (Tier* t = state_.tiers.tier(TierKind::kRemote)) effective.remote_read_gbps = t->read_cap_gbps();
+  response->set_toml(FormatConfig(effective));
+  return Reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::Verify(grpc::CallbackServerContext* context,
+                                                   const v1::VerifyRequest* request, v1::VerifyResponse* response) {
+  if (auto caller = Authorize(context, state_, Role::kAdmin, "Verify"); !caller.ok()) {
+    return Reply(context, caller.status());
+  }
+  if (request->tier() == "dram") {
+    return Reply(context, absl::InvalidArgumentError(
+                              "the DRAM tier keeps no checksums (its chunks never leave memory); verify disk or remote"));
+  }
+  auto named = NamedTier(request->tier());
+  if (!named.ok()) return Reply(context, named.status());
+  Tier* tier = *named;
+  if (state_.verify_running.exchange(true)) {
+    return Reply(context, absl::FailedPreconditionError("a verify is already running; wait for it to answer"));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  IoPool& runner = tier->waits_on_network() ? state_.network_calls : state_.background;
+  // The job holds the daemon's state (whose pool runs it), not this service, which is destroyed first at a stop.
+  DaemonState& state = state_;
+  const bool submitted = runner.TrySubmit([&state, reactor, tier, response, name = request->tier()] {
+    const auto started = std::chrono::steady_clock::now();
+    std::vector<std::pair<ChunkKey, uint64_t>> chunks;
+    tier->ForEach([&](const ChunkKey& key, uint64_t bytes) { chunks.emplace_back(key, bytes); });
+    // A read checks the chunk's checksum, and the tier itself removes a corrupt one (Tier::Read's DATA_LOSS), so
+    // the next load that would have met it computes instead. The reads go through the tier's read cap.
+    std::vector<std::byte> buffer;
+    for (const auto& [key, bytes] : chunks) {
+      if (state.stopping) break;
+      buffer.resize(bytes);
+      const absl::Status read = tier->Read(key, buffer);
+      if (read.ok()) {
+        response->set_chunks_checked(response->chunks_checked() + 1);
+        response->set_bytes_checked(response->bytes_checked() + bytes);
+      } else if (absl::IsDataLoss(read)) {
+        response->set_chunks_checked(response->chunks_checked() + 1);
+        response->set_corrupt_removed(response->corrupt_removed() + 1);
+      } else if (absl::IsNotFound(read)) {
+        response->set_vanished(response->vanished() + 1);
+      } else {
+        response->set_unreadable(response->unreadable() + 1);
+      }
+    }
+    response->set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    const bool bad = response->corrupt_removed() > 0 || response->unreadable() > 0;
+    spdlog::log(bad ? spdlog::level::warn : spdlog::level::info,
+        "verify of the {} tier: {} chunks checked, {} corrupt removed, {} unreadable in {:.1f} s", name,
+        response->chunks_checked(), response->corrupt_removed(), response->unreadable(), response->seconds());
+    state.verify_running = false;
+    reactor->Finish(state.stopping ? ToGrpcStatus(absl::UnavailableError("the daemon is stopping; verify ended early"))
+                                    : grpc::Status::OK);
+  });
+  if (!submitted) {
+    state_.verify_running = false;
+    reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError("the daemon's background queue is full; retry shortly")));
+  }
+  return reactor;
 }
 
 }  // namespace cake

@@ -55,6 +55,17 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
                                        v1::SetReadCapResponse* response) override;
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context, const v1::DrainRequest* request,
                                   v1::DrainResponse* response) override;
+  grpc::ServerUnaryReactor* ListRegions(grpc::CallbackServerContext* context, const v1::ListRegionsRequest* request,
+                                        v1::ListRegionsResponse* response) override;
+  grpc::ServerUnaryReactor* ReleaseAnyRegion(grpc::CallbackServerContext* context,
+                                             const v1::ReleaseAnyRegionRequest* request,
+                                             v1::ReleaseAnyRegionResponse* response) override;
+  grpc::ServerUnaryReactor* ListLoads(grpc::CallbackServerContext* context, const v1::ListLoadsRequest* request,
+                                      v1::ListLoadsResponse* response) override;
+  grpc::ServerUnaryReactor* GetConfig(grpc::CallbackServerContext* context, const v1::GetConfigRequest* request,
+                                      v1::GetConfigResponse* response) override;
+  grpc::ServerUnaryReactor* Verify(grpc::CallbackServerContext* context, const v1::VerifyRequest* request,
+                                   v1::VerifyResponse* response) override;
 
  private:
   absl::StatusOr<Tier*> NamedTier(const std::string& name) const;

@@ -1,5 +1,7 @@
 #include "storage/tier_manager.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
@@ -118,7 +120,25 @@ bool TierManager::InFastestTier(const ChunkKey& key) const {
 absl::Status TierManager::Read(TierKind kind, const ChunkKey& key, std::span<std::byte> dst) {
   Entry* e = Find(kind);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no ", TierKindName(kind), " tier is configured"));
-  return e->tier->Read(key, dst);
+  const auto started = std::chrono::steady_clock::now();
+  absl::Status status = e->tier->Read(key, dst);
+  e->io.read_seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  if (status.ok()) {
+    e->io.read_hits.fetch_add(1, std::memory_order_relaxed);
+    e->io.read_bytes.fetch_add(dst.size(), std::memory_order_relaxed);
+  } else {
+    (absl::IsNotFound(status) ? e->io.read_misses : e->io.read_errors).fetch_add(1, std::memory_order_relaxed);
+  }
+  return status;
+}
+
+void TierManager::IoMeter::CountWrite(const absl::Status& status, uint64_t bytes) {
+  if (status.ok()) {
+    writes_ok.fetch_add(1, std::memory_order_relaxed);
+    written_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  } else {
+    writes_failed.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 std::shared_ptr<const std::span<const std::byte>> TierManager::Lend(TierKind kind, const ChunkKey& key) {
@@ -130,6 +150,7 @@ absl::Status TierManager::Write(const ChunkKey& key, std::span<const std::byte> 
   if (tiers_.empty()) return absl::FailedPreconditionError("no tier is configured");
   Tier& fastest = *tiers_.front()->tier;
   absl::Status status = fastest.Write(key, src);
+  tiers_.front()->io.CountWrite(status, src.size());
   if (!status.ok() || tiers_.size() == 1) return status;
 
   // The job holds the fastest tier's own bytes when it lends them (no copy; an eviction meanwhile keeps them
@@ -165,6 +186,7 @@ void TierManager::WriteToSlowerTiers(const ChunkKey& key, std::span<const std::b
     Tier& tier = *tiers_[i]->tier;
     if (tier.Contains(key)) continue;
     const absl::Status written = tier.Write(key, bytes);
+    tiers_[i]->io.CountWrite(written, bytes.size());
     Count(written.ok() ? &WriteBackStats::written : &WriteBackStats::failed);
     if (!written.ok()) {
       // A cache may drop a copy, but not in silence; at the 1st, 2nd, 4th, 8th... failure, so a tier that is
@@ -183,13 +205,18 @@ size_t TierManager::FlushWriteBack(Duration bound) { return write_back_.WaitIdle
 
 void TierManager::Promote(const ChunkKey& key, std::span<const std::byte> bytes, TierKind from) {
   if (tiers_.size() < 2) return;
-  if (!tiers_.front()->tier->Contains(key) && tiers_.front()->tier->Write(key, bytes).ok()) {
-    Count(&WriteBackStats::promotions);
+  Entry& fastest = *tiers_.front();
+  if (!fastest.tier->Contains(key)) {
+    const absl::Status written = fastest.tier->Write(key, bytes);
+    fastest.io.CountWrite(written, bytes.size());
+    if (written.ok()) Count(&WriteBackStats::promotions);
   }
   if (from == TierKind::kRemote && options_.promote_remote_to_disk) {
-    Tier* disk = tier(TierKind::kDisk);
-    if (disk != nullptr && !disk->Contains(key) && disk->Write(key, bytes).ok()) {
-      Count(&WriteBackStats::promotions_to_disk);
+    Entry* disk = Find(TierKind::kDisk);
+    if (disk != nullptr && !disk->tier->Contains(key)) {
+      const absl::Status written = disk->tier->Write(key, bytes);
+      disk->io.CountWrite(written, bytes.size());
+      if (written.ok()) Count(&WriteBackStats::promotions_to_disk);
     }
   }
 }

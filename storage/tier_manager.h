@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "base/clock.h"
+#include "base/histogram.h"
 #include "base/mutex.h"
 #include "storage/bounded_worker.h"
 #include "storage/tier.h"
@@ -109,10 +110,24 @@ class TierManager {
   void ForgetLoadThroughput(TierKind kind);
 
   Tier* tier(TierKind kind) const;
+  // What went through one tier since start, for the metrics endpoint. Reads are the loads' (Read); writes are
+  // Stores, write-backs and promotions.
+  struct IoMeter {
+    std::atomic<uint64_t> read_hits{0};
+    std::atomic<uint64_t> read_misses{0};  // NOT_FOUND: evicted or expired since the lookup
+    std::atomic<uint64_t> read_errors{0};  // corrupt, failed medium, timeout
+    std::atomic<uint64_t> read_bytes{0};
+    std::atomic<uint64_t> writes_ok{0};
+    std::atomic<uint64_t> writes_failed{0};
+    std::atomic<uint64_t> written_bytes{0};
+    Histogram read_seconds{Histogram::LatencyBounds()};
+    void CountWrite(const absl::Status& status, uint64_t bytes);
+  };
   struct Entry {
     TierKind kind;
     std::unique_ptr<Tier> tier;
     std::atomic<double> seconds_per_byte{0};
+    IoMeter io;
   };
   const std::vector<std::unique_ptr<Entry>>& tiers() const { return tiers_; }
 

@@ -135,6 +135,26 @@ TEST_CASE("region: the sweep removes a dead creator's segments only", "[region]"
   for (const auto& n : {alive, other_form}) shm_unlink(n.c_str());
 }
 
+TEST_CASE("region: the sweep removes a predecessor's segments that carry this process's pid", "[region]") {
+  // In a container the daemon is pid 1 after every restart: its predecessor's leftovers carry its own pid, and
+  // only their age tells them from its own.
+  const std::string hex(32, 'b');
+  const std::string predecessor = "/cake-" + std::to_string(getpid()) + "-" + hex;
+  const int fd = shm_open(predecessor.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(ftruncate(fd, 4096) == 0);
+  const timespec an_hour_ago[2] = {{time(nullptr) - 3600, 0}, {time(nullptr) - 3600, 0}};
+  REQUIRE(futimens(fd, an_hour_ago) == 0);
+  close(fd);
+  auto mine = SharedMemory::Create(4096);  // made after this process started: its own
+  REQUIRE(mine.ok());
+
+  SweepOrphanedSharedMemory();
+  CHECK(access(("/dev/shm" + predecessor).c_str(), F_OK) != 0);
+  CHECK(access(("/dev/shm" + mine->name()).c_str(), F_OK) == 0);
+  shm_unlink(predecessor.c_str());
+}
+
 TEST_CASE("region: the shm object is owner-only", "[region]") {
   auto shm = SharedMemory::Create(4096);
   REQUIRE(shm.ok());

@@ -170,3 +170,34 @@ TEST_CASE("region registry: a region its owner stops naming is released once its
 }
 
 }  // namespace cake
+
+namespace cake {
+
+TEST_CASE("region registry: an operator lists every owner's regions and releases any", "[regions]") {
+  RegionRegistry registry(SmallLimits());
+  auto a = registry.Register(RegionOwner("team-a", "engine-1"), 4096);
+  auto b = registry.Register(RegionOwner("team-b", "engine-2"), 8192);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto lease = registry.ReserveWindow(RegionOwner("team-b", "engine-2"), b->region_id, 0, 4096);
+  REQUIRE(lease.ok());
+  const auto listed = registry.List();
+  REQUIRE(listed.size() == 2);
+  CHECK(listed[0].owner == RegionOwner("team-a", "engine-1"));
+  CHECK(listed[0].windows == 0);
+  CHECK(listed[1].bytes >= 8192);
+  CHECK(listed[1].windows == 1);
+  CHECK(listed[1].lease_left_s > 0);
+
+  auto released = registry.ReleaseAny(b->region_id);
+  REQUIRE(released.ok());
+  CHECK(released->owner == RegionOwner("team-b", "engine-2"));
+  CHECK(released->bytes >= 8192);
+  CHECK(registry.count() == 1);
+  CHECK(registry.Get(RegionOwner("team-b", "engine-2"), b->region_id).status().code() ==
+        absl::StatusCode::kNotFound);
+  CHECK(lease->region() != nullptr);  // the live load keeps its memory
+  CHECK(registry.ReleaseAny(b->region_id).status().code() == absl::StatusCode::kNotFound);
+}
+
+}  // namespace cake
