@@ -350,6 +350,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   loader.Unsigned("window", &c.load_window, 1, 4096);
   loader.Unsigned("max_window", &c.max_load_window, 1, 4096);
   loader.Unsigned("idle_timeout_ms", &c.load_idle_timeout_ms, 50, 86400000);
+  loader.Unsigned("start_timeout_ms", &c.load_start_timeout_ms, 50, 86400000);
   loader.Unsigned("max_inline_bytes", &c.max_inline_bytes, 1 << 20, uint64_t{1} << 44);
   loader.Unsigned("io_threads", &c.io_threads, 1, 1024);
   loader.Word("arbiter", &c.arbiter, ParseArbiterOption);
@@ -574,6 +575,7 @@ std::string FormatConfig(const DaemonConfig& c) {
   root.insert("loader", toml::table{{"window", static_cast<int64_t>(c.load_window)},
                                     {"max_window", static_cast<int64_t>(c.max_load_window)},
                                     {"idle_timeout_ms", static_cast<int64_t>(c.load_idle_timeout_ms)},
+                                    {"start_timeout_ms", static_cast<int64_t>(c.load_start_timeout_ms)},
                                     {"max_inline_bytes", Int(c.max_inline_bytes)},
                                     {"io_threads", static_cast<int64_t>(c.io_threads)},
                                     {"arbiter", ArbiterPolicyName(c.arbiter)},

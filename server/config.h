@@ -101,6 +101,9 @@ struct DaemonConfig {
   // A load whose client neither sends a message nor reads one for this long is ended (DEADLINE_EXCEEDED), so a
   // silent or vanished engine gives back its slot, window and unread bytes.
   uint32_t load_idle_timeout_ms = 60000;
+  // A Load stream that has sent no Start for this long is ended (DEADLINE_EXCEEDED). The Python client opens one
+  // stream ahead of its next load and retires it after 20 s unused: keep this above that.
+  uint32_t load_start_timeout_ms = 60000;
   // Chunk bytes all inline loads together may hold, read and not yet handed to gRPC; past it, their reads wait.
   uint64_t max_inline_bytes = uint64_t{512} << 20;
   uint32_t max_load_window = 64;

@@ -275,6 +275,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
                  : config.tls_client_ca_file.empty() ? "TLS, callers name themselves with bearer tokens"
                                                       : "TLS, callers present a client certificate or a bearer token");
   }
+  if (config.load_start_timeout_ms < 25000) {
+    spdlog::warn("loader.start_timeout_ms is {} ms: the Python client keeps a Load stream open ahead of its next "
+                 "load for up to 20 s, and one ended just as its Start arrives fails that load (the engine computes)",
+                 config.load_start_timeout_ms);
+  }
   d->housekeeping_ = std::thread([daemon = d.get()] { daemon->Housekeep(); });
   spdlog::info("caked {} listening on {} (DRAM tier {} MiB{}, {} I/O threads, window {})", CAKE_VERSION,
                d->socket_path_, config.dram_capacity_bytes >> 20,

@@ -51,6 +51,21 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     if (inline_held_chunks_ > 0) state_.inline_budget.Give(inline_held_chunks_ * chunk_bytes_);
   }
 
+  // From the stream's first moment: a client that opens it and sends no Start (the Python client keeps one stream
+  // open ahead of its next load; a hostile one may open thousands) is held to loader.start_timeout_ms.
+  void WatchIdle() {
+    MutexLock lock(&mu_);
+    last_client_activity_ = Clock::now();
+    ArmIdleWatchLocked(IdleTimeoutLocked());
+  }
+
+  // Before Start, loader.start_timeout_ms (a minute): the Python client retires a stream it opened ahead after
+  // 20 s (python/cake/load.py), so the daemon does not end one under a Start on its way. Then the load's own.
+  std::chrono::milliseconds IdleTimeoutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::chrono::milliseconds(phase_ == Phase::kAwaitStart ? state_.config.load_start_timeout_ms
+                                                                  : state_.config.load_idle_timeout_ms);
+  }
+
   // Returns whether the reactor should read the next message.
   bool OnRequest(const v1::LoadRequest& request) {
     bool read_more = true;
@@ -221,7 +236,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     started_ = Clock::now();
     last_progress_at_ = started_;
     phase_ = Phase::kLookingUp;
-    ArmIdleWatchLocked(std::chrono::milliseconds(config.load_idle_timeout_ms));
+    ArmIdleWatchLocked(IdleTimeoutLocked());  // the load's own timeout from now; the stream's watch retires
 
     auto lookup = std::make_shared<TierManager::PrefixLookup>(state_.tiers.LookupPrefixInMemory(keys_));
     if (lookup->needs_network() &&
@@ -454,30 +469,41 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   // Ends the load once its client has been silent for loader.idle_timeout_ms: no message from it and none of
   // ours read. Checked when the timeout could first have passed, then again at each later point it could.
+  // Each call starts a new watch; an alarm of an older one does nothing when it fires.
   void ArmIdleWatchLocked(std::chrono::nanoseconds after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ++idle_watch_;
+    RearmIdleWatchLocked(after);
+  }
+  void RearmIdleWatchLocked(std::chrono::nanoseconds after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // A new alarm each time: one may be armed from inside another's callback (see ArmRecheckLocked).
     idle_alarms_.push_back(std::make_unique<grpc::Alarm>());
     idle_alarms_.back()->Set(std::chrono::system_clock::now() +
                                  std::chrono::duration_cast<std::chrono::system_clock::duration>(after),
-                             [weak = weak_from_this()](bool fired) {
-                               if (auto self = weak.lock(); self && fired) self->CheckIdle();
+                             [weak = weak_from_this(), watch = idle_watch_](bool fired) {
+                               if (auto self = weak.lock(); self && fired) self->CheckIdle(watch);
                              });
   }
 
-  void CheckIdle() {
+  void CheckIdle(uint64_t watch) {
     bool cancel_write = false;
     {
       MutexLock lock(&mu_);
-      if (finishing_) return;
-      const auto timeout = std::chrono::milliseconds(state_.config.load_idle_timeout_ms);
+      if (finishing_ || watch != idle_watch_) return;
+      const auto timeout = IdleTimeoutLocked();
       const auto idle = Clock::now() - last_client_activity_;
-      if (idle < timeout) return ArmIdleWatchLocked(timeout - idle);
-      Bump(state_.counters.loads_idle_ended);
-      spdlog::info("{}: its client was silent for {} ms; the load is ended", load_id_, timeout.count());
-      FinishLocked(absl::DeadlineExceededError(
-          absl::StrCat("the load was ended after ", timeout.count(),
-                       " ms without a message from the client or a read of ours (loader.idle_timeout_ms); "
-                       "compute the rest of the prompt")));
+      if (idle < timeout) return RearmIdleWatchLocked(timeout - idle);
+      if (phase_ == Phase::kAwaitStart) {
+        // A stream opened ahead of a load that never came: nothing to tell anyone but the client.
+        FinishLocked(absl::DeadlineExceededError(absl::StrCat(
+            "no Start within ", timeout.count(), " ms of opening the Load stream (loader.start_timeout_ms)")));
+      } else {
+        Bump(state_.counters.loads_idle_ended);
+        spdlog::info("{}: its client was silent for {} ms; the load is ended", load_id_, timeout.count());
+        FinishLocked(absl::DeadlineExceededError(
+            absl::StrCat("the load was ended after ", timeout.count(),
+                         " ms without a message from the client or a read of ours (loader.idle_timeout_ms); "
+                         "compute the rest of the prompt")));
+      }
       // A write the client never reads would hold the stream open: cancel it, so the stream can end.
       cancel_write = writing_;
     }
@@ -763,6 +789,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // Ask the judge again when it turned a read down with nothing in flight (the last one may be pending).
   std::vector<std::unique_ptr<grpc::Alarm>> rechecks_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<grpc::Alarm>> idle_alarms_ ABSL_GUARDED_BY(mu_);
+  uint64_t idle_watch_ ABSL_GUARDED_BY(mu_) = 0;  // the current idle watch (ArmIdleWatchLocked)
   Clock::time_point last_client_activity_ ABSL_GUARDED_BY(mu_);
   bool recheck_armed_ ABSL_GUARDED_BY(mu_) = false;
   bool learned_ ABSL_GUARDED_BY(mu_) = false;  // observed_compute_ handed to state_.compute_models
@@ -812,6 +839,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
 LoadReactor::LoadReactor(grpc::CallbackServerContext* context, DaemonState& state, absl::StatusOr<Caller> caller)
     : session_(std::make_shared<LoadSession>(this, context, state, std::move(caller))) {
+  session_->WatchIdle();
   StartRead(&request_);
 }
 

@@ -163,9 +163,15 @@ class Client:
         self._renew_period_s = 10.0
         self._closing = threading.Event()
         self._renewer = None
+        self._ahead_lock = threading.Lock()
+        self._ahead = None  # a LoadSession opened ahead of the next load()
 
     def close(self):
         self._closing.set()
+        with self._ahead_lock:
+            ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.cancel()
         if self._renewer is not None:
             self._renewer.join()
         for region in list(self._regions.values()):
@@ -301,8 +307,26 @@ class Client:
             start.region_id = region.id
             start.region_offset = region_offset
             start.region_bytes = region_bytes
-        return LoadSession(self._kv, start, chunk_bytes=ns.chunk_bytes,
-                           region_size=None if region is None else region.size)
+        # The stream opened ahead, when there is a usable one. The next load's opens when this one is released:
+        # opening it now would take the GIL from the thread that reads this load's Plan.
+        with self._ahead_lock:
+            session, self._ahead = self._ahead, None
+        if session is None or not session.usable():
+            if session is not None:
+                session.cancel()
+            session = LoadSession(self._kv)
+        return session.begin(start, chunk_bytes=ns.chunk_bytes, region_size=None if region is None else region.size,
+                             on_release=self._open_ahead)
+
+    def _open_ahead(self):
+        if self._closing.is_set() or self._ahead is not None:
+            return
+        ahead = LoadSession(self._kv)
+        with self._ahead_lock:
+            if self._ahead is None and not self._closing.is_set():
+                self._ahead, ahead = ahead, None
+        if ahead is not None:
+            ahead.cancel()
 
     # --- AdminService ---------------------------------------------------------------------------------------
     def ping(self):

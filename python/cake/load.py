@@ -79,14 +79,22 @@ class LoadSession:
     """Made by Client.load(); use it as a context manager. After each engine step: progress(c), then
     is_resident(c) to decide whether to stop computing; release() once the loaded chunks are copied out."""
 
-    def __init__(self, stub, start, chunk_bytes=0, region_size=None, release_timeout_s=30.0):
-        self.started_at = time.monotonic()
+    # A stream opened ahead and unused this long is not used (the daemon ends one without a Start after
+    # loader.start_timeout_ms, a minute by default): the load opens a fresh one instead.
+    AHEAD_MAX_AGE_S = 20.0
+
+    def __init__(self, stub, start=None, chunk_bytes=0, region_size=None, release_timeout_s=30.0):
+        """start None: the stream opens now, ahead of a load that begin() starts later (Client keeps one ready,
+        so a load does not wait for a stream's set-up and a thread)."""
+        self.started_at = self._opened_at = time.monotonic()
         self._release_timeout_s = release_timeout_s
         # The daemon is a peer like any other: what it sends is checked against what this client asked for.
         self._region_size = region_size          # None: an inline load
         self._chunk_bytes = chunk_bytes           # 0: the namespace takes the daemon's default chunk size
         self._requests = queue.SimpleQueue()
-        self._requests.put(kv_pb2.LoadRequest(start=start))
+        self._on_release = None
+        if start is not None:
+            self._requests.put(kv_pb2.LoadRequest(start=start))
         # One lock, two conditions: the engine waiting for Done is not woken by every ChunkLoaded.
         self._lock = threading.Lock()
         self._cv = threading.Condition(self._lock)        # Plan, Done, the end of the stream
@@ -104,6 +112,21 @@ class LoadSession:
         self._call = stub.Load(self._request_stream())
         self._reader = threading.Thread(target=self._read, name="cake-load-reader", daemon=True)
         self._reader.start()
+
+    def usable(self):
+        """Opened ahead, not ended, and young enough that the daemon takes a Start on it."""
+        with self._cv:
+            return not self._ended and time.monotonic() - self._opened_at < self.AHEAD_MAX_AGE_S
+
+    def begin(self, start, chunk_bytes=0, region_size=None, on_release=None):
+        """Starts the load on a stream opened ahead. on_release runs once release() has sent Release."""
+        with self._cv:
+            self.started_at = time.monotonic()
+            self._region_size = region_size
+            self._chunk_bytes = chunk_bytes
+        self._on_release = on_release
+        self._send(kv_pb2.LoadRequest(start=start))
+        return self
 
     # --- the stream -----------------------------------------------------------------------------------------
     def _request_stream(self):
@@ -339,6 +362,9 @@ class LoadSession:
         self._released = True
         self._send(kv_pb2.LoadRequest(release=kv_pb2.LoadRelease()))
         self._close_send_side()
+        on_release, self._on_release = self._on_release, None
+        if on_release is not None:
+            on_release()
         if wait:
             self.wait_ended(timeout)
 

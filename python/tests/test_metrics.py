@@ -160,3 +160,12 @@ def test_a_port_that_cannot_be_bound_fails_the_start_naming_it():
     bad = subprocess.run([caked_path(), "--check-config", "--metrics-listen", "localhost"], capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "metrics.listen" in bad.stderr
+
+
+def test_the_scrape_bench_runs(tmp_path):
+    from cake import metrics_bench
+    out = tmp_path / "scrape.json"
+    metrics_bench.main(["--series", "2", "--scrapes", "5", "--json", str(out)])
+    import json
+    result = json.loads(out.read_text())
+    assert result["series"] == 2 and result["samples"] > 100 and result["scrape_p50_ms"] > 0

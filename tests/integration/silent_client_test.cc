@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/status_macros.h"
 #include "tests/integration/fixture.h"
 
 using namespace cake;
@@ -275,4 +276,71 @@ TEST_CASE("a load's reads never queue behind a region's set-up", "[silent][reads
     WARN("the registration finished in under a second, before the load: this run cannot tell the order");
   }
   CHECK(Counter(*client, "regions_registered") == registered_before + 1);
+}
+
+TEST_CASE("a Load stream opened without a Start is ended after loader.start_timeout_ms", "[integration][silent]") {
+  char dir[] = "/tmp/cake-start-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string config = WriteFile(dir, "caked.toml", "[loader]\nstart_timeout_ms = 300\n");
+  SpawnedDaemon daemon = StartDaemon({"--config", config});
+  std::filesystem::remove_all(dir);
+  RawStubs raw(daemon);
+  grpc::ClientContext context;
+  auto stream = raw.kv->Load(&context);  // headers only: the daemon holds a stream that has said nothing
+  const auto opened = std::chrono::steady_clock::now();
+  const grpc::Status status = ReadToEnd(stream);
+  CHECK(status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK_THAT(status.error_message(), Catch::Contains("no Start within 300 ms"));
+  CHECK(std::chrono::steady_clock::now() - opened < std::chrono::seconds(10));
+  // Loads that do start are not held to it.
+  auto client = Connect(daemon);
+  const NamespaceSpec ns = SmallNamespace(16);
+  const std::vector<uint32_t> tokens = Tokens(16 * 2);
+  StorePrompt(*client, ns, tokens, 7, 2, 16 * kSmallBytesPerToken);
+  for (int round = 0; round < 2; ++round) {
+    LoadOptions load;
+    load.ns = ns;
+    load.prompt = PromptRef{tokens, {}};
+    load.io_only = true;
+    auto session = client->StartLoad(load);
+    REQUIRE(session.ok());
+    auto plan = (*session)->WaitPlan();
+    REQUIRE(plan.ok());
+    CHECK(plan->cached_chunks == 2);
+    REQUIRE((*session)->WaitDone().ok());
+    CHECK((*session)->Release().ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  }
+  CHECK_THAT(daemon.log(), Catch::Contains("start_timeout_ms is 300 ms"));
+}
+
+TEST_CASE("a client loads again after its daemon restarts on the same socket", "[integration][silent]") {
+  char dir[] = "/tmp/cake-restart-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string socket = std::string(dir) + "/caked.sock";
+  auto first = StartDaemon({"--socket", socket});
+  auto client = Connect(first);
+  const NamespaceSpec ns = SmallNamespace(16);
+  const std::vector<uint32_t> tokens = Tokens(16 * 2);
+  auto load_once = [&]() -> absl::StatusOr<LoadPlan> {
+    LoadOptions load;
+    load.ns = ns;
+    load.prompt = PromptRef{tokens, {}};
+    CAKE_ASSIGN_OR_RETURN(auto session, client->StartLoad(load));
+    CAKE_ASSIGN_OR_RETURN(LoadPlan plan, session->WaitPlan());
+    CAKE_RETURN_IF_ERROR(session->Release());
+    return plan;
+  };
+  REQUIRE(load_once().ok());
+  CHECK(first.Stop() == 0);
+  auto second = StartDaemon({"--socket", socket});
+  // gRPC reconnects the channel on its own.
+  absl::StatusOr<LoadPlan> plan = load_once();
+  for (int retry = 0; !plan.ok() && retry < 50; ++retry) {  // the channel's reconnect may take a moment
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    plan = load_once();
+  }
+  REQUIRE(plan.ok());
+  CHECK(plan->cached_chunks == 0);
+  std::filesystem::remove_all(dir);
 }
