@@ -1,7 +1,7 @@
 """An engine against the daemon the packaged unit runs (tests/package/installed_root_test.sh, inside the booted root):
 under its own user in the group cake it maps a host region (shared memory the daemon made, opened through its ACL
 entry), stores six chunks from it, drops the DRAM tier, loads them back from the disk tier bit-exact, and reads
-the metrics endpoint. Usage: python3 engine_round_trip.py SOCKET METRICS_URL"""
+the metrics endpoint. Usage: /usr/bin/python3 engine_round_trip.py SOCKET METRICS_URL"""
 import sys
 import time
 import urllib.request

@@ -219,7 +219,7 @@ check "systemd-analyze verify caked.service prints nothing (its man:caked(8) inc
 check "man -l caked.8 renders" man_renders man8/caked.8
 check "man -l cakectl.1 renders" man_renders man1/cakectl.1
 check "the docs are in /usr/share/doc/cake" test -f "$root/usr/share/doc/cake/operations.md"
-check "the Python client and its stubs import" in_root python3 -c 'import cake, cake.v1.kv_pb2_grpc, cake.v1.admin_pb2'
+check "the Python client and its stubs import" in_root /usr/bin/python3 -c 'import cake, cake.v1.kv_pb2_grpc, cake.v1.admin_pb2'
 
 log "a daemon from the package, and an engine built against libcake-dev"
 # As the unit runs it: the user cake, /run/cake its own. A small DRAM tier.
@@ -284,7 +284,7 @@ sandboxed() {
     printf '%s\n' "$status" | grep -q '^Seccomp:[[:space:]]*2'
 }
 engine_round_trip() { in_container setpriv --reuid=engine --regid=engine --init-groups env HOME=/ \
-  python3 /opt/cake-test/engine_round_trip.py /run/cake/caked.sock http://127.0.0.1:9464/metrics; }
+  /usr/bin/python3 /opt/cake-test/engine_round_trip.py /run/cake/caked.sock http://127.0.0.1:9464/metrics; }
 reloads() {
   in_container systemctl reload caked && sleep 0.5 &&
     in_container journalctl -u caked --no-pager -o cat | grep -q '^reloaded access'
