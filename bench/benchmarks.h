@@ -101,6 +101,7 @@ struct RebuildBenchOptions {
   uint64_t files = 100000;
   uint32_t runs = 3;
   uint32_t writers = 16;  // threads creating the files
+  uint32_t recovery_threads = 32;  // DiskTier::Options::recovery_threads of the in-process opens
 };
 absl::Status RunRebuildBench(const RebuildBenchOptions& options);
 
@@ -110,6 +111,8 @@ struct StoreBenchOptions {
   std::string json_path;
   uint64_t mib = 1024;
   uint32_t runs = 3;
+  uint32_t write_back_threads = 4;  // caked's writeback.threads, and the in-process writers
+  bool dram_prefault = false;       // caked's dram.prefault: the Store's copies land in memory touched at start-up
 };
 absl::Status RunStoreBench(const StoreBenchOptions& options);
 

@@ -128,6 +128,11 @@ int main(int argc, char** argv) {
   rebuild_command->add_option("--writers", rebuild.writers, "threads creating the files")
       ->capture_default_str()
       ->check(CLI::Range(1u, 256u));
+  rebuild_command
+      ->add_option("--recovery-threads", rebuild.recovery_threads,
+                   "header readers of the in-process opens after a crash (caked keeps its default)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1024u));
 
   cake::bench::StoreBenchOptions store;
   CLI::App* store_command = app.add_subcommand(
@@ -140,6 +145,13 @@ int main(int argc, char** argv) {
   store_command->add_option("--runs", store.runs, "measured runs of each")
       ->capture_default_str()
       ->check(CLI::Range(1u, 100u));
+  store_command
+      ->add_option("--write-back-threads", store.write_back_threads,
+                   "caked's writeback.threads, the in-process writer threads and fio's synced jobs")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+  store_command->add_flag("--dram-prefault", store.dram_prefault,
+                          "start caked with dram.prefault, so first touches of the DRAM tier are not timed");
 
   cake::bench::GridOptions grid;
   CLI::App* grid_command = app.add_subcommand(

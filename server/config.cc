@@ -346,6 +346,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   cuda.Bool("pin_dram", &c.cuda_pin_dram);
   TableReader writeback(root, "writeback");
   writeback.Unsigned("queue_bytes", &c.write_back_queue_bytes, 0, uint64_t{1} << 44);
+  writeback.Unsigned("threads", &c.write_back_threads, 1, 64);
   TableReader loader(root, "loader");
   loader.Unsigned("window", &c.load_window, 1, 4096);
   loader.Unsigned("max_window", &c.max_load_window, 1, 4096);
@@ -571,7 +572,8 @@ std::string FormatConfig(const DaemonConfig& c) {
                                   {"devices", Array(c.cuda_devices)},
                                   {"max_region_bytes", Int(c.cuda_max_region_bytes)},
                                   {"pin_dram", c.cuda_pin_dram}});
-  root.insert("writeback", toml::table{{"queue_bytes", Int(c.write_back_queue_bytes)}});
+  root.insert("writeback", toml::table{{"queue_bytes", Int(c.write_back_queue_bytes)},
+                                       {"threads", static_cast<int64_t>(c.write_back_threads)}});
   root.insert("loader", toml::table{{"window", static_cast<int64_t>(c.load_window)},
                                     {"max_window", static_cast<int64_t>(c.max_load_window)},
                                     {"idle_timeout_ms", static_cast<int64_t>(c.load_idle_timeout_ms)},

@@ -74,7 +74,7 @@ struct DaemonConfig {
   IoBackend disk_io_backend = IoBackend::kAuto;
   bool disk_allow_buffered = false;      // accept a filesystem without O_DIRECT (page cache in the way)
   double disk_read_gbps = 0;             // 0: not throttled
-  uint32_t disk_recovery_threads = 16;   // header reads in flight while the index is rebuilt at start-up
+  uint32_t disk_recovery_threads = 32;   // header reads in flight while the index is rebuilt after a crash
   // [remote] Redis (standalone or cluster), shared by daemons on many machines
   std::vector<std::string> remote_endpoints;  // "host:port"; empty: no remote tier
   std::string remote_user;                    // ACL user (empty: AUTH with the password alone)
@@ -96,6 +96,7 @@ struct DaemonConfig {
   bool cuda_pin_dram = true;
   // [writeback]
   uint64_t write_back_queue_bytes = uint64_t{1} << 30;
+  uint32_t write_back_threads = 4;  // chunks written back at once
   // [loader]
   uint32_t load_window = 4;  // reads in flight per load
   // A load whose client neither sends a message nor reads one for this long is ended (DEADLINE_EXCEEDED), so a

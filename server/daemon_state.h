@@ -95,7 +95,8 @@ struct DaemonState {
   DaemonState(const DaemonConfig& c, AccessPolicy access_policy)
       : config(c),
         access_(std::make_shared<const AccessPolicy>(std::move(access_policy))),
-        tiers(TierManager::Options{c.write_back_queue_bytes, c.dram_promotion_queue_bytes, c.remote_promote_to_disk}),
+        tiers(TierManager::Options{c.write_back_queue_bytes, c.dram_promotion_queue_bytes, c.remote_promote_to_disk,
+                                   c.write_back_threads}),
         regions(RegionRegistry::Limits{c.max_region_bytes, c.max_regions_per_client, c.cuda_max_region_bytes,
                                        c.max_regions, c.max_total_region_bytes,
                                        std::chrono::milliseconds(c.region_lease_ms)}),

@@ -1,9 +1,12 @@
 #include "storage/bounded_worker.h"
 
+#include <algorithm>
+
 namespace cake {
 
-BoundedWorker::BoundedWorker(uint64_t max_queued_bytes)
-    : max_queued_bytes_(max_queued_bytes), thread_([this] { Run(); }) {}
+BoundedWorker::BoundedWorker(uint64_t max_queued_bytes, uint32_t threads) : max_queued_bytes_(max_queued_bytes) {
+  for (uint32_t i = 0; i < std::max(threads, 1u); ++i) threads_.emplace_back([this] { Run(); });
+}
 
 BoundedWorker::~BoundedWorker() {
   {
@@ -11,7 +14,7 @@ BoundedWorker::~BoundedWorker() {
     stopping_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  for (std::thread& t : threads_) t.join();
   for (Queued& q : queue_) q.job(false);
 }
 
@@ -33,12 +36,12 @@ void BoundedWorker::Run() {
     if (stopping_) return;
     Queued next = std::move(queue_.front());
     queue_.pop_front();
-    running_ = true;
+    ++running_;
     lock.unlock();
     next.job(true);
     next.job = nullptr;  // releases what the job held before the bytes stop counting
     lock.lock();
-    running_ = false;
+    --running_;
     queued_bytes_ -= next.bytes;
     cv_.notify_all();
   }
@@ -46,8 +49,8 @@ void BoundedWorker::Run() {
 
 size_t BoundedWorker::WaitIdle(Duration bound) {
   std::unique_lock lock(mu_);
-  cv_.wait_for(lock, bound, [&] { return queue_.empty() && !running_; });
-  return queue_.size() + (running_ ? 1 : 0);
+  cv_.wait_for(lock, bound, [&] { return queue_.empty() && running_ == 0; });
+  return queue_.size() + running_;
 }
 
 uint64_t BoundedWorker::queued_bytes() const {

@@ -1,5 +1,6 @@
-// One background thread that runs jobs in order from a queue bounded in bytes: the write-back and promotion
-// queues of TierManager.
+// Background threads that run jobs from a queue bounded in bytes, started in the order they were queued: the
+// write-back and promotion queues of TierManager. With more than one thread, jobs run side by side (the
+// write-back's fdatasync of one chunk overlaps the writing of the next).
 #pragma once
 
 #include <condition_variable>
@@ -8,6 +9,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "base/clock.h"
 
@@ -18,7 +20,7 @@ class BoundedWorker {
   // `run` is false when the job is abandoned at shutdown: it must then only release what it holds.
   using Job = std::function<void(bool run)>;
 
-  explicit BoundedWorker(uint64_t max_queued_bytes);
+  explicit BoundedWorker(uint64_t max_queued_bytes, uint32_t threads = 1);
   // Lets the running job end, then abandons the queued ones.
   ~BoundedWorker();
   BoundedWorker(const BoundedWorker&) = delete;
@@ -27,7 +29,8 @@ class BoundedWorker {
   // Queues `job`, which holds `bytes` until it has run; false (and `job` is dropped unrun) when that would take
   // the queue past its bound.
   bool TryPush(uint64_t bytes, Job job);
-  // Waits until nothing is queued or running, or `bound` passes; returns the number of jobs left.
+  // Waits until nothing is queued or running, or `bound` passes; returns the number of jobs left (queued or
+  // running).
   size_t WaitIdle(Duration bound);
   uint64_t queued_bytes() const;
 
@@ -42,10 +45,10 @@ class BoundedWorker {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Queued> queue_;
-  uint64_t queued_bytes_ = 0;  // includes the running job's
-  bool running_ = false;
+  uint64_t queued_bytes_ = 0;  // includes the running jobs'
+  size_t running_ = 0;
   bool stopping_ = false;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace cake

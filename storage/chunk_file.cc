@@ -1,10 +1,15 @@
 #include "storage/chunk_file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <xxhash.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/little_endian.h"
+#include "base/unique_fd.h"
 
 namespace cake {
 namespace {
@@ -17,19 +22,6 @@ constexpr size_t kLengthOffset = 32;
 constexpr size_t kPayloadChecksumOffset = 40;
 constexpr size_t kHeaderChecksumOffset = 48;
 constexpr size_t kCheckedHeaderBytes = kHeaderChecksumOffset;  // the checksum covers everything before it
-
-// Explicit little-endian encoding: the files must read back the same on any host that mounts them.
-template <typename T>
-void PutLe(std::span<std::byte> out, size_t offset, T value) {
-  for (size_t i = 0; i < sizeof(T); ++i) out[offset + i] = static_cast<std::byte>((value >> (8 * i)) & 0xff);
-}
-
-template <typename T>
-T GetLe(std::span<const std::byte> in, size_t offset) {
-  T value = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) value |= static_cast<T>(std::to_integer<uint8_t>(in[offset + i])) << (8 * i);
-  return value;
-}
 
 int HexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -44,12 +36,12 @@ uint64_t PayloadChecksum(std::span<const std::byte> payload) { return XXH3_64bit
 void EncodeChunkHeader(const ChunkHeader& header, std::span<std::byte> out) {
   std::memset(out.data(), 0, kChunkHeaderBytes);
   std::memcpy(out.data() + kMagicOffset, kChunkMagic.data(), kChunkMagic.size());
-  PutLe<uint32_t>(out, kVersionOffset, kChunkFormatVersion);
-  PutLe<uint32_t>(out, kHeaderSizeOffset, kChunkHeaderBytes);
+  StoreLittleEndian<uint32_t>(out.data() + kVersionOffset, kChunkFormatVersion);
+  StoreLittleEndian<uint32_t>(out.data() + kHeaderSizeOffset, kChunkHeaderBytes);
   std::memcpy(out.data() + kKeyOffset, header.key.bytes.data(), kChunkKeyBytes);
-  PutLe<uint64_t>(out, kLengthOffset, header.payload_length);
-  PutLe<uint64_t>(out, kPayloadChecksumOffset, header.payload_checksum);
-  PutLe<uint64_t>(out, kHeaderChecksumOffset, XXH3_64bits(out.data(), kCheckedHeaderBytes));
+  StoreLittleEndian<uint64_t>(out.data() + kLengthOffset, header.payload_length);
+  StoreLittleEndian<uint64_t>(out.data() + kPayloadChecksumOffset, header.payload_checksum);
+  StoreLittleEndian<uint64_t>(out.data() + kHeaderChecksumOffset, XXH3_64bits(out.data(), kCheckedHeaderBytes));
 }
 
 absl::StatusOr<ChunkHeader> ParseChunkHeader(std::span<const std::byte> bytes) {
@@ -59,24 +51,24 @@ absl::StatusOr<ChunkHeader> ParseChunkHeader(std::span<const std::byte> bytes) {
   if (std::memcmp(bytes.data() + kMagicOffset, kChunkMagic.data(), kChunkMagic.size()) != 0) {
     return absl::DataLossError("chunk header has a bad magic (not a Cake chunk file)");
   }
-  const uint32_t version = GetLe<uint32_t>(bytes, kVersionOffset);
+  const uint32_t version = LoadLittleEndian<uint32_t>(bytes.data() + kVersionOffset);
   if (version != kChunkFormatVersion) {
     return absl::FailedPreconditionError(absl::StrCat("chunk file format version ", version,
                                                       " is not supported (this daemon reads version ",
                                                       kChunkFormatVersion, "); it was written by another daemon"));
   }
-  const uint32_t header_size = GetLe<uint32_t>(bytes, kHeaderSizeOffset);
+  const uint32_t header_size = LoadLittleEndian<uint32_t>(bytes.data() + kHeaderSizeOffset);
   if (header_size != kChunkHeaderBytes) {
     return absl::DataLossError(
         absl::StrCat("chunk header declares ", header_size, " bytes; version 1 uses ", kChunkHeaderBytes));
   }
-  const uint64_t stored = GetLe<uint64_t>(bytes, kHeaderChecksumOffset);
+  const uint64_t stored = LoadLittleEndian<uint64_t>(bytes.data() + kHeaderChecksumOffset);
   const uint64_t computed = XXH3_64bits(bytes.data(), kCheckedHeaderBytes);
   if (stored != computed) return absl::DataLossError("chunk header checksum mismatch");
   ChunkHeader header;
   std::memcpy(header.key.bytes.data(), bytes.data() + kKeyOffset, kChunkKeyBytes);
-  header.payload_length = GetLe<uint64_t>(bytes, kLengthOffset);
-  header.payload_checksum = GetLe<uint64_t>(bytes, kPayloadChecksumOffset);
+  header.payload_length = LoadLittleEndian<uint64_t>(bytes.data() + kLengthOffset);
+  header.payload_checksum = LoadLittleEndian<uint64_t>(bytes.data() + kPayloadChecksumOffset);
   return header;
 }
 
@@ -110,6 +102,24 @@ absl::StatusOr<ChunkKey> ChunkKeyFromFileName(std::string_view file_name) {
     key.bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
   }
   return key;
+}
+
+absl::Status ErrnoStatus(int err, std::string_view what, const std::filesystem::path& path) {
+  std::string message = absl::StrCat(std::string(what), " ", path.string(), ": ", std::strerror(err));
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(std::move(message));
+    default:
+      return absl::UnavailableError(std::move(message));
+  }
+}
+
+absl::Status SyncFolder(const std::filesystem::path& folder) {
+  UniqueFd fd(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(errno, "opening folder", folder);
+  if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "syncing folder", folder);
+  return absl::OkStatus();
 }
 
 }  // namespace cake

@@ -68,4 +68,11 @@ std::filesystem::path ChunkPath(const std::filesystem::path& root, const ChunkKe
 // The key named by a chunk file name ("<32 hex>.chunk"); INVALID_ARGUMENT for any other name.
 absl::StatusOr<ChunkKey> ChunkKeyFromFileName(std::string_view file_name);
 
+// The code a caller should act on for a failed file operation: a full disk is "does not fit" (the tier
+// contract's RESOURCE_EXHAUSTED), anything else the medium failing (UNAVAILABLE); the message names what and where.
+absl::Status ErrnoStatus(int err, std::string_view what, const std::filesystem::path& path);
+
+// Makes a rename in `folder` durable: without it a crash can lose the new name even though the data is synced.
+absl::Status SyncFolder(const std::filesystem::path& folder);
+
 }  // namespace cake

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/random_id.h"
 #include "base/status_macros.h"
@@ -20,6 +21,7 @@
 #include "spdlog/spdlog.h"
 #include "storage/aligned_buffer.h"
 #include "storage/chunk_file.h"
+#include "storage/clean_stop_index.h"
 
 namespace cake {
 namespace {
@@ -35,19 +37,6 @@ constexpr size_t kMaxIdleReaders = 16;
 // A bounce buffer larger than this is freed after its read rather than kept for the next one.
 constexpr size_t kMaxRetainedBounceBytes = size_t{64} << 20;
 constexpr uint32_t kMaxQueueDepth = 4096;
-
-// The code a caller should act on: a full disk is "does not fit" (the tier contract's RESOURCE_EXHAUSTED),
-// anything else the medium failing.
-absl::Status ErrnoStatus(int err, std::string_view what, const fs::path& path) {
-  std::string message = absl::StrCat(std::string(what), " ", path.string(), ": ", std::strerror(err));
-  switch (err) {
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(std::move(message));
-    default:
-      return absl::UnavailableError(std::move(message));
-  }
-}
 
 absl::Status Annotate(const absl::Status& s, const fs::path& path) {
   if (s.ok()) return s;
@@ -67,14 +56,6 @@ absl::Status WriteFull(int fd, uint64_t offset, std::span<const std::byte> data,
     data = data.subspan(static_cast<size_t>(n));
     offset += static_cast<uint64_t>(n);
   }
-  return absl::OkStatus();
-}
-
-// Makes a rename in `folder` durable: without it a crash can lose the new name even though the data is synced.
-absl::Status SyncFolder(const fs::path& folder) {
-  UniqueFd fd(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(errno, "opening folder", folder);
-  if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "syncing folder", folder);
   return absl::OkStatus();
 }
 
@@ -178,10 +159,14 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const Options& options)
   const RecoveryStats& r = tier->recovery_;
   spdlog::info(
       "disk tier at {}: {} backend, queue depth {}, {}; recovered {} chunks ({} bytes) in {:.1f} ms; removed {} "
-      "temporary and {} corrupt files; skipped {} newer-format and {} foreign files; evicted {} over capacity",
+      "temporary and {} corrupt files; skipped {} newer-format and {} foreign files; evicted {} over capacity; {}",
       options.root.string(), IoBackendName(backend), options.queue_depth, direct_io ? "O_DIRECT" : "buffered I/O",
       r.chunks_recovered, r.bytes_recovered, r.duration.count() / 1000.0, r.temp_files_removed, r.corrupt_files_removed,
-      r.newer_version_files_skipped, r.foreign_files_ignored, r.evicted_over_capacity);
+      r.newer_version_files_skipped, r.foreign_files_ignored, r.evicted_over_capacity,
+      r.clean_stop_index_used
+          ? absl::StrCat(r.chunks_trusted_from_index, " from the clean-stop index (", r.index_entries_without_file,
+                         " of its entries had no file)")
+          : std::string("no clean-stop index: every header read"));
   return tier;
 }
 
@@ -195,117 +180,160 @@ DiskTier::DiskTier(const Options& options, IoBackend backend, bool direct_io, st
   idle_readers_.push_back(Reader{AlignedBuffer(), std::move(first_engine)});
 }
 
-DiskTier::~DiskTier() = default;
+DiskTier::~DiskTier() {
+  // Nothing reads or writes any more (the tier is going), so the index is exactly what the folder holds.
+  if (!write_index_at_close_) return;
+  std::vector<IndexedChunk> entries;
+  {
+    MutexLock lock(&mu_);
+    entries.reserve(index_.size());
+    index_.ForEachLeastRecentFirst(
+        [&](const ChunkKey& key, const Entry& entry) { entries.push_back(IndexedChunk{key, entry.bytes}); });
+  }
+  const fs::path layout = root_ / std::string(kChunkLayoutFolder);
+  if (absl::Status written = WriteCleanStopIndex(layout, entries); !written.ok()) {
+    spdlog::warn("disk tier at {}: could not write the clean-stop index ({}); the next start reads every chunk header",
+                 root_.string(), std::string(written.message()));
+  }
+}
 
 int DiskTier::OpenFlags(int access) const { return access | O_CLOEXEC | (direct_io_ ? O_DIRECT : 0); }
 
 absl::Status DiskTier::Recover(uint32_t threads) {
   const auto start = std::chrono::steady_clock::now();
   const fs::path layout = root_ / std::string(kChunkLayoutFolder);
-  struct Candidate {
-    fs::path path;
-    ChunkKey key;
-  };
   struct Found {
     ChunkKey key;
     uint64_t bytes;
+    bool from_index;  // then `position` orders it, else `mtime`
+    uint64_t position;
     timespec mtime;
   };
+  struct WorkerResult {
+    RecoveryStats stats;
+    std::vector<Found> found;
+    absl::Status error;
+  };
+
+  // What the last clean stop left: every chunk's length and its place in the recency order. A file it names is
+  // indexed without reading its header (every read checks the header anyway); a file it does not name is
+  // inspected as after a crash, and a name it lists without a file is dropped, so even an index older than the
+  // folder (a daemon that did not know the index ran in between) cannot make the tier serve what is not there.
+  struct IndexedEntry {
+    uint64_t bytes;
+    uint64_t position;
+  };
+  absl::flat_hash_map<ChunkKey, IndexedEntry> indexed;
+  if (absl::StatusOr<std::vector<IndexedChunk>> index = TakeCleanStopIndex(layout); index.ok()) {
+    recovery_.clean_stop_index_used = true;
+    indexed.reserve(index->size());
+    for (size_t i = 0; i < index->size(); ++i) indexed.emplace((*index)[i].key, IndexedEntry{(*index)[i].payload_bytes, i});
+  } else if (!absl::IsNotFound(index.status())) {
+    spdlog::warn("disk tier: not using the clean-stop index ({}); reading every chunk header instead",
+                 std::string(index.status().message()));
+  }
 
   auto remove_file = [](const fs::path& path, const char* why) {
     spdlog::warn("disk tier: removing {}: {}", path.string(), why);
     ::unlink(path.c_str());
   };
-  // Validates one "<key>.chunk" file; returns its entry, or nothing after dealing with it. Runs on many threads:
-  // each brings its own header buffer and counters.
-  auto inspect = [&](const Candidate& c, AlignedBuffer& header, RecoveryStats& stats) -> std::optional<Found> {
-    UniqueFd fd(::open(c.path.c_str(), OpenFlags(O_RDONLY)));
+  // Validates one "<key>.chunk" file by its header; returns its entry, or nothing after dealing with it.
+  auto inspect = [&](const fs::path& path, const ChunkKey& key, AlignedBuffer& header,
+                     RecoveryStats& stats) -> std::optional<Found> {
+    UniqueFd fd(::open(path.c_str(), OpenFlags(O_RDONLY)));
     struct stat st {};
     if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
-      spdlog::warn("disk tier: cannot open {}: {}; left in place, not indexed", c.path.string(), std::strerror(errno));
+      spdlog::warn("disk tier: cannot open {}: {}; left in place, not indexed", path.string(), std::strerror(errno));
       return std::nullopt;
     }
     if (static_cast<uint64_t>(st.st_size) < kChunkHeaderBytes) {
-      remove_file(c.path, "shorter than a chunk header");
+      remove_file(path, "shorter than a chunk header");
       ++stats.corrupt_files_removed;
       return std::nullopt;
     }
     const ssize_t n = ::pread(fd.get(), header.data(), kChunkHeaderBytes, 0);
     if (n != static_cast<ssize_t>(kChunkHeaderBytes)) {
-      spdlog::warn("disk tier: cannot read the header of {}: {}; left in place, not indexed", c.path.string(),
+      spdlog::warn("disk tier: cannot read the header of {}: {}; left in place, not indexed", path.string(),
                    n < 0 ? std::strerror(errno) : "short read");
       return std::nullopt;
     }
     absl::StatusOr<ChunkHeader> parsed = ParseChunkHeader(header.span());
     if (parsed.status().code() == absl::StatusCode::kFailedPrecondition) {
       // Another (newer) daemon may share this folder: its files are not ours to delete.
-      spdlog::warn("disk tier: skipping {}: {}", c.path.string(), std::string(parsed.status().message()));
+      spdlog::warn("disk tier: skipping {}: {}", path.string(), std::string(parsed.status().message()));
       ++stats.newer_version_files_skipped;
       return std::nullopt;
     }
     const char* problem = nullptr;
     if (!parsed.ok()) {
       problem = "bad header (magic, size or checksum)";
-    } else if (!(parsed->key == c.key)) {
+    } else if (!(parsed->key == key)) {
       problem = "the header names another key";
     } else if (static_cast<uint64_t>(st.st_size) != ChunkFileBytes(parsed->payload_length)) {
       problem = "the file size does not match the payload length (truncated or extended)";
     }
     if (problem != nullptr) {
-      remove_file(c.path, problem);
+      remove_file(path, problem);
       ++stats.corrupt_files_removed;
       return std::nullopt;
     }
-    return Found{c.key, parsed->payload_length, st.st_mtim};
+    return Found{key, parsed->payload_length, false, 0, st.st_mtim};
   };
 
-  // First the names (one thread: listing is cheap), then the headers (many threads: each is a device read).
-  std::vector<Candidate> candidates;
+  // The 256 key folders first (one thread: a few hundred names), then each folder listed and its files
+  // inspected by whichever worker claims it, so listing one folder overlaps the header reads of the others.
+  std::vector<fs::path> folders;
   std::error_code ec;
   for (fs::directory_iterator top(layout, ec), end; !ec && top != end; top.increment(ec)) {
     const std::string top_name = top->path().filename().string();
     if (top_name.starts_with(kTempFilePrefix)) {
-      ::unlink(top->path().c_str());  // an Open probe left by a crash
+      ::unlink(top->path().c_str());  // an Open probe or an index write left by a crash
       ++recovery_.temp_files_removed;
-      continue;
-    }
-    if (!IsTwoHexDigits(top_name) || !top->is_directory()) {
+    } else if (IsTwoHexDigits(top_name) && top->is_directory()) {
+      folders.push_back(top->path());
+    } else if (top_name != kCleanStopIndexName) {  // still there only if removing it failed (logged)
       ++recovery_.foreign_files_ignored;
-      continue;
-    }
-    std::error_code sub_ec;
-    for (fs::directory_iterator it(top->path(), sub_ec), sub_end; !sub_ec && it != sub_end; it.increment(sub_ec)) {
-      const fs::path& path = it->path();
-      const std::string file_name = path.filename().string();
-      if (file_name.starts_with(kTempFilePrefix)) {
-        ::unlink(path.c_str());  // a write cut short before its rename: never visible, safe to drop
-        ++recovery_.temp_files_removed;
-        continue;
-      }
-      absl::StatusOr<ChunkKey> named = ChunkKeyFromFileName(file_name);
-      if (!named.ok() || !it->is_regular_file()) {
-        ++recovery_.foreign_files_ignored;
-        continue;
-      }
-      if (named->Hex().substr(0, 2) != top_name) {
-        remove_file(path, "a chunk file in the wrong folder");
-        ++recovery_.corrupt_files_removed;
-        continue;
-      }
-      candidates.push_back(Candidate{path, *named});
-    }
-    if (sub_ec) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("disk tier: cannot list ", top->path().string(), ": ", sub_ec.message()));
     }
   }
   if (ec)
     return absl::FailedPreconditionError(absl::StrCat("disk tier: cannot list ", layout.string(), ": ", ec.message()));
 
-  constexpr size_t kBatch = 64;  // candidates a thread claims at a time
-  const size_t workers = std::clamp<size_t>(threads, 1, (candidates.size() + kBatch - 1) / kBatch);
-  std::vector<std::optional<Found>> inspected(candidates.size());
-  std::vector<RecoveryStats> worker_stats(workers);
+  auto scan_folder = [&](const fs::path& folder, AlignedBuffer& header, WorkerResult& out) {
+    const std::string folder_name = folder.filename().string();
+    std::error_code sub_ec;
+    for (fs::directory_iterator it(folder, sub_ec), sub_end; !sub_ec && it != sub_end; it.increment(sub_ec)) {
+      const fs::path& path = it->path();
+      const std::string file_name = path.filename().string();
+      if (file_name.starts_with(kTempFilePrefix)) {
+        ::unlink(path.c_str());  // a write cut short before its rename: never visible, safe to drop
+        ++out.stats.temp_files_removed;
+        continue;
+      }
+      absl::StatusOr<ChunkKey> named = ChunkKeyFromFileName(file_name);
+      if (!named.ok() || !it->is_regular_file()) {
+        ++out.stats.foreign_files_ignored;
+        continue;
+      }
+      if (file_name.compare(0, 2, folder_name) != 0) {
+        remove_file(path, "a chunk file in the wrong folder");
+        ++out.stats.corrupt_files_removed;
+        continue;
+      }
+      if (auto hit = indexed.find(*named); hit != indexed.end()) {
+        out.found.push_back(Found{*named, hit->second.bytes, true, hit->second.position, {}});
+        ++out.stats.chunks_trusted_from_index;
+      } else if (std::optional<Found> f = inspect(path, *named, header, out.stats)) {
+        out.found.push_back(*f);
+      }
+    }
+    if (sub_ec && out.error.ok()) {
+      out.error = absl::FailedPreconditionError(
+          absl::StrCat("disk tier: cannot list ", folder.string(), ": ", sub_ec.message()));
+    }
+  };
+
+  const size_t workers = std::clamp<size_t>(threads, 1, std::max<size_t>(folders.size(), 1));
+  std::vector<WorkerResult> results(workers);
   std::atomic<size_t> next{0};
   std::atomic<bool> out_of_memory{false};
   auto work = [&](size_t w) {
@@ -314,11 +342,7 @@ absl::Status DiskTier::Recover(uint32_t threads) {
       out_of_memory = true;
       return;
     }
-    for (size_t begin; (begin = next.fetch_add(kBatch)) < candidates.size();) {
-      for (size_t i = begin; i < std::min(begin + kBatch, candidates.size()); ++i) {
-        inspected[i] = inspect(candidates[i], header, worker_stats[w]);
-      }
-    }
+    for (size_t i; (i = next.fetch_add(1)) < folders.size();) scan_folder(folders[i], header, results[w]);
   };
   {
     std::vector<std::jthread> pool;
@@ -326,19 +350,24 @@ absl::Status DiskTier::Recover(uint32_t threads) {
     work(0);
   }
   if (out_of_memory) return absl::ResourceExhaustedError("out of memory for 4 KiB header buffers");
-  for (const RecoveryStats& w : worker_stats) {
-    recovery_.corrupt_files_removed += w.corrupt_files_removed;
-    recovery_.newer_version_files_skipped += w.newer_version_files_skipped;
-  }
   std::vector<Found> found;
-  found.reserve(candidates.size());
-  for (std::optional<Found>& f : inspected) {
-    if (f) found.push_back(*f);
+  for (WorkerResult& r : results) {
+    CAKE_RETURN_IF_ERROR(r.error);
+    recovery_.temp_files_removed += r.stats.temp_files_removed;
+    recovery_.corrupt_files_removed += r.stats.corrupt_files_removed;
+    recovery_.newer_version_files_skipped += r.stats.newer_version_files_skipped;
+    recovery_.foreign_files_ignored += r.stats.foreign_files_ignored;
+    recovery_.chunks_trusted_from_index += r.stats.chunks_trusted_from_index;
+    found.insert(found.end(), r.found.begin(), r.found.end());
   }
+  recovery_.index_entries_without_file = indexed.size() - recovery_.chunks_trusted_from_index;
 
-  // Modification time is the best record of use that survives a restart: oldest first, so the newest chunk
-  // ends up at the front of the LRU list.
+  // Oldest first, so the newest chunk ends up at the front of the LRU list. The clean-stop index knows the
+  // recency order exactly; for files it does not name, modification time is the best record of use that
+  // survives a restart, and they count as older than anything the index names.
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    if (a.from_index != b.from_index) return b.from_index;
+    if (a.from_index) return a.position < b.position;
     return std::tie(a.mtime.tv_sec, a.mtime.tv_nsec) < std::tie(b.mtime.tv_sec, b.mtime.tv_nsec);
   });
   MutexLock lock(&mu_);
@@ -352,6 +381,7 @@ absl::Status DiskTier::Recover(uint32_t threads) {
   recovery_.chunks_recovered = index_.size();
   recovery_.bytes_recovered = used_bytes_;
   recovery_.duration = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+  write_index_at_close_ = true;
   return absl::OkStatus();
 }
 

@@ -136,6 +136,10 @@ class LruIndex {
   void ForEach(const std::function<void(const ChunkKey&, const Value&)>& fn) const {
     for (const auto& [key, node] : nodes_) fn(key, node.value);
   }
+  // In recency order, the least recently used first: the order in which Insert rebuilds the same list.
+  void ForEachLeastRecentFirst(const std::function<void(const ChunkKey&, const Value&)>& fn) const {
+    for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) fn(*it, nodes_.find(*it)->second.value);
+  }
 
  private:
   struct Node {

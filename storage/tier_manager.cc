@@ -8,7 +8,7 @@
 namespace cake {
 
 TierManager::TierManager(const Options& options)
-    : options_(options), write_back_(options.write_back_queue_bytes), promotion_(options.promotion_queue_bytes) {}
+    : options_(options), write_back_(options.write_back_queue_bytes, options.write_back_threads), promotion_(options.promotion_queue_bytes) {}
 
 TierManager::~TierManager() = default;
 

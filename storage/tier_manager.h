@@ -32,6 +32,9 @@ class TierManager {
     // A chunk read from the remote tier is also copied onto the local disk (when there is one), so it stays on
     // this machine after DRAM evicts it.
     bool promote_remote_to_disk = false;
+    // Chunks written back at once: each disk write ends in an fdatasync and a folder fsync, which then overlap
+    // the writing of the next chunks instead of idling the disk.
+    uint32_t write_back_threads = 4;
   };
   TierManager() : TierManager(Options{}) {}
   explicit TierManager(const Options& options);

@@ -32,20 +32,32 @@ std::vector<fs::path> Files(const std::string& root, bool chunks_only) {
 
 }  // namespace
 
-TEST_CASE("the disk tier keeps the cache across a restart", "[disk]") {
+TEST_CASE("the disk tier keeps the cache across a restart, from its clean-stop index or after a crash", "[disk]") {
   TempDir root;
   const auto ns = SmallNamespace(64);
   const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
   const auto tokens = Tokens(64 * 12);
+  const fs::path index = fs::path(root.path) / "v1" / "clean-stop.index";
   {
     auto daemon = StartDaemon({"--disk-root", root.path});
     auto client = Connect(daemon);
     StorePrompt(*client, ns, tokens, 31, 12, chunk_bytes);
     REQUIRE(Eventually([&] { return Counter(*client, "tier_disk_chunks") == 12; }));
+    CHECK_FALSE(fs::exists(index));
     CHECK(daemon.Stop() == 0);
+    CHECK(fs::exists(index));
+  }
+  {
+    // A clean stop's index is read, and gone before the daemon serves: a crash from here leaves none.
+    auto daemon = StartDaemon({"--disk-root", root.path});
+    CHECK(daemon.log().find("recovered 12 chunks") != std::string::npos);
+    CHECK(daemon.log().find("12 from the clean-stop index") != std::string::npos);
+    CHECK_FALSE(fs::exists(index));
+    daemon.Kill();
   }
   auto daemon = StartDaemon({"--disk-root", root.path});
   CHECK(daemon.log().find("recovered 12 chunks") != std::string::npos);
+  CHECK(daemon.log().find("no clean-stop index: every header read") != std::string::npos);
   auto client = Connect(daemon);
   auto lookup = client->Lookup(ns, {tokens, {}});
   REQUIRE(lookup.ok());

@@ -18,6 +18,7 @@
 #include "base/unique_fd.h"
 #include "storage/aligned_buffer.h"
 #include "storage/chunk_file.h"
+#include "storage/clean_stop_index.h"
 #include "storage/io_engine.h"
 #include "tests/storage/faulty_io_engine.h"
 #include "tests/storage/tier_test_util.h"
@@ -87,6 +88,14 @@ size_t CountFiles(const fs::path& folder) {
   size_t n = 0;
   for (const auto& e : fs::recursive_directory_iterator(folder)) n += e.is_regular_file() ? 1 : 0;
   return n;
+}
+
+// A crash leaves no clean-stop index (a start removes it before serving): deleting the one a close wrote makes
+// the next Open rebuild from the headers, as after a crash.
+void SimulateCrash(const fs::path& root) {
+  const fs::path index = root / "v1" / std::string(kCleanStopIndexName);
+  REQUIRE(fs::exists(index));
+  fs::remove(index);
 }
 
 void SetMtime(const fs::path& path, time_t seconds) {
@@ -312,6 +321,7 @@ TEST_CASE("disk tier Open drops truncated and garbage files and counts them", "[
     auto tier = MustOpen(OptionsFor(dir.path()));
     for (uint32_t i = 0; i < 4; ++i) REQUIRE(tier->Write(TestKey(i), TestValue(i, 30000)).ok());
   }
+  SimulateCrash(dir.path());
   fs::resize_file(ChunkPath(dir.path(), TestKey(0)), 20000);               // cut mid-payload
   fs::resize_file(ChunkPath(dir.path(), TestKey(1)), 100);                 // shorter than a header
   WriteFileBytes(ChunkPath(dir.path(), TestKey(2)), TestValue(9, 40960));  // garbage under a valid name
@@ -335,6 +345,120 @@ TEST_CASE("disk tier Open drops truncated and garbage files and counts them", "[
   std::vector<std::byte> out(30000);
   REQUIRE(tier->Read(TestKey(3), out).ok());
   CHECK(out == TestValue(3, 30000));
+}
+
+TEST_CASE("disk tier after a clean stop: the index it left replaces the header reads and is gone once read", "[disk]") {
+  TempDir dir;
+  TierUsage before;
+  {
+    auto tier = MustOpen(OptionsFor(dir.path()));
+    for (uint32_t i = 0; i < 30; ++i) REQUIRE(tier->Write(TestKey(i), TestValue(i, 5000 + 100 * i)).ok());
+    before = tier->Usage();
+  }
+  const fs::path index = dir.path() / "v1" / std::string(kCleanStopIndexName);
+  REQUIRE(fs::exists(index));
+  auto tier = MustOpen(OptionsFor(dir.path()));
+  CHECK_FALSE(fs::exists(index));  // a crash from here on must leave no index behind
+  CHECK(tier->recovery().clean_stop_index_used);
+  CHECK(tier->recovery().chunks_trusted_from_index == 30);
+  CHECK(tier->recovery().index_entries_without_file == 0);
+  CHECK(tier->recovery().foreign_files_ignored == 0);
+  CHECK(tier->Usage().used_bytes == before.used_bytes);
+  CHECK(tier->Usage().chunks == 30);
+  for (uint32_t i = 0; i < 30; ++i) {
+    std::vector<std::byte> out(5000 + 100 * i);
+    REQUIRE(tier->Read(TestKey(i), out).ok());
+    CHECK(out == TestValue(i, out.size()));
+  }
+}
+
+TEST_CASE("disk tier after a clean stop: files damaged while it was down are caught at their first read", "[disk]") {
+  for (IoBackend backend : Backends()) {
+    INFO("backend " << IoBackendName(backend));
+    TempDir dir;
+    const auto value = TestValue(1, 100000);
+    {
+      auto tier = MustOpen(OptionsFor(dir.path(), 64 * kMiB, backend));
+      for (uint32_t i = 1; i <= 5; ++i) REQUIRE(tier->Write(TestKey(i), value).ok());
+    }
+    FlipByte(ChunkPath(dir.path(), TestKey(1)), kChunkHeaderBytes + 777);  // payload
+    FlipByte(ChunkPath(dir.path(), TestKey(2)), 20);                       // the key in the header
+    fs::resize_file(ChunkPath(dir.path(), TestKey(3)), 8192);               // truncated
+    WriteFileBytes(ChunkPath(dir.path(), TestKey(4)), TestValue(9, ChunkFileBytes(value.size())));  // garbage
+
+    auto tier = MustOpen(OptionsFor(dir.path(), 64 * kMiB, backend));
+    CHECK(tier->recovery().chunks_trusted_from_index == 5);
+    std::vector<std::byte> out(value.size());
+    for (uint32_t i = 1; i <= 4; ++i) {
+      INFO("chunk " << i);
+      CHECK(tier->Read(TestKey(i), out).code() == absl::StatusCode::kDataLoss);
+      CHECK_FALSE(tier->Contains(TestKey(i)));
+      CHECK_FALSE(fs::exists(ChunkPath(dir.path(), TestKey(i))));
+    }
+    CHECK(tier->corrupt_removed() == 4);
+    CHECK(tier->Usage().chunks == 1);
+    CHECK(tier->Usage().used_bytes == ChunkFileBytes(value.size()));
+    REQUIRE(tier->Read(TestKey(5), out).ok());
+    CHECK(out == value);
+  }
+}
+
+TEST_CASE("disk tier after a clean stop: the folder wins over the index where they disagree", "[disk]") {
+  TempDir dir;
+  TempDir other;
+  {
+    auto tier = MustOpen(OptionsFor(dir.path()));
+    for (uint32_t i = 1; i <= 3; ++i) REQUIRE(tier->Write(TestKey(i), TestValue(i, 6000)).ok());
+    auto elsewhere = MustOpen(OptionsFor(other.path()));
+    REQUIRE(elsewhere->Write(TestKey(7), TestValue(7, 9000)).ok());
+  }
+  // While it was down: one indexed file removed, one file the index does not name put in place (as a daemon
+  // that knows no index would have written it), one stray that is garbage.
+  fs::remove(ChunkPath(dir.path(), TestKey(2)));
+  fs::create_directories(ChunkFolder(dir.path(), TestKey(7)));
+  fs::copy_file(ChunkPath(other.path(), TestKey(7)), ChunkPath(dir.path(), TestKey(7)));
+  fs::create_directories(ChunkFolder(dir.path(), TestKey(8)));
+  WriteFileBytes(ChunkPath(dir.path(), TestKey(8)), TestValue(8, 3 * kChunkHeaderBytes));
+
+  auto tier = MustOpen(OptionsFor(dir.path()));
+  CHECK(tier->recovery().clean_stop_index_used);
+  CHECK(tier->recovery().chunks_trusted_from_index == 2);
+  CHECK(tier->recovery().index_entries_without_file == 1);
+  CHECK(tier->recovery().corrupt_files_removed == 1);  // the garbage stray, found by its header
+  CHECK(tier->recovery().chunks_recovered == 3);
+  CHECK_FALSE(tier->Contains(TestKey(2)));
+  CHECK_FALSE(tier->Contains(TestKey(8)));
+  CHECK(tier->Usage().used_bytes == 2 * ChunkFileBytes(6000) + ChunkFileBytes(9000));
+  std::vector<std::byte> out(9000);
+  REQUIRE(tier->Read(TestKey(7), out).ok());
+  CHECK(out == TestValue(7, 9000));
+}
+
+TEST_CASE("disk tier: a damaged clean-stop index or an index write cut short is removed and every header read",
+          "[disk]") {
+  TempDir dir;
+  {
+    auto tier = MustOpen(OptionsFor(dir.path()));
+    for (uint32_t i = 1; i <= 3; ++i) REQUIRE(tier->Write(TestKey(i), TestValue(i, 6000)).ok());
+  }
+  const fs::path index = dir.path() / "v1" / std::string(kCleanStopIndexName);
+  SECTION("a flipped byte") { FlipByte(index, kCleanStopIndexHeaderBytes + 5); }
+  SECTION("cut short") { fs::resize_file(index, fs::file_size(index) - 1); }
+  SECTION("an index that claims a huge chunk, checksums and all") {
+    const std::vector<IndexedChunk> forged = {{TestKey(1), kMaxIndexedPayloadBytes + 1}};
+    WriteFileBytes(index, EncodeCleanStopIndex(forged));
+  }
+  SECTION("a write of the next index cut short by a crash") {
+    WriteFileBytes(dir.path() / "v1" / ".tmp-index-0123456789abcdef", TestValue(1, 100));
+    fs::remove(index);
+  }
+  auto tier = MustOpen(OptionsFor(dir.path()));
+  CHECK_FALSE(tier->recovery().clean_stop_index_used);
+  CHECK_FALSE(fs::exists(index));
+  CHECK(tier->recovery().chunks_recovered == 3);
+  CHECK(tier->recovery().corrupt_files_removed == 0);
+  CHECK(tier->Usage().used_bytes == 3 * ChunkFileBytes(6000));
+  CHECK(CountFiles(dir.path()) == 3);  // the temporary index file is gone too
 }
 
 TEST_CASE("disk tier Open drops a sealed header whose length would wrap the size arithmetic", "[disk]") {
@@ -376,6 +500,7 @@ TEST_CASE("disk tier Open reads headers on many threads and counts every outcome
   }
   for (uint32_t threads : {16u, 4u, 1u}) {
     INFO(threads << " threads");
+    SimulateCrash(dir.path());
     DiskTier::Options options = OptionsFor(dir.path());
     options.recovery_threads = threads;
     auto tier = MustOpen(options);
@@ -395,6 +520,7 @@ TEST_CASE("disk tier Open skips (and keeps) a newer format version's file", "[di
     REQUIRE(tier->Write(TestKey(1), TestValue(1, 5000)).ok());
     REQUIRE(tier->Write(TestKey(2), TestValue(2, 5000)).ok());
   }
+  SimulateCrash(dir.path());
   const fs::path path = ChunkPath(dir.path(), TestKey(1));
   std::vector<std::byte> bytes = ReadFileBytes(path);
   bytes[8] = std::byte{2};  // format version 2: a newer daemon's file
@@ -431,11 +557,24 @@ TEST_CASE("disk tier evicts the least recently used chunk and unlinks its file",
     CHECK(tier->Write(TestKey(9), huge).code() == absl::StatusCode::kResourceExhausted);
     CHECK(tier->Usage().chunks == 3);
   }
-  SECTION("after a restart with a smaller capacity the oldest files (by modification time) go first") {
+  SECTION("after a clean stop with a smaller capacity the least recently used go first, exactly as before it") {
+    tier.reset();  // recency now, oldest first: 3, 1, 4 (2 was evicted)
+    auto smaller = MustOpen(OptionsFor(dir.path(), 2 * ChunkFileBytes(kBytes)));
+    CHECK(smaller->recovery().clean_stop_index_used);
+    CHECK(smaller->recovery().evicted_over_capacity == 1);
+    CHECK_FALSE(smaller->Contains(TestKey(3)));
+    CHECK(smaller->Contains(TestKey(1)));
+    CHECK(smaller->Contains(TestKey(4)));
+    REQUIRE(smaller->Write(TestKey(5), TestValue(5, kBytes)).ok());  // 1 is now the oldest
+    CHECK_FALSE(smaller->Contains(TestKey(1)));
+    CHECK(smaller->Contains(TestKey(4)));
+  }
+  SECTION("after a crash with a smaller capacity the oldest files (by modification time) go first") {
     SetMtime(ChunkPath(dir.path(), TestKey(1)), 1000);
     SetMtime(ChunkPath(dir.path(), TestKey(3)), 3000);
     SetMtime(ChunkPath(dir.path(), TestKey(4)), 2000);
     tier.reset();
+    SimulateCrash(dir.path());
     auto smaller = MustOpen(OptionsFor(dir.path(), 2 * ChunkFileBytes(kBytes)));
     CHECK(smaller->recovery().evicted_over_capacity == 1);
     CHECK_FALSE(smaller->Contains(TestKey(1)));

@@ -1,6 +1,9 @@
 // TierManager's write path: Store lands in the fastest tier and is written back to the slower ones in the
 // background, bounded in memory; reads from a slower tier are promoted into the fastest.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "storage/dram_tier.h"
@@ -27,6 +30,37 @@ class SlowWriteTier final : public TierDecorator {
 
  private:
   std::chrono::milliseconds delay_;
+};
+
+// A tier that counts how many writes run at once: each write waits (up to `hold`) until `expected` are in flight.
+class OverlapProbeTier final : public TierDecorator {
+ public:
+  OverlapProbeTier(std::unique_ptr<Tier> inner, int expected, std::chrono::milliseconds hold)
+      : TierDecorator(std::move(inner)), expected_(expected), hold_(hold) {}
+  absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override {
+    {
+      std::unique_lock lock(mu_);
+      max_in_flight_ = std::max(max_in_flight_, ++in_flight_);
+      cv_.notify_all();
+      cv_.wait_for(lock, hold_, [&] { return in_flight_ >= expected_; });
+    }
+    absl::Status s = TierDecorator::Write(key, src);
+    std::lock_guard lock(mu_);
+    --in_flight_;
+    return s;
+  }
+  int max_in_flight() const {
+    std::lock_guard lock(mu_);
+    return max_in_flight_;
+  }
+
+ private:
+  const int expected_;
+  const std::chrono::milliseconds hold_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int in_flight_ = 0;
+  int max_in_flight_ = 0;
 };
 
 // Two real tiers: a small fast one and a larger one standing where the disk tier goes.
@@ -63,6 +97,31 @@ TEST_CASE("write-back: a write reaches every tier, the fastest at once", "[stora
   CHECK(t.manager.LookupPrefix(std::vector{TestKey(0), TestKey(7)}) == std::vector{TierKind::kDisk, TierKind::kDram});
   CHECK(t.manager.write_back_stats().written == 8);
   CHECK(t.manager.write_back_stats().queued_bytes == 0);
+}
+
+TEST_CASE("write-back writes chunks side by side on writeback.threads threads, one at a time on one",
+          "[storage][write-back]") {
+  for (uint32_t threads : {4u, 1u}) {
+    INFO(threads << " write-back threads");
+    TierManager::Options options;
+    options.write_back_threads = threads;
+    TierManager manager(options);
+    manager.AddTier(TierKind::kDram, std::make_unique<DramTier>(16 * kChunk));
+    // Four threads meet within the hold; one thread waits it out alone for each chunk, so keep it short there.
+    auto probe = std::make_unique<OverlapProbeTier>(std::make_unique<DramTier>(16 * kChunk), 4,
+                                                    threads == 4 ? 10s : 20ms);
+    OverlapProbeTier* slow = probe.get();
+    manager.AddTier(TierKind::kDisk, std::move(probe));
+    for (uint32_t i = 0; i < 4; ++i) REQUIRE(manager.Write(TestKey(i), TestValue(i, kChunk)).ok());
+    CHECK(manager.FlushWriteBack(std::chrono::seconds(30)) == 0);
+    CHECK(slow->max_in_flight() == static_cast<int>(threads));
+    CHECK(manager.write_back_stats().written == 4);
+    for (uint32_t i = 0; i < 4; ++i) {
+      std::vector<std::byte> out(kChunk);
+      REQUIRE(slow->Read(TestKey(i), out).ok());
+      CHECK(out == TestValue(i, kChunk));
+    }
+  }
 }
 
 TEST_CASE("write-back: a full queue makes the writer copy itself, nothing is dropped", "[storage][write-back]") {
@@ -108,8 +167,10 @@ TEST_CASE("promotion copies a chunk read from a slower tier into the fastest", "
 TEST_CASE("a manager destroyed with write-backs queued does not wait for them", "[storage][write-back]") {
   const auto start = std::chrono::steady_clock::now();
   {
-    // One second per write-back: waiting for all six would take six.
-    TwoTiers t({}, 8 * kChunk, std::chrono::milliseconds(1000));
+    // One second per write-back on one write-back thread: waiting for all six would take six.
+    TierManager::Options one_thread;
+    one_thread.write_back_threads = 1;
+    TwoTiers t(one_thread, 8 * kChunk, std::chrono::milliseconds(1000));
     for (uint32_t i = 0; i < 6; ++i) REQUIRE(t.manager.Write(TestKey(i), TestValue(i, kChunk)).ok());
     CHECK(t.manager.FlushWriteBack(std::chrono::milliseconds(10)) > 0);
   }
