@@ -212,6 +212,7 @@ absl::Status DiskTier::Recover(uint32_t threads) {
   struct WorkerResult {
     RecoveryStats stats;
     std::vector<Found> found;
+    uint64_t index_names_found = 0;  // files the clean-stop index names, trusted or not
     absl::Status error;
   };
 
@@ -319,7 +320,11 @@ absl::Status DiskTier::Recover(uint32_t threads) {
         ++out.stats.corrupt_files_removed;
         continue;
       }
-      if (auto hit = indexed.find(*named); hit != indexed.end()) {
+      auto hit = indexed.find(*named);
+      if (hit != indexed.end()) ++out.index_names_found;
+      // A length the tier could never have written (more than its whole capacity) is not believed: that file's
+      // header is read instead, which also keeps a forged index from wrapping the byte budget.
+      if (hit != indexed.end() && hit->second.bytes <= capacity_bytes_) {
         out.found.push_back(Found{*named, hit->second.bytes, true, hit->second.position, {}});
         ++out.stats.chunks_trusted_from_index;
       } else if (std::optional<Found> f = inspect(path, *named, header, out.stats)) {
@@ -351,6 +356,7 @@ absl::Status DiskTier::Recover(uint32_t threads) {
   }
   if (out_of_memory) return absl::ResourceExhaustedError("out of memory for 4 KiB header buffers");
   std::vector<Found> found;
+  uint64_t index_names_found = 0;
   for (WorkerResult& r : results) {
     CAKE_RETURN_IF_ERROR(r.error);
     recovery_.temp_files_removed += r.stats.temp_files_removed;
@@ -358,9 +364,10 @@ absl::Status DiskTier::Recover(uint32_t threads) {
     recovery_.newer_version_files_skipped += r.stats.newer_version_files_skipped;
     recovery_.foreign_files_ignored += r.stats.foreign_files_ignored;
     recovery_.chunks_trusted_from_index += r.stats.chunks_trusted_from_index;
+    index_names_found += r.index_names_found;
     found.insert(found.end(), r.found.begin(), r.found.end());
   }
-  recovery_.index_entries_without_file = indexed.size() - recovery_.chunks_trusted_from_index;
+  recovery_.index_entries_without_file = indexed.size() - index_names_found;
 
   // Oldest first, so the newest chunk ends up at the front of the LRU list. The clean-stop index knows the
   // recency order exactly; for files it does not name, modification time is the best record of use that

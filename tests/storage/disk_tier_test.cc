@@ -448,6 +448,17 @@ TEST_CASE("disk tier: a damaged clean-stop index or an index write cut short is 
     const std::vector<IndexedChunk> forged = {{TestKey(1), kMaxIndexedPayloadBytes + 1}};
     WriteFileBytes(index, EncodeCleanStopIndex(forged));
   }
+  SECTION("an index whose entry claims more than the whole tier holds (the file's header is read instead)") {
+    std::vector<IndexedChunk> forged;
+    for (uint32_t i = 1; i <= 3; ++i) forged.push_back({TestKey(i), i == 2 ? 128 * kMiB : 6000});
+    WriteFileBytes(index, EncodeCleanStopIndex(forged));
+    auto tier = MustOpen(OptionsFor(dir.path()));
+    CHECK(tier->recovery().clean_stop_index_used);
+    CHECK(tier->recovery().chunks_trusted_from_index == 2);
+    CHECK(tier->recovery().index_entries_without_file == 0);
+    CHECK(tier->Usage().used_bytes == 3 * ChunkFileBytes(6000));
+    return;
+  }
   SECTION("a write of the next index cut short by a crash") {
     WriteFileBytes(dir.path() / "v1" / ".tmp-index-0123456789abcdef", TestValue(1, 100));
     fs::remove(index);
