@@ -119,7 +119,8 @@ absl::Status WriteCleanStopIndex(const fs::path& layout_folder, std::span<const 
 
 absl::StatusOr<std::vector<IndexedChunk>> TakeCleanStopIndex(const fs::path& layout_folder) {
   const fs::path path = layout_folder / std::string(kCleanStopIndexName);
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  // O_NONBLOCK: a FIFO put in its place must not hang the start (a regular file ignores the flag).
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (!fd.valid() && errno == ENOENT) return absl::NotFoundError(absl::StrCat("no ", path.string()));
   // From here on the file goes whatever it holds: once read (or found unreadable) it must not outlive this start.
   auto removed = [&](absl::StatusOr<std::vector<IndexedChunk>> result) -> absl::StatusOr<std::vector<IndexedChunk>> {

@@ -459,6 +459,10 @@ TEST_CASE("disk tier: a damaged clean-stop index or an index write cut short is 
     CHECK(tier->Usage().used_bytes == 3 * ChunkFileBytes(6000));
     return;
   }
+  SECTION("a FIFO in its place, which would hang a plain open") {
+    fs::remove(index);
+    REQUIRE(::mkfifo(index.c_str(), 0600) == 0);
+  }
   SECTION("a write of the next index cut short by a crash") {
     WriteFileBytes(dir.path() / "v1" / ".tmp-index-0123456789abcdef", TestValue(1, 100));
     fs::remove(index);
