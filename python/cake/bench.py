@@ -4,7 +4,7 @@ on a shared machine hits both alike. Reports each client's median load time and 
 Python client at least 0.90 of the C++ client's throughput), and Python's cost per loaded chunk: the added time
 per chunk over the C++ client and the CPU time the Python process spends per chunk.
 
-    python3 -m cake.bench [--socket S] [--rounds 5] [--runs 3] [--json out.json]
+    /usr/bin/python3 -m cake.bench [--socket S] [--rounds 5] [--runs 3] [--json out.json]
 """
 import argparse
 import json
