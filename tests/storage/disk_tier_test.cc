@@ -459,6 +459,15 @@ TEST_CASE("disk tier: a damaged clean-stop index or an index write cut short is 
     CHECK(tier->Usage().used_bytes == 3 * ChunkFileBytes(6000));
     return;
   }
+  TempDir outside;  // where a symlink in the index's place points: never followed, so never read or removed
+  const fs::path elsewhere = outside.path() / "elsewhere.index";
+  bool symlinked = false;
+  SECTION("a symlink in its place (never followed)") {
+    symlinked = true;
+    fs::copy_file(index, elsewhere);
+    fs::remove(index);
+    fs::create_symlink(elsewhere, index);
+  }
   SECTION("a FIFO in its place, which would hang a plain open") {
     fs::remove(index);
     REQUIRE(::mkfifo(index.c_str(), 0600) == 0);
@@ -474,6 +483,7 @@ TEST_CASE("disk tier: a damaged clean-stop index or an index write cut short is 
   CHECK(tier->recovery().corrupt_files_removed == 0);
   CHECK(tier->Usage().used_bytes == 3 * ChunkFileBytes(6000));
   CHECK(CountFiles(dir.path()) == 3);  // the temporary index file is gone too
+  if (symlinked) CHECK(fs::exists(elsewhere));  // the link went, what it pointed at was left alone
 }
 
 TEST_CASE("disk tier Open drops a sealed header whose length would wrap the size arithmetic", "[disk]") {
