@@ -25,7 +25,7 @@ std::vector<double> Fields(const std::string& json, const std::string& name) {
 TEST_CASE("cake-bench grid runs a few cells and Cake is never far behind the better baseline", "[grid]") {
   const std::string json = "/tmp/cake-grid-smoke-" + std::to_string(getpid()) + ".json";
   auto result = Run(std::string(CAKE_BENCH_PATH) +
-                    " grid --tokens 2048 --bandwidths 7,56 --utils 0.25,1 --time-scale 2 --repeats 1 --json " + json);
+                    " grid --tokens 2048 --bandwidths 7,56 --utils 0.25,1 --time-scale 2 --repeats 3 --json " + json);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   std::ifstream in(json);
@@ -45,7 +45,8 @@ TEST_CASE("cake-bench grid runs a few cells and Cake is never far behind the bet
     CHECK(oracle[i] > 0);
     CHECK(oracle[i] <= std::min(compute[i], io[i]) * 1.05);  // the oracle is a lower bound, up to timing noise
     // A smoke check, not a figure (section 5 of docs/benchmarks.md has those): 30% and 20 ms of room for a busy
-    // or instrumented build (ASan) on cells that last tens of milliseconds.
+    // or instrumented build (ASan) on cells that last tens of milliseconds, on the median of 3 runs per cell as
+    // the bench reports it (one run alone failed once, 0.129 s against 0.074, beside a parallel clang build).
     CHECK(cake[i] <= std::min(compute[i], io[i]) * 1.3 + 0.02);
   }
   CHECK(result.output.find("Cake's speedup over I/O-only / over compute-only") != std::string::npos);
