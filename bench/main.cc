@@ -276,6 +276,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 64u));
   remote_command->add_option("--runs", remote.runs, "runs of each")->capture_default_str()->check(CLI::Range(1u, 100u));
+  remote_command
+      ->add_option("--cluster", remote.cluster_masters,
+                   "read from a private Redis Cluster of this many masters (redis-benchmark --cluster, --window "
+                   "connections per master)")
+      ->check(CLI::Range(3u, 16u));
 
   cake::bench::MixedOptions mixed;
   CLI::App* mixed_command = app.add_subcommand(

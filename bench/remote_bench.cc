@@ -20,13 +20,16 @@ namespace cake::bench {
 namespace {
 
 // redis-benchmark's GET requests per second, from its --csv output ("GET","12345.67",...).
+// With cluster, its clients are spread over the masters, each on keys of its own node's slots.
 absl::StatusOr<double> RedisBenchmarkGetRps(const ScratchDir& scratch, const std::string& host, int port,
                                             uint64_t value_bytes, uint32_t connections, uint32_t pipeline,
-                                            uint64_t requests) {
-  // The SET test writes the value GET then reads (without -r both use the one key "key:__rand_int__").
-  const std::vector<std::string> args = {"redis-benchmark", "-h", host, "-p", absl::StrCat(port), "-t", "set,get",
-                                         "-d", absl::StrCat(value_bytes), "-c", absl::StrCat(connections), "-P",
-                                         absl::StrCat(pipeline), "-n", absl::StrCat(requests), "--csv"};
+                                            uint64_t requests, bool cluster) {
+  // The SET test writes the value GET then reads (without -r both use the one key "key:__rand_int__", one per
+  // master in cluster mode).
+  std::vector<std::string> args = {"redis-benchmark", "-h", host, "-p", absl::StrCat(port), "-t", "set,get",
+                                   "-d", absl::StrCat(value_bytes), "-c", absl::StrCat(connections), "-P",
+                                   absl::StrCat(pipeline), "-n", absl::StrCat(requests), "--csv"};
+  if (cluster) args.push_back("--cluster");
   const std::filesystem::path log = scratch.path() / "redis-benchmark.log";
   CAKE_ASSIGN_OR_RETURN(auto rc, RunProgram(args, log));
   const std::string out = ReadWholeFile(log);
@@ -56,11 +59,20 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
         "redis-benchmark is not on PATH: this bench measures Redis with it in the same run; install it "
         "(apt-get install -y redis-tools, or scripts/setup) and run again");
   }
-  // Redis: a private server unless one was named.
+  // Redis: a private server (or cluster) unless one was named.
   std::optional<RedisServer> private_redis;
+  std::optional<RedisCluster> private_cluster;
   std::string host = "127.0.0.1";
   int port = 0;
-  if (options.redis.empty()) {
+  std::string endpoints;  // what caked is given
+  const bool cluster = options.cluster_masters > 0;
+  if (cluster) {
+    if (!options.redis.empty()) return absl::InvalidArgumentError("--cluster starts its own cluster; drop --redis");
+    CAKE_ASSIGN_OR_RETURN(auto started, RedisCluster::Start(static_cast<int>(options.cluster_masters)));
+    private_cluster.emplace(std::move(started));
+    port = private_cluster->node(0).port();
+    endpoints = absl::StrJoin(private_cluster->addresses(), ",");
+  } else if (options.redis.empty()) {
     CAKE_ASSIGN_OR_RETURN(auto started, RedisServer::Start());
     private_redis.emplace(std::move(started));
     port = private_redis->port();
@@ -72,6 +84,8 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
     host = options.redis.substr(0, colon);
   }
   const std::string address = absl::StrCat(host, ":", port);
+  if (endpoints.empty()) endpoints = address;
+  const uint32_t benchmark_connections = options.window * (cluster ? options.cluster_masters : 1);
 
   const uint64_t chunk_bytes = options.chunk_mib << 20;
   const uint64_t part_bytes = options.part_kib << 10;
@@ -87,7 +101,7 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
       scratch.WriteFile("caked.toml", absl::StrCat("[remote]\npart_bytes = ", part_bytes, "\n"));
   // A DRAM tier smaller than twice the prefix: loads of it are not promoted, so every run reads Redis.
   CAKE_ASSIGN_OR_RETURN(auto target,
-                        OpenDaemon("", {"--config", config_path, "--remote", address, "--remote-key-prefix",
+                        OpenDaemon("", {"--config", config_path, "--remote", endpoints, "--remote-key-prefix",
                                         absl::StrCat("cake-bench-", getpid(), ":"), "--dram-capacity-mib",
                                         absl::StrCat(options.mib + 2 * options.chunk_mib), "--window",
                                         absl::StrCat(options.window), "--io-threads", absl::StrCat(options.window)}));
@@ -114,14 +128,16 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
   const uint64_t requests = uint64_t{chunks} * parts_per_chunk;
   CAKE_RETURN_IF_ERROR(TimedIoOnlyLoad(client, load, chunks, chunk_bytes).status());
   CAKE_RETURN_IF_ERROR(
-      RedisBenchmarkGetRps(scratch, host, port, part_bytes, options.window, parts_per_chunk, requests).status());
+      RedisBenchmarkGetRps(scratch, host, port, part_bytes, benchmark_connections, parts_per_chunk, requests, cluster)
+          .status());
   std::vector<double> remote_gbps, benchmark_gbps;
   for (uint32_t run = 0; run < options.runs; ++run) {
     CAKE_ASSIGN_OR_RETURN(auto seconds, TimedIoOnlyLoad(client, load, chunks, chunk_bytes));
     remote_gbps.push_back(bytes * 8 / seconds / 1e9);
     // The same bytes as GETs of one part each, options.window connections, a chunk's parts per pipeline.
     CAKE_ASSIGN_OR_RETURN(
-        auto rps, RedisBenchmarkGetRps(scratch, host, port, part_bytes, options.window, parts_per_chunk, requests));
+        auto rps, RedisBenchmarkGetRps(scratch, host, port, part_bytes, benchmark_connections, parts_per_chunk,
+                                       requests, cluster));
     benchmark_gbps.push_back(rps * part_bytes * 8 / 1e9);
     std::printf("  run %u: caked remote load %.2f Gbit/s (%.3f s), redis-benchmark GET %.2f Gbit/s\n", run + 1,
                 remote_gbps.back(), seconds, benchmark_gbps.back());
@@ -130,13 +146,15 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
   const auto stats = client.Stats();
   const double ratio = Median(remote_gbps) / Median(benchmark_gbps);
   std::printf(
-      "cake-bench remote: %u chunks of %llu MiB (%llu MiB) in parts of %llu KiB from Redis at %s; window %u; every "
+      "cake-bench remote: %u chunks of %llu MiB (%llu MiB) in parts of %llu KiB from %s at %s; window %u; every "
       "byte checked\n",
       chunks, static_cast<unsigned long long>(options.chunk_mib), static_cast<unsigned long long>(bytes >> 20),
-      static_cast<unsigned long long>(options.part_kib), address.c_str(), options.window);
+      static_cast<unsigned long long>(options.part_kib),
+      cluster ? absl::StrCat("a Redis Cluster of ", options.cluster_masters, " masters").c_str() : "Redis",
+      endpoints.c_str(), options.window);
   std::printf(
       "  median: remote tier %.2f Gbit/s, redis-benchmark GET (%u connections, pipeline %u) %.2f Gbit/s: %.0f%%\n",
-      Median(remote_gbps), options.window, parts_per_chunk, Median(benchmark_gbps), 100 * ratio);
+      Median(remote_gbps), benchmark_connections, parts_per_chunk, Median(benchmark_gbps), 100 * ratio);
   if (stats.ok() && stats->count("tier_remote_errors") && stats->at("tier_remote_errors") > 0) {
     std::printf("  note: %llu remote errors during the run\n",
                 static_cast<unsigned long long>(stats->at("tier_remote_errors")));
@@ -146,6 +164,7 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
   report.Set("chunk_bytes", static_cast<double>(chunk_bytes));
   report.Set("part_bytes", static_cast<double>(part_bytes));
   report.Set("window", options.window);
+  report.Set("cluster_masters", options.cluster_masters);
   report.Set("remote_gbps", Median(remote_gbps));
   report.Set("redis_benchmark_gbps", Median(benchmark_gbps));
   report.Set("remote_over_redis_benchmark", ratio);

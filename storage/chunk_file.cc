@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "base/little_endian.h"
@@ -32,6 +33,21 @@ int HexDigit(char c) {
 }  // namespace
 
 uint64_t PayloadChecksum(std::span<const std::byte> payload) { return XXH3_64bits(payload.data(), payload.size()); }
+
+struct IncrementalPayloadChecksum::State {
+  State() : xxh3(XXH3_createState()) {
+    if (xxh3 == nullptr) throw std::bad_alloc();
+    XXH3_64bits_reset(xxh3);
+  }
+  ~State() { XXH3_freeState(xxh3); }
+  XXH3_state_t* const xxh3;
+};
+IncrementalPayloadChecksum::IncrementalPayloadChecksum() : state_(std::make_unique<State>()) {}
+IncrementalPayloadChecksum::~IncrementalPayloadChecksum() = default;
+void IncrementalPayloadChecksum::Add(std::span<const std::byte> piece) {
+  XXH3_64bits_update(state_->xxh3, piece.data(), piece.size());
+}
+uint64_t IncrementalPayloadChecksum::Digest() const { return XXH3_64bits_digest(state_->xxh3); }
 
 void EncodeChunkHeader(const ChunkHeader& header, std::span<std::byte> out) {
   std::memset(out.data(), 0, kChunkHeaderBytes);

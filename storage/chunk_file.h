@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -49,6 +50,22 @@ struct ChunkHeader {
 
 // XXH3-64 of the payload bytes.
 uint64_t PayloadChecksum(std::span<const std::byte> payload);
+
+// PayloadChecksum of a payload that arrives in pieces, in order: Digest() after Add of every piece equals
+// PayloadChecksum of them all, so a reader can checksum what has landed while the rest is still on its way.
+class IncrementalPayloadChecksum {
+ public:
+  IncrementalPayloadChecksum();
+  ~IncrementalPayloadChecksum();
+  IncrementalPayloadChecksum(const IncrementalPayloadChecksum&) = delete;
+  IncrementalPayloadChecksum& operator=(const IncrementalPayloadChecksum&) = delete;
+  void Add(std::span<const std::byte> piece);
+  uint64_t Digest() const;
+
+ private:
+  struct State;  // xxhash's streaming state, kept out of this header
+  std::unique_ptr<State> state_;
+};
 
 // Writes the full 4096-byte header (reserved bytes zeroed) into out, which must be kChunkHeaderBytes long.
 void EncodeChunkHeader(const ChunkHeader& header, std::span<std::byte> out);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "storage/socket_engine.h"
 
 namespace cake {
 namespace {
@@ -30,7 +31,66 @@ constexpr auto kMinSlotRefreshInterval = std::chrono::milliseconds(100);
 struct ContextDeleter {
   void operator()(redisContext* c) const { redisFree(c); }
 };
-using Connection = std::unique_ptr<redisContext, ContextDeleter>;
+
+// One connection: hiredis made it (connect, timeouts, keep-alive); its replies go through its own parser, which
+// is kept with it because a connection comes back to the pool only in step (the parser drained).
+struct Connection {
+  std::unique_ptr<redisContext, ContextDeleter> context;
+  std::unique_ptr<RespParser> parser = std::make_unique<RespParser>();
+  int fd() const { return context->fd; }
+};
+
+// Values up to this size are copied into the request text; longer ones are sent from where they are.
+constexpr size_t kMaxCopiedValueBytes = 4 << 10;
+
+// A pipeline's bytes in RESP: the protocol text in one buffer, long values referenced where they lie, so a
+// part of a chunk reaches the socket without a copy (hiredis' formatting copies every argument).
+class RequestBuilder {
+ public:
+  void Command(const RedisCommand& cmd) {
+    Begin(2 + (cmd.has_value ? 1 : 0) + cmd.tail.size());
+    Text(cmd.verb);
+    Text(cmd.key);
+    if (cmd.has_value) Value(cmd.value);
+    for (const std::string& t : cmd.tail) Text(t);
+  }
+  void Command(const std::vector<std::string>& argv) {
+    Begin(argv.size());
+    for (const std::string& a : argv) Text(a);
+  }
+
+  // The pieces to send, pointing into this builder (which must outlive the send) and into the values.
+  std::vector<iovec> Pieces() {
+    std::vector<iovec> out;
+    size_t text_at = 0;
+    for (const Outside& v : outside_) {
+      if (v.text_offset > text_at) out.push_back({text_.data() + text_at, v.text_offset - text_at});
+      out.push_back({const_cast<std::byte*>(v.value.data()), v.value.size()});
+      text_at = v.text_offset;
+    }
+    if (text_.size() > text_at) out.push_back({text_.data() + text_at, text_.size() - text_at});
+    return out;
+  }
+
+ private:
+  struct Outside {
+    size_t text_offset;  // where in the text it goes
+    std::span<const std::byte> value;
+  };
+  void Begin(size_t argc) { absl::StrAppend(&text_, "*", argc, "\r\n"); }
+  void Text(std::string_view arg) { absl::StrAppend(&text_, "$", arg.size(), "\r\n", absl::string_view(arg.data(), arg.size()), "\r\n"); }
+  void Value(std::span<const std::byte> value) {
+    if (value.size() <= kMaxCopiedValueBytes) {
+      return Text(std::string_view(reinterpret_cast<const char*>(value.data()), value.size()));
+    }
+    absl::StrAppend(&text_, "$", value.size(), "\r\n");
+    outside_.push_back({text_.size(), value});
+    text_ += "\r\n";
+  }
+
+  std::string text_;
+  std::vector<Outside> outside_;
+};
 
 // CRC16-XMODEM (polynomial 0x1021), the hash Redis Cluster maps keys to slots with.
 uint16_t Crc16(std::string_view data) {
@@ -123,22 +183,28 @@ class RedisClusterClient::Impl {
       std::vector<size_t> again;
       std::map<Node*, std::vector<size_t>> asked;
       bool refresh = false;
-      for (auto& [node, indices] : by_node) {
-        auto got = RunPipeline(*node, commands, indices, /*asking=*/false);
-        if (!got.ok() && allow_partial) continue;
-        if (!got.ok()) return got.status();
-        for (size_t k = 0; k < indices.size(); ++k) {
-          Route(slots[indices[k]], indices[k], std::move((*got)[k]), replies, again, asked, refresh);
+      std::vector<NodeBatch> batches;
+      for (auto& [node, indices] : by_node) batches.push_back(NodeBatch{node, std::move(indices)});
+      RunBatches(batches, commands, /*asking=*/false);
+      for (NodeBatch& batch : batches) {
+        if (!batch.replies.ok() && allow_partial) continue;
+        if (!batch.replies.ok()) return batch.replies.status();
+        for (size_t k = 0; k < batch.indices.size(); ++k) {
+          Route(slots[batch.indices[k]], batch.indices[k], std::move((*batch.replies)[k]), replies, again, asked,
+                refresh);
         }
       }
       // An ASK is for one command only: the slot is moving, and this key has gone ahead to the target.
-      for (auto& [node, indices] : asked) {
-        auto got = RunPipeline(*node, commands, indices, /*asking=*/true);
-        if (!got.ok() && allow_partial) continue;
-        if (!got.ok()) return got.status();
+      std::vector<NodeBatch> asked_batches;
+      for (auto& [node, indices] : asked) asked_batches.push_back(NodeBatch{node, std::move(indices)});
+      if (!asked_batches.empty()) RunBatches(asked_batches, commands, /*asking=*/true);
+      for (NodeBatch& batch : asked_batches) {
+        if (!batch.replies.ok() && allow_partial) continue;
+        if (!batch.replies.ok()) return batch.replies.status();
         std::map<Node*, std::vector<size_t>> asked_again;
-        for (size_t k = 0; k < indices.size(); ++k) {
-          Route(slots[indices[k]], indices[k], std::move((*got)[k]), replies, again, asked_again, refresh);
+        for (size_t k = 0; k < batch.indices.size(); ++k) {
+          Route(slots[batch.indices[k]], batch.indices[k], std::move((*batch.replies)[k]), replies, again,
+                asked_again, refresh);
         }
         for (auto& [n, more] : asked_again) again.insert(again.end(), more.begin(), more.end());
       }
@@ -224,77 +290,99 @@ class RedisClusterClient::Impl {
     return out;
   }
 
+  // One node's share of a round: which commands, and what came of them.
+  struct NodeBatch {
+    Node* node = nullptr;
+    std::vector<size_t> indices;  // into the commands
+    absl::StatusOr<std::vector<RedisReply>> replies = std::vector<RedisReply>();
+  };
+
+  // Runs every batch's commands on its node, each node in one pipeline (each command after an ASKING when
+  // asking), all nodes at once from this thread. A node that cannot be reached, fails or stalls fails its own
+  // batch (and is marked down); the others are answered.
+  void RunBatches(std::vector<NodeBatch>& batches, const std::vector<RedisCommand>& commands, bool asking) {
+    struct Live {
+      NodeBatch* batch;
+      Connection conn;
+      RequestBuilder request;
+    };
+    std::vector<Live> live;
+    live.reserve(batches.size());
+    for (NodeBatch& batch : batches) {
+      auto conn = Checkout(*batch.node);
+      if (!conn.ok()) {
+        batch.replies = conn.status();
+        continue;
+      }
+      Live& l = live.emplace_back(Live{&batch, std::move(*conn), RequestBuilder()});
+      for (size_t i : batch.indices) {
+        if (asking) {
+          l.request.Command(std::vector<std::string>{"ASKING"});
+          l.conn.parser->Expect({});
+        }
+        l.request.Command(commands[i]);
+        l.conn.parser->Expect(commands[i].sink, commands[i].on_landed ? &commands[i].on_landed : nullptr);
+      }
+    }
+    std::vector<SocketExchange> exchanges(live.size());
+    for (size_t k = 0; k < live.size(); ++k) {
+      exchanges[k].fd = live[k].conn.fd();
+      exchanges[k].request = live[k].request.Pieces();
+      exchanges[k].parser = live[k].conn.parser.get();
+    }
+    if (!exchanges.empty()) RunExchanges(ThisThreadSocketEngine(options_.use_io_uring), exchanges, options_.command_timeout);
+    for (size_t k = 0; k < live.size(); ++k) {
+      Node& node = *live[k].batch->node;
+      RespParser& parser = *live[k].conn.parser;
+      if (!exchanges[k].status.ok()) {
+        live[k].batch->replies = Fail(node, exchanges[k].status);
+        continue;
+      }
+      std::vector<RedisReply> replies;
+      replies.reserve(live[k].batch->indices.size());
+      bool in_step = true;
+      while (parser.has_reply()) {
+        RedisReply reply = parser.PopReply();
+        if (asking) {
+          in_step = in_step && reply->type == REDIS_REPLY_STATUS;
+          reply = parser.PopReply();
+        }
+        replies.push_back(std::move(reply));
+      }
+      if (!in_step) {
+        live[k].batch->replies = Fail(node, "ASKING was not answered +OK");
+      } else if (!parser.drained()) {
+        live[k].batch->replies = Fail(node, "bytes after the last reply");
+      } else {
+        live[k].batch->replies = std::move(replies);
+        Return(node, std::move(live[k].conn));
+      }
+    }
+  }
+
   // Runs commands[indices] on one node in one pipeline (each after an ASKING when asking).
   absl::StatusOr<std::vector<RedisReply>> RunPipeline(Node& node, const std::vector<RedisCommand>& commands,
                                                       const std::vector<size_t>& indices, bool asking) {
-    auto conn = Checkout(node);
-    if (!conn.ok()) return conn.status();
-    redisContext* c = conn->get();
-    std::vector<const char*> argv;
-    std::vector<size_t> argvlen;
-    for (size_t i : indices) {
-      const RedisCommand& cmd = commands[i];
-      if (asking) redisAppendCommand(c, "ASKING");
-      argv.clear();
-      argvlen.clear();
-      auto add = [&](const char* p, size_t n) {
-        argv.push_back(p);
-        argvlen.push_back(n);
-      };
-      add(cmd.verb.data(), cmd.verb.size());
-      add(cmd.key.data(), cmd.key.size());
-      if (cmd.has_value) add(reinterpret_cast<const char*>(cmd.value.data()), cmd.value.size());
-      for (const std::string& t : cmd.tail) add(t.data(), t.size());
-      if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), argvlen.data()) != REDIS_OK) {
-        return FailIo(node, c);
-      }
-    }
-    // Send everything, then read the replies ourselves: hiredis writes commands but never reads a reply (its
-    // reader believes the sizes a peer announces; RespReader bounds them).
-    CAKE_RETURN_IF_ERROR(Flush(node, c));
-    auto reader = std::make_unique<RespReader>(c->fd);
-    std::vector<RedisReply> replies;
-    replies.reserve(indices.size());
-    for (size_t i : indices) {
-      if (asking) {
-        auto asked = reader->Next({});
-        if (!asked.ok()) return Fail(node, asked.status());
-        if ((*asked)->type != REDIS_REPLY_STATUS) return Fail(node, "ASKING was not answered +OK");
-      }
-      auto reply = reader->Next(commands[i].sink);
-      if (!reply.ok()) return Fail(node, reply.status());
-      replies.push_back(std::move(*reply));
-    }
-    if (!reader->drained()) return Fail(node, "bytes after the last reply");
-    Return(node, std::move(*conn));
-    return replies;
+    std::vector<NodeBatch> batches(1);
+    batches[0].node = &node;
+    batches[0].indices = indices;
+    RunBatches(batches, commands, asking);
+    return std::move(batches[0].replies);
   }
 
-  // Writes what hiredis has buffered for c.
-  absl::Status Flush(Node& node, redisContext* c) {
-    int done = 0;
-    while (!done) {
-      if (redisBufferWrite(c, &done) != REDIS_OK) return FailIo(node, c);
-    }
-    return absl::OkStatus();
-  }
-
-  // One command on a connection not yet handed out (AUTH, a probe's PING), its reply read by RespReader.
-  absl::StatusOr<RedisReply> RoundTrip(Node& node, redisContext* c, const std::vector<std::string>& argv) {
-    std::vector<const char*> args;
-    std::vector<size_t> lengths;
-    for (const std::string& a : argv) {
-      args.push_back(a.data());
-      lengths.push_back(a.size());
-    }
-    if (redisAppendCommandArgv(c, static_cast<int>(args.size()), args.data(), lengths.data()) != REDIS_OK) {
-      return FailIo(node, c);
-    }
-    CAKE_RETURN_IF_ERROR(Flush(node, c));
-    RespReader reader(c->fd);
-    auto reply = reader.Next({});
-    if (!reply.ok()) return Fail(node, reply.status());
-    if (!reader.drained()) return Fail(node, "bytes after the reply");
+  // One command on a connection not yet handed out (AUTH, a probe's PING).
+  absl::StatusOr<RedisReply> RoundTrip(Node& node, Connection& conn, const std::vector<std::string>& argv) {
+    RequestBuilder request;
+    request.Command(argv);
+    conn.parser->Expect({});
+    SocketExchange exchange;
+    exchange.fd = conn.fd();
+    exchange.request = request.Pieces();
+    exchange.parser = conn.parser.get();
+    RunExchanges(ThisThreadSocketEngine(options_.use_io_uring), std::span(&exchange, 1), options_.command_timeout);
+    if (!exchange.status.ok()) return Fail(node, exchange.status);
+    RedisReply reply = conn.parser->PopReply();
+    if (!conn.parser->drained()) return Fail(node, "bytes after the reply");
     return reply;
   }
 
@@ -351,11 +439,11 @@ class RedisClusterClient::Impl {
     }
     return Fail(node, std::string_view(status.message().data(), status.message().size()));
   }
-  // A failure hiredis reported on c.
+  // A failure hiredis reported on c (while connecting: everything after goes through RunExchanges).
   absl::Status FailIo(Node& node, redisContext* c) {
     // hiredis reports a socket timeout as EAGAIN's text; say what it means.
     const bool timed_out = c->err == REDIS_ERR_IO && std::strcmp(c->errstr, std::strerror(EAGAIN)) == 0;
-    const std::string why = timed_out ? absl::StrCat("no answer within ", options_.command_timeout.count(), " ms")
+    const std::string why = timed_out ? absl::StrCat("no answer within ", options_.connect_timeout.count(), " ms")
                             : c->errstr[0] ? std::string(c->errstr)
                                            : "connection error";
     MarkDown(node, why);
@@ -383,19 +471,19 @@ class RedisClusterClient::Impl {
 
   // A new connection, authenticated. Failures mark the node down.
   absl::StatusOr<Connection> Connect(Node& node) {
-    Connection c(redisConnectWithTimeout(node.host.c_str(), node.port, ToTimeval(options_.connect_timeout)));
-    if (c == nullptr) {
+    Connection c;
+    c.context.reset(redisConnectWithTimeout(node.host.c_str(), node.port, ToTimeval(options_.connect_timeout)));
+    if (c.context == nullptr) {
       MarkDown(node, "out of memory");
       return absl::UnavailableError("hiredis could not allocate a connection");
     }
-    if (c->err) return FailIo(node, c.get());
-    redisSetTimeout(c.get(), ToTimeval(options_.command_timeout));
-    redisEnableKeepAlive(c.get());
+    if (c.context->err) return FailIo(node, c.context.get());
+    redisEnableKeepAlive(c.context.get());
     if (!options_.password.empty()) {
       std::vector<std::string> auth = {"AUTH"};
       if (!options_.user.empty()) auth.push_back(options_.user);
       auth.push_back(options_.password);
-      CAKE_ASSIGN_OR_RETURN(const RedisReply r, RoundTrip(node, c.get(), auth));
+      CAKE_ASSIGN_OR_RETURN(const RedisReply r, RoundTrip(node, c, auth));
       if (r->type == REDIS_REPLY_ERROR) {
         const std::string why = absl::StrCat("AUTH refused: ", std::string(r->str, r->len));
         MarkDown(node, why);
@@ -464,7 +552,7 @@ class RedisClusterClient::Impl {
   void Probe(Node& node) {
     auto conn = Connect(node);
     if (!conn.ok()) return;  // Connect marked it down again
-    auto pong = RoundTrip(node, conn->get(), {"PING"});
+    auto pong = RoundTrip(node, *conn, {"PING"});
     if (!pong.ok()) return;  // RoundTrip marked it down again
     if ((*pong)->type == REDIS_REPLY_ERROR) return (void)Fail(node, std::string_view((*pong)->str, (*pong)->len));
     spdlog::info("{}: Redis at {} answers again", options_.log_name, node.address);

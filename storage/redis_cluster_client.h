@@ -1,4 +1,6 @@
-// RedisClusterClient: single-key commands to one standalone Redis or a Redis Cluster, through hiredis. Whether it
+// RedisClusterClient: single-key commands to one standalone Redis or a Redis Cluster. hiredis connects; the
+// commands are written and the replies read by RunExchanges (socket_engine.h), every node of a call at once from
+// the calling thread's io_uring, values sent from and received into the caller's buffers. Whether it
 // is a cluster is detected (CLUSTER SLOTS); the slot map comes from any seed that answers and is kept current by
 // following MOVED (the map refreshed) and ASK (that one command re-sent to the target after ASKING). Each node
 // has a pool of idle connections, and a node that fails backs off: calls to it fail at once for a while, so a
@@ -37,6 +39,8 @@ struct RedisCommand {
   // For a GET whose value should land straight in the caller's buffer: a bulk reply of exactly this size is
   // received into it (the reply: a string with len set and str null); any other reply is returned as usual.
   std::span<std::byte> sink;
+  // When set, told of the value's bytes as they land in sink (in order), while later bytes are still arriving.
+  SinkProgress on_landed;
 };
 
 class RedisClusterClient {
@@ -49,9 +53,13 @@ class RedisClusterClient {
     // Idle connections kept per node; each concurrent call uses one of its own.
     uint32_t connections = 8;
     std::chrono::milliseconds connect_timeout{500};
+    // A call fails on a node that moves no byte, either way, for this long.
     std::chrono::milliseconds command_timeout{2000};
     // After a node fails, calls to it fail fast for a while, doubling from 50 ms up to this.
     std::chrono::milliseconds max_backoff{2000};
+    // Sends and receives through the calling thread's io_uring (poll(2) when false, or when the kernel refuses
+    // a ring): every node a call touches is in flight at once either way.
+    bool use_io_uring = true;
     // Names the user of this client in its log lines ("remote tier: Redis at ... failed").
     std::string log_name = "redis client";
   };

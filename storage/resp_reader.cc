@@ -43,146 +43,206 @@ RedisReply NewRedisReply(int type, std::string_view text, long long integer) {
   return RedisReply(r);
 }
 
-absl::StatusOr<RedisReply> RespReader::Next(std::span<std::byte> sink) {
-  Allowance allowance;
-  return Reply(sink, 0, allowance);
+RespParser::RespParser(uint64_t max_kept_bytes) : max_kept_(max_kept_bytes), buf_(new char[kBufferBytes]) {}
+RespParser::~RespParser() = default;
+
+void RespParser::Expect(std::span<std::byte> sink, const SinkProgress* progress) {
+  awaited_.push_back({sink, progress});
+  if (failed_.ok()) failed_ = Parse();  // what is buffered already may hold it
 }
 
-absl::StatusOr<RedisReply> RespReader::Reply(std::span<std::byte> sink, int depth, Allowance& allowance) {
-  CAKE_ASSIGN_OR_RETURN(const std::string line, Line());
+RedisReply RespParser::PopReply() {
+  RedisReply reply = std::move(done_.front());
+  done_.pop_front();
+  return reply;
+}
+
+std::span<std::byte> RespParser::ReadTarget() {
+  // A value's bytes go straight to where they belong once nothing older is buffered.
+  target_is_body_ = state_ == State::kBody && body_dst_ != nullptr && body_left_ > 0 && pos_ == end_;
+  if (target_is_body_) return std::span(body_dst_, body_left_);
+  if (pos_ == end_) {
+    pos_ = end_ = 0;
+  } else if (kBufferBytes - end_ < (16 << 10)) {
+    // A partial line at the end: move it to the front. Parse() has failed any line past kMaxLineBytes, so at
+    // least 16 KiB are free afterwards.
+    std::memmove(buf_.get(), buf_.get() + pos_, end_ - pos_);
+    end_ -= pos_;
+    pos_ = 0;
+  }
+  return std::span(reinterpret_cast<std::byte*>(buf_.get()) + end_, kBufferBytes - end_);
+}
+
+absl::Status RespParser::Received(size_t n) {
+  if (!failed_.ok()) return failed_;
+  if (target_is_body_) {
+    if (body_progress_ != nullptr && n > 0) (*body_progress_)(std::span<const std::byte>(body_dst_, n));
+    body_dst_ += n;
+    body_left_ -= n;
+  } else {
+    end_ += n;
+  }
+  target_is_body_ = false;
+  failed_ = Parse();
+  return failed_;
+}
+
+absl::Status RespParser::Parse() {
+  while (!awaited_.empty()) {
+    switch (state_) {
+      case State::kLine: {
+        const char* start = buf_.get() + pos_;
+        const char* nl = static_cast<const char*>(std::memchr(start, '\n', end_ - pos_));
+        if (nl == nullptr) {
+          if (end_ - pos_ > kMaxLineBytes) {
+            return absl::DataLossError(absl::StrCat("a reply line longer than ", kMaxLineBytes, " bytes"));
+          }
+          return absl::OkStatus();  // more to come
+        }
+        std::string_view line(start, nl - start);
+        pos_ += nl - start + 1;
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        CAKE_RETURN_IF_ERROR(OnLine(line));
+        break;
+      }
+      case State::kBody: {
+        const size_t take = std::min<uint64_t>(body_left_, end_ - pos_);
+        if (body_dst_ != nullptr) {
+          std::memcpy(body_dst_, buf_.get() + pos_, take);
+          if (body_progress_ != nullptr && take > 0) (*body_progress_)(std::span<const std::byte>(body_dst_, take));
+          body_dst_ += take;
+        }
+        pos_ += take;
+        body_left_ -= take;
+        if (body_left_ > 0) return absl::OkStatus();
+        state_ = State::kCrlf;
+        break;
+      }
+      case State::kCrlf: {
+        if (end_ - pos_ < 2) return absl::OkStatus();
+        if (buf_[pos_] != '\r' || buf_[pos_ + 1] != '\n') {
+          return absl::DataLossError("a bulk value not followed by CRLF");
+        }
+        pos_ += 2;
+        state_ = State::kLine;
+        Complete(std::move(body_reply_));
+        break;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RespParser::OnLine(std::string_view line) {
   if (line.empty()) return absl::DataLossError("empty reply line");
   const char kind = line[0];
-  const std::string_view rest = std::string_view(line).substr(1);
+  const absl::string_view rest(line.data() + 1, line.size() - 1);
+  const size_t depth = stack_.size();
   switch (kind) {
     case '+':
-      return NewRedisReply(REDIS_REPLY_STATUS, rest);
+      Complete(NewRedisReply(REDIS_REPLY_STATUS, std::string_view(rest.data(), rest.size())));
+      return absl::OkStatus();
     case '-':
-      return NewRedisReply(REDIS_REPLY_ERROR, rest);
+      Complete(NewRedisReply(REDIS_REPLY_ERROR, std::string_view(rest.data(), rest.size())));
+      return absl::OkStatus();
     case ':': {
       long long value = 0;
-      if (!absl::SimpleAtoi(absl::string_view(rest.data(), rest.size()), &value)) break;
-      return NewRedisReply(REDIS_REPLY_INTEGER, {}, value);
+      if (!absl::SimpleAtoi(rest, &value)) break;
+      Complete(NewRedisReply(REDIS_REPLY_INTEGER, {}, value));
+      return absl::OkStatus();
     }
     case '$': {
       long long length = 0;
-      if (!absl::SimpleAtoi(absl::string_view(rest.data(), rest.size()), &length)) break;
-      if (length < 0) return NewRedisReply(REDIS_REPLY_NIL);
+      if (!absl::SimpleAtoi(rest, &length)) break;
+      if (length < 0) {
+        Complete(NewRedisReply(REDIS_REPLY_NIL));
+        return absl::OkStatus();
+      }
       if (static_cast<uint64_t>(length) > kMaxBulkBytes) {
         return absl::DataLossError(absl::StrCat("Redis announced a value of ", length, " bytes; no value this daemon "
                                                 "writes exceeds ", kMaxBulkBytes));
       }
-      RedisReply reply;
+      const std::span<std::byte> sink = depth == 0 ? awaited_.front().sink : std::span<std::byte>();
+      body_progress_ = nullptr;
       if (static_cast<uint64_t>(length) == sink.size() && !sink.empty()) {
-        CAKE_RETURN_IF_ERROR(Exact(sink.data(), sink.size()));
-        reply = NewRedisReply(REDIS_REPLY_NIL);
-        reply->type = REDIS_REPLY_STRING;  // landed in the sink: len set, str null
-        reply->len = length;
-      } else if (static_cast<uint64_t>(length) > std::min(max_kept_, allowance.kept_bytes)) {
-        CAKE_RETURN_IF_ERROR(Skip(length));
-        reply = NewRedisReply(REDIS_REPLY_ERROR, absl::StrCat("a value of ", length, " bytes where at most ",
-                                                              max_kept_, " were expected (not kept)"));
+        body_reply_ = NewRedisReply(REDIS_REPLY_NIL);
+        body_reply_->type = REDIS_REPLY_STRING;  // lands in the sink: len set, str null
+        body_reply_->len = length;
+        body_dst_ = sink.data();
+        body_progress_ = awaited_.front().progress;
+      } else if (static_cast<uint64_t>(length) > std::min(max_kept_, allowance_.kept_bytes)) {
+        body_reply_ = NewRedisReply(REDIS_REPLY_ERROR, absl::StrCat("a value of ", length, " bytes where at most ",
+                                                                    max_kept_, " were expected (not kept)"));
+        body_dst_ = nullptr;
       } else {
-        std::string value(length, '\0');
-        CAKE_RETURN_IF_ERROR(Exact(reinterpret_cast<std::byte*>(value.data()), value.size()));
-        allowance.kept_bytes -= value.size();
-        reply = NewRedisReply(REDIS_REPLY_STRING, value);
+        body_reply_ = NewRedisReply(REDIS_REPLY_STRING, std::string(length, '\0'));
+        body_dst_ = reinterpret_cast<std::byte*>(body_reply_->str);
+        allowance_.kept_bytes -= length;
       }
-      char crlf[2];
-      CAKE_RETURN_IF_ERROR(Exact(reinterpret_cast<std::byte*>(crlf), 2));
-      if (crlf[0] != '\r' || crlf[1] != '\n') return absl::DataLossError("a bulk value not followed by CRLF");
-      return reply;
+      body_left_ = length;
+      state_ = State::kBody;
+      return absl::OkStatus();
     }
     case '*': {
       long long count = 0;
-      if (!absl::SimpleAtoi(absl::string_view(rest.data(), rest.size()), &count)) break;
-      if (count < 0) return NewRedisReply(REDIS_REPLY_NIL);
+      if (!absl::SimpleAtoi(rest, &count)) break;
+      if (count < 0) {
+        Complete(NewRedisReply(REDIS_REPLY_NIL));
+        return absl::OkStatus();
+      }
       if (depth + 1 > kMaxReplyDepth) {
         return absl::DataLossError(absl::StrCat("Redis sent arrays nested deeper than ", kMaxReplyDepth));
       }
-      if (static_cast<uint64_t>(count) > allowance.elements) {
+      if (static_cast<uint64_t>(count) > allowance_.elements) {
         return absl::DataLossError(absl::StrCat("Redis announced an array of ", count, " elements; one reply holds at "
                                                 "most ", kMaxReplyElements, " in all"));
       }
-      allowance.elements -= count;
+      allowance_.elements -= count;
       RedisReply array = NewRedisReply(REDIS_REPLY_ARRAY);
-      if (count > 0) {
-        // Filled one by one; an element not read yet is null, which freeReplyObject skips.
-        array->element = static_cast<redisReply**>(calloc(count, sizeof(redisReply*)));
-        if (array->element == nullptr) return absl::ResourceExhaustedError("no memory for a Redis array reply");
-        array->elements = count;
+      if (count == 0) {
+        Complete(std::move(array));
+        return absl::OkStatus();
       }
-      for (long long i = 0; i < count; ++i) {
-        CAKE_ASSIGN_OR_RETURN(RedisReply element, Reply({}, depth + 1, allowance));
-        array->element[i] = element.release();
-      }
-      return array;
+      // Filled one by one; an element not received yet is null, which freeReplyObject skips.
+      array->element = static_cast<redisReply**>(calloc(count, sizeof(redisReply*)));
+      if (array->element == nullptr) return absl::ResourceExhaustedError("no memory for a Redis array reply");
+      array->elements = count;
+      stack_.push_back(Frame{std::move(array), 0});
+      return absl::OkStatus();
     }
     default:
       break;
   }
-  return absl::DataLossError(absl::StrCat("unexpected reply from Redis: ", line));
+  return absl::DataLossError(absl::StrCat("unexpected reply from Redis: ", absl::string_view(line.data(), line.size())));
 }
 
-absl::StatusOr<std::string> RespReader::Line() {
-  std::string line;
-  while (true) {
-    if (pos_ == end_) {
-      CAKE_RETURN_IF_ERROR(Fill());
-    }
-    const char* start = buf_ + pos_;
-    const char* nl = static_cast<const char*>(std::memchr(start, '\n', end_ - pos_));
-    if (nl == nullptr) {
-      line.append(start, end_ - pos_);
-      pos_ = end_;
-      if (line.size() > kMaxLineBytes) {
-        return absl::DataLossError(absl::StrCat("a reply line longer than ", kMaxLineBytes, " bytes"));
-      }
-      continue;
-    }
-    line.append(start, nl - start);
-    pos_ += nl - start + 1;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    return line;
+// A reply is complete: an element of the array being filled (which may complete it in turn), or an awaited one.
+void RespParser::Complete(RedisReply reply) {
+  while (!stack_.empty()) {
+    Frame& frame = stack_.back();
+    frame.array->element[frame.filled++] = reply.release();
+    if (frame.filled < frame.array->elements) return;
+    reply = std::move(frame.array);
+    stack_.pop_back();
   }
+  done_.push_back(std::move(reply));
+  awaited_.pop_front();
+  allowance_ = Allowance{};
 }
 
-// What is buffered first, then straight from the socket into dst.
-absl::Status RespReader::Exact(std::byte* dst, size_t n) {
-  const size_t buffered = std::min(n, end_ - pos_);
-  std::memcpy(dst, buf_ + pos_, buffered);
-  pos_ += buffered;
-  size_t got = buffered;
-  while (got < n) {
-    const ssize_t r = recv(fd_, dst + got, n - got, 0);
+absl::StatusOr<RedisReply> RespReader::Next(std::span<std::byte> sink) {
+  parser_.Expect(sink);
+  CAKE_RETURN_IF_ERROR(parser_.failure());
+  while (!parser_.has_reply()) {
+    const std::span<std::byte> target = parser_.ReadTarget();
+    const ssize_t r = recv(fd_, target.data(), target.size(), 0);
     if (r > 0) {
-      got += r;
+      CAKE_RETURN_IF_ERROR(parser_.Received(static_cast<size_t>(r)));
     } else if (absl::Status s = Broken(r); !s.ok()) {
       return s;
     }
   }
-  return absl::OkStatus();
-}
-
-absl::Status RespReader::Skip(uint64_t n) {
-  std::byte scratch[16 << 10];
-  while (n > 0) {
-    const size_t step = std::min<uint64_t>(n, sizeof(scratch));
-    CAKE_RETURN_IF_ERROR(Exact(scratch, step));
-    n -= step;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RespReader::Fill() {
-  while (true) {
-    const ssize_t r = recv(fd_, buf_, sizeof(buf_), 0);
-    if (r > 0) {
-      pos_ = 0;
-      end_ = r;
-      return absl::OkStatus();
-    }
-    CAKE_RETURN_IF_ERROR(Broken(r));
-  }
+  return parser_.PopReply();
 }
 
 }  // namespace cake

@@ -1,6 +1,4 @@
-// The io_uring engine: the one file that includes liburing.
-#include <liburing.h>
-
+// The disk's io_uring engine.
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -9,36 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "storage/io_engine.h"
+#include "storage/uring_ring.h"
 
 namespace cake {
 namespace {
-
-// Owns one initialised ring; io_uring_queue_exit runs exactly once. The ring lives on the heap so moving the
-// owner never moves the struct liburing initialised.
-class UringRing {
- public:
-  static absl::StatusOr<UringRing> Create(uint32_t entries) {
-    auto ring = std::make_unique<io_uring>();
-    const int rc = io_uring_queue_init(entries, ring.get(), 0);
-    if (rc < 0) {
-      return absl::UnavailableError(absl::StrCat("io_uring_queue_init(", entries, ") failed: ", std::strerror(-rc)));
-    }
-    return UringRing(std::move(ring));
-  }
-  UringRing(UringRing&&) noexcept = default;
-  UringRing& operator=(UringRing&&) = delete;
-  UringRing(const UringRing&) = delete;
-  UringRing& operator=(const UringRing&) = delete;
-  ~UringRing() {
-    if (ring_) io_uring_queue_exit(ring_.get());
-  }
-
-  io_uring* get() { return ring_.get(); }
-
- private:
-  explicit UringRing(std::unique_ptr<io_uring> ring) : ring_(std::move(ring)) {}
-  std::unique_ptr<io_uring> ring_;
-};
 
 class UringEngine final : public IoEngine {
  public:
@@ -123,10 +95,7 @@ class UringEngine final : public IoEngine {
 absl::StatusOr<std::unique_ptr<IoEngine>> MakeUringEngine(uint32_t depth) {
   CAKE_ASSIGN_OR_RETURN(UringRing ring, UringRing::Create(depth));
   // A ring is not enough: IORING_OP_READ arrived in Linux 5.6, and without it every read would fail later.
-  io_uring_probe* probe = io_uring_get_probe_ring(ring.get());
-  const bool can_read = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_READ);
-  if (probe != nullptr) io_uring_free_probe(probe);
-  if (!can_read) return absl::UnavailableError("this kernel's io_uring has no IORING_OP_READ (needs Linux 5.6)");
+  if (!ring.Supports({IORING_OP_READ})) return absl::UnavailableError("this kernel's io_uring has no IORING_OP_READ (needs Linux 5.6)");
   return std::make_unique<UringEngine>(std::move(ring), depth);
 }
 

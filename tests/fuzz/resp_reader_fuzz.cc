@@ -1,13 +1,17 @@
 // libFuzzer target: whatever bytes a Redis peer sends, RespReader answers with replies or a status, within its
 // limits, and never crashes, hangs or allocates what a length claims. The input goes into a socketpair whose
-// writing end is then closed; the first byte picks the sink size the reader is offered.
+// writing end is then closed; the first byte picks the sink size the reader is offered. The same bytes then go
+// to a RespParser directly in pieces of 1 to 16 bytes (the first byte again), as io_uring may deliver them: a
+// line, a length or a value split anywhere.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "storage/resp_reader.h"
@@ -37,5 +41,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   close(fds[0]);
+
+  cake::RespParser parser;
+  std::vector<std::byte> parser_sink(sink_size);
+  for (int i = 0; i < 64; ++i) parser.Expect(parser_sink);
+  const size_t piece = 1 + data[0] / 16;
+  size_t at = 1;
+  while (at < size && parser.failure().ok() && parser.awaited() > 0) {
+    const std::span<std::byte> target = parser.ReadTarget();
+    const size_t n = std::min({piece, target.size(), size - at});
+    std::memcpy(target.data(), data + at, n);
+    at += n;
+    if (!parser.Received(n).ok()) break;
+    while (parser.has_reply()) parser.PopReply();
+  }
   return 0;
 }

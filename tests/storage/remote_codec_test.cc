@@ -172,3 +172,20 @@ TEST_CASE("remote codec: the SCAN pattern escapes glob characters of the prefix"
 }
 
 }  // namespace cake
+
+namespace cake {
+
+TEST_CASE("payload checksum: added in pieces of any size, in order, it equals the checksum of the whole",
+          "[remote][checksum]") {
+  const auto payload = testing::TestValue(11, 3 * 1024 * 1024 + 17);
+  const size_t piece = GENERATE(1, 63, 4096, 65536 + 5, 3 * 1024 * 1024 + 17);
+  IncrementalPayloadChecksum checksum;
+  for (size_t at = 0; at < payload.size(); at += piece) {
+    checksum.Add(std::span(payload).subspan(at, std::min(piece, payload.size() - at)));
+  }
+  CHECK(checksum.Digest() == PayloadChecksum(payload));
+  IncrementalPayloadChecksum empty;
+  CHECK(empty.Digest() == PayloadChecksum({}));
+}
+
+}  // namespace cake
