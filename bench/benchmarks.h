@@ -204,10 +204,10 @@ struct RemoteBenchOptions {
   uint64_t mib = 256;
   uint64_t chunk_mib = 16;  // Llama-3.1-8B's 128-token chunk at 16-bit KV
   uint64_t part_kib = 4096;
-  uint32_t window = 4;  // reads in flight (caked --window and --io-threads) = redis-benchmark connections per server
+  uint32_t window = 4;  // reads in flight (caked --window and --io-threads) = redis-benchmark connections
   uint32_t runs = 5;
   // Masters of a private Redis Cluster to read from instead of one server (0: one server); redis-benchmark then
-  // runs in its --cluster mode with `window` connections per master.
+  // runs in its --cluster mode, its `window` connections dealt out over the masters in turn.
   uint32_t cluster_masters = 0;
 };
 absl::Status RunRemoteBench(const RemoteBenchOptions& options);

@@ -278,8 +278,8 @@ int main(int argc, char** argv) {
   remote_command->add_option("--runs", remote.runs, "runs of each")->capture_default_str()->check(CLI::Range(1u, 100u));
   remote_command
       ->add_option("--cluster", remote.cluster_masters,
-                   "read from a private Redis Cluster of this many masters (redis-benchmark --cluster, --window "
-                   "connections per master)")
+                   "read from a private Redis Cluster of this many masters (redis-benchmark --cluster with "
+                   "--window connections)")
       ->check(CLI::Range(3u, 16u));
 
   cake::bench::MixedOptions mixed;

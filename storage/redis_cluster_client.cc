@@ -78,7 +78,9 @@ class RequestBuilder {
     std::span<const std::byte> value;
   };
   void Begin(size_t argc) { absl::StrAppend(&text_, "*", argc, "\r\n"); }
-  void Text(std::string_view arg) { absl::StrAppend(&text_, "$", arg.size(), "\r\n", absl::string_view(arg.data(), arg.size()), "\r\n"); }
+  void Text(std::string_view arg) {
+    absl::StrAppend(&text_, "$", arg.size(), "\r\n", absl::string_view(arg.data(), arg.size()), "\r\n");
+  }
   void Value(std::span<const std::byte> value) {
     if (value.size() <= kMaxCopiedValueBytes) {
       return Text(std::string_view(reinterpret_cast<const char*>(value.data()), value.size()));
@@ -203,8 +205,8 @@ class RedisClusterClient::Impl {
         if (!batch.replies.ok()) return batch.replies.status();
         std::map<Node*, std::vector<size_t>> asked_again;
         for (size_t k = 0; k < batch.indices.size(); ++k) {
-          Route(slots[batch.indices[k]], batch.indices[k], std::move((*batch.replies)[k]), replies, again,
-                asked_again, refresh);
+          Route(slots[batch.indices[k]], batch.indices[k], std::move((*batch.replies)[k]), replies, again, asked_again,
+                refresh);
         }
         for (auto& [n, more] : asked_again) again.insert(again.end(), more.begin(), more.end());
       }
@@ -330,7 +332,9 @@ class RedisClusterClient::Impl {
       exchanges[k].request = live[k].request.Pieces();
       exchanges[k].parser = live[k].conn.parser.get();
     }
-    if (!exchanges.empty()) RunExchanges(ThisThreadSocketEngine(options_.use_io_uring), exchanges, options_.command_timeout);
+    if (!exchanges.empty()) {
+      RunExchanges(ThisThreadSocketEngine(options_.use_io_uring), exchanges, options_.command_timeout);
+    }
     for (size_t k = 0; k < live.size(); ++k) {
       Node& node = *live[k].batch->node;
       RespParser& parser = *live[k].conn.parser;
@@ -443,7 +447,7 @@ class RedisClusterClient::Impl {
   absl::Status FailIo(Node& node, redisContext* c) {
     // hiredis reports a socket timeout as EAGAIN's text; say what it means.
     const bool timed_out = c->err == REDIS_ERR_IO && std::strcmp(c->errstr, std::strerror(EAGAIN)) == 0;
-    const std::string why = timed_out ? absl::StrCat("no answer within ", options_.connect_timeout.count(), " ms")
+    const std::string why = timed_out      ? absl::StrCat("no answer within ", options_.connect_timeout.count(), " ms")
                             : c->errstr[0] ? std::string(c->errstr)
                                            : "connection error";
     MarkDown(node, why);

@@ -213,7 +213,8 @@ absl::Status RespParser::OnLine(std::string_view line) {
     default:
       break;
   }
-  return absl::DataLossError(absl::StrCat("unexpected reply from Redis: ", absl::string_view(line.data(), line.size())));
+  return absl::DataLossError(
+      absl::StrCat("unexpected reply from Redis: ", absl::string_view(line.data(), line.size())));
 }
 
 // A reply is complete: an element of the array being filled (which may complete it in turn), or an awaited one.

@@ -104,7 +104,7 @@ class RespParser {
 
   State state_ = State::kLine;
   uint64_t body_left_ = 0;
-  std::byte* body_dst_ = nullptr;  // null: the value is read past, not kept
+  std::byte* body_dst_ = nullptr;                // null: the value is read past, not kept
   const SinkProgress* body_progress_ = nullptr;  // set while a value lands in a sink whose caller wants to know
   RedisReply body_reply_;
   std::vector<Frame> stack_;  // arrays being filled, outermost first

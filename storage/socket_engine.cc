@@ -212,8 +212,8 @@ void RunExchanges(SocketEngine& engine, std::span<SocketExchange> exchanges, std
     if (!got.ok()) {
       for (size_t i = 0; i < exchanges.size(); ++i) {
         const std::string_view name = engine.name();
-        finish(i, absl::UnavailableError(absl::StrCat(absl::string_view(name.data(), name.size()), " engine failed: ",
-                                                      got.status().message())));
+        finish(i, absl::UnavailableError(absl::StrCat(absl::string_view(name.data(), name.size()),
+                                                      " engine failed: ", got.status().message())));
       }
       return;
     }

@@ -70,7 +70,7 @@ SocketEngine& ThisThreadSocketEngine(bool use_uring);
 // One connection's share of a call: its request bytes and the parser that awaits its replies.
 struct SocketExchange {
   int fd = -1;
-  std::vector<iovec> request;  // sent in order; the driver advances through it
+  std::vector<iovec> request;    // sent in order; the driver advances through it
   RespParser* parser = nullptr;  // Expect()ed once per reply before RunExchanges
   // Set by RunExchanges: OK once every awaited reply is complete. UNAVAILABLE: the peer closed or the socket
   // failed; DEADLINE_EXCEEDED: no byte moved either way for idle_timeout; DATA_LOSS: the parser's verdict.

@@ -95,7 +95,8 @@ class UringEngine final : public IoEngine {
 absl::StatusOr<std::unique_ptr<IoEngine>> MakeUringEngine(uint32_t depth) {
   CAKE_ASSIGN_OR_RETURN(UringRing ring, UringRing::Create(depth));
   // A ring is not enough: IORING_OP_READ arrived in Linux 5.6, and without it every read would fail later.
-  if (!ring.Supports({IORING_OP_READ})) return absl::UnavailableError("this kernel's io_uring has no IORING_OP_READ (needs Linux 5.6)");
+  if (!ring.Supports({IORING_OP_READ}))
+    return absl::UnavailableError("this kernel's io_uring has no IORING_OP_READ (needs Linux 5.6)");
   return std::make_unique<UringEngine>(std::move(ring), depth);
 }
 
