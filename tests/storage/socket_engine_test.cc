@@ -186,6 +186,42 @@ TEST_CASE("socket engines: a peer that closes, one that stalls and one that send
   CHECK_FALSE(engine->broken());
 }
 
+TEST_CASE("socket engines: a peer that never reads a long request times out, its send cancelled", "[socket][hostile]") {
+  const std::string name = GENERATE("io_uring", "poll");
+  auto engine = MakeEngine(name);
+  Pair deaf;
+  const std::string request = testing::TestText(5, 16 << 20);  // far more than the socket buffers hold
+  RespParser parser;
+  parser.Expect({});
+  SocketExchange exchange;
+  exchange.fd = deaf.client();
+  exchange.request = {{const_cast<char*>(request.data()), request.size()}};
+  exchange.parser = &parser;
+  const auto start = std::chrono::steady_clock::now();
+  RunExchanges(*engine, std::span(&exchange, 1), 200ms);
+  INFO(name);
+  CHECK(exchange.status.code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  CHECK_FALSE(engine->broken());
+
+  // The cancelled send left nothing behind: the engine serves another connection.
+  Pair other;
+  const std::string ping = "*1\r\n$4\r\nPING\r\n";
+  RespParser other_parser;
+  other_parser.Expect({});
+  SocketExchange next;
+  next.fd = other.client();
+  next.request = {{const_cast<char*>(ping.data()), ping.size()}};
+  next.parser = &other_parser;
+  std::thread answer([&] {
+    (void)ReadExactly(other.server(), ping.size());
+    SendAll(other.server(), "+PONG\r\n");
+  });
+  RunExchanges(*engine, std::span(&next, 1), 2000ms);
+  answer.join();
+  CHECK(next.status.ok());
+}
+
 TEST_CASE("socket engines: an exchange with nothing to send or await is done at once", "[socket]") {
   const std::string name = GENERATE("io_uring", "poll");
   auto engine = MakeEngine(name);
