@@ -1,6 +1,7 @@
 // cake-bench remote: I/O-only loads of a cached prefix from the remote tier (Redis) into a region, beside
 // redis-benchmark GETs of values of the same part size with the same number of connections and the same pipeline
 // depth, in the same run against the same server: the limit the link and Redis set.
+#include <hiredis/hiredis.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/simulated_storage.h"
+#include "storage/redis_cluster_client.h"
 #include "testing/redis_process.h"
 
 namespace cake::bench {
@@ -48,6 +50,63 @@ absl::StatusOr<double> RedisBenchmarkGetRps(const ScratchDir& scratch, const std
     }
   }
   return absl::InternalError(absl::StrCat("no GET line in redis-benchmark's output:\n", out));
+}
+
+// The tier's access pattern without the daemon: per chunk, one call that GETs its parts (one hash tag, so one
+// master) into a buffer, one chunk after another, through RedisClusterClient directly. Gbit/s per run.
+absl::StatusOr<std::vector<double>> ClientAloneGbps(const std::string& endpoints, bool use_io_uring,
+                                                    uint32_t chunks, uint32_t parts_per_chunk, uint64_t part_bytes,
+                                                    uint32_t runs) {
+  RedisClusterClient::Options options;
+  options.endpoints = absl::StrSplit(endpoints, ',');
+  options.use_io_uring = use_io_uring;
+  CAKE_ASSIGN_OR_RETURN(auto client, RedisClusterClient::Open(options));
+  auto key = [](uint32_t chunk, uint32_t part) { return absl::StrCat("cake-bench-alone:{", chunk, "}:", part); };
+  const std::string value(part_bytes, 'v');
+  for (uint32_t c = 0; c < chunks; ++c) {
+    std::vector<RedisCommand> sets;
+    for (uint32_t p = 0; p < parts_per_chunk; ++p) {
+      RedisCommand set;
+      set.verb = "SET";
+      set.key = key(c, p);
+      set.value = std::as_bytes(std::span(value));
+      set.has_value = true;
+      sets.push_back(std::move(set));
+    }
+    CAKE_RETURN_IF_ERROR(client->Execute(sets).status());
+  }
+  std::vector<std::byte> chunk(parts_per_chunk * part_bytes);
+  std::vector<double> gbps;
+  for (uint32_t run = 0; run <= runs; ++run) {  // run 0 warms the connections up, untimed
+    const auto start = std::chrono::steady_clock::now();
+    for (uint32_t c = 0; c < chunks; ++c) {
+      std::vector<RedisCommand> gets;
+      for (uint32_t p = 0; p < parts_per_chunk; ++p) {
+        RedisCommand get;
+        get.verb = "GET";
+        get.key = key(c, p);
+        get.sink = std::span(chunk).subspan(p * part_bytes, part_bytes);
+        gets.push_back(std::move(get));
+      }
+      CAKE_ASSIGN_OR_RETURN(const auto replies, client->Execute(gets));
+      for (const RedisReply& r : replies) {
+        if (r->type != REDIS_REPLY_STRING || r->str != nullptr) return absl::InternalError("a GET missed its sink");
+      }
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (run > 0) gbps.push_back(chunks * parts_per_chunk * part_bytes * 8 / seconds / 1e9);
+  }
+  std::vector<RedisCommand> dels;
+  for (uint32_t c = 0; c < chunks; ++c) {
+    for (uint32_t p = 0; p < parts_per_chunk; ++p) {
+      RedisCommand del;
+      del.verb = "DEL";
+      del.key = key(c, p);
+      dels.push_back(std::move(del));
+    }
+  }
+  (void)client->Execute(dels);
+  return gbps;
 }
 
 }  // namespace
@@ -148,6 +207,11 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
                 remote_gbps.back(), seconds, benchmark_gbps.back());
     std::fflush(stdout);
   }
+  // The same reads without the daemon, one call per chunk as the tier makes them, through each socket engine.
+  CAKE_ASSIGN_OR_RETURN(auto alone_uring,
+                        ClientAloneGbps(endpoints, true, chunks, parts_per_chunk, part_bytes, options.runs));
+  CAKE_ASSIGN_OR_RETURN(auto alone_poll,
+                        ClientAloneGbps(endpoints, false, chunks, parts_per_chunk, part_bytes, options.runs));
   const auto stats = client.Stats();
   const double ratio = Median(remote_gbps) / Median(benchmark_gbps);
   std::printf(
@@ -160,6 +224,10 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
   std::printf(
       "  median: remote tier %.2f Gbit/s, redis-benchmark GET (%u connections, pipeline %u) %.2f Gbit/s: %.0f%%\n",
       Median(remote_gbps), benchmark_connections, parts_per_chunk, Median(benchmark_gbps), 100 * ratio);
+  std::printf("  the client alone, a chunk per call, one after another: io_uring %.2f Gbit/s, poll %.2f Gbit/s (runs:",
+              Median(alone_uring), Median(alone_poll));
+  for (size_t i = 0; i < alone_uring.size(); ++i) std::printf(" %.2f/%.2f", alone_uring[i], alone_poll[i]);
+  std::printf(")\n");
   if (stats.ok() && stats->count("tier_remote_errors") && stats->at("tier_remote_errors") > 0) {
     std::printf("  note: %llu remote errors during the run\n",
                 static_cast<unsigned long long>(stats->at("tier_remote_errors")));
@@ -173,6 +241,8 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
   report.Set("remote_gbps", Median(remote_gbps));
   report.Set("redis_benchmark_gbps", Median(benchmark_gbps));
   report.Set("remote_over_redis_benchmark", ratio);
+  report.Set("client_alone_uring_gbps", Median(alone_uring));
+  report.Set("client_alone_poll_gbps", Median(alone_poll));
   return report.WriteTo(options.json_path);
 }
 
