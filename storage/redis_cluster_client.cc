@@ -1,4 +1,5 @@
-// RedisClusterClient: connection pools, back-off, the slot map and redirects, over hiredis and RespReader.
+// RedisClusterClient: connection pools, back-off, the slot map and redirects; hiredis connects, RunExchanges and
+// RespParser carry the commands and replies.
 #include "storage/redis_cluster_client.h"
 
 #include <hiredis/hiredis.h>

@@ -64,7 +64,8 @@ class RespParser {
   // Replies queued and not yet complete.
   size_t awaited() const { return awaited_.size(); }
 
-  // Where the next received bytes should go; never empty. Valid until the next call to any method.
+  // Where the next received bytes should go: never empty while a reply is awaited and nothing failed. Valid until
+  // the next call to any method.
   std::span<std::byte> ReadTarget();
   // n bytes (at most the target's size) were written at the start of the last ReadTarget(); parses what it can.
   // DATA_LOSS: a line that is not a reply of a kind understood here, a line, bulk or array length past the

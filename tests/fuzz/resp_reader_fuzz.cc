@@ -1,8 +1,8 @@
-// libFuzzer target: whatever bytes a Redis peer sends, RespReader answers with replies or a status, within its
-// limits, and never crashes, hangs or allocates what a length claims. The input goes into a socketpair whose
-// writing end is then closed; the first byte picks the sink size the reader is offered. The same bytes then go
-// to a RespParser directly in pieces of 1 to 16 bytes (the first byte again), as io_uring may deliver them: a
-// line, a length or a value split anywhere.
+// libFuzzer target: whatever bytes a Redis peer sends, RespReader (RespParser over a socket) answers with replies
+// or a status, within its limits, and never crashes, hangs or allocates what a length claims. The input goes into
+// a socketpair whose writing end is then closed; the first byte picks the sink size the reader is offered. The
+// same bytes then go to a RespParser directly in pieces of 1 to 16 bytes (the first byte again), as io_uring may
+// deliver them: a line, a length or a value split anywhere.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
