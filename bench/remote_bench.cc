@@ -61,14 +61,18 @@ absl::StatusOr<std::vector<double>> ClientAloneGbps(const std::string& endpoints
   options.endpoints = absl::StrSplit(endpoints, ',');
   options.use_io_uring = use_io_uring;
   CAKE_ASSIGN_OR_RETURN(auto client, RedisClusterClient::Open(options));
-  auto key = [](uint32_t chunk, uint32_t part) { return absl::StrCat("cake-bench-alone:{", chunk, "}:", part); };
+  // A command on part p of chunk c: the chunk number is the hash tag, so a chunk's parts share a master.
+  auto command = [](const char* verb, uint32_t c, uint32_t p) {
+    RedisCommand cmd;
+    cmd.verb = verb;
+    cmd.key = absl::StrCat("cake-bench-alone:{", c, "}:", p);
+    return cmd;
+  };
   const std::string value(part_bytes, 'v');
   for (uint32_t c = 0; c < chunks; ++c) {
     std::vector<RedisCommand> sets;
     for (uint32_t p = 0; p < parts_per_chunk; ++p) {
-      RedisCommand set;
-      set.verb = "SET";
-      set.key = key(c, p);
+      RedisCommand set = command("SET", c, p);
       set.value = std::as_bytes(std::span(value));
       set.has_value = true;
       sets.push_back(std::move(set));
@@ -82,9 +86,7 @@ absl::StatusOr<std::vector<double>> ClientAloneGbps(const std::string& endpoints
     for (uint32_t c = 0; c < chunks; ++c) {
       std::vector<RedisCommand> gets;
       for (uint32_t p = 0; p < parts_per_chunk; ++p) {
-        RedisCommand get;
-        get.verb = "GET";
-        get.key = key(c, p);
+        RedisCommand get = command("GET", c, p);
         get.sink = std::span(chunk).subspan(p * part_bytes, part_bytes);
         gets.push_back(std::move(get));
       }
@@ -98,12 +100,7 @@ absl::StatusOr<std::vector<double>> ClientAloneGbps(const std::string& endpoints
   }
   std::vector<RedisCommand> dels;
   for (uint32_t c = 0; c < chunks; ++c) {
-    for (uint32_t p = 0; p < parts_per_chunk; ++p) {
-      RedisCommand del;
-      del.verb = "DEL";
-      del.key = key(c, p);
-      dels.push_back(std::move(del));
-    }
+    for (uint32_t p = 0; p < parts_per_chunk; ++p) dels.push_back(command("DEL", c, p));
   }
   (void)client->Execute(dels);
   return gbps;

@@ -76,6 +76,33 @@ size_t Total(const std::vector<iovec>& pieces) {
   return n;
 }
 
+const std::string kPing = "*1\r\n$4\r\nPING\r\n";
+
+// An exchange that sends request (which must outlive it) and awaits one reply into parser.
+SocketExchange OneReplyExchange(int fd, const std::string& request, RespParser& parser) {
+  parser.Expect({});
+  SocketExchange exchange;
+  exchange.fd = fd;
+  exchange.request = {{const_cast<char*>(request.data()), request.size()}};
+  exchange.parser = &parser;
+  return exchange;
+}
+
+// Nothing was left in flight by what ran before: the engine carries a PING on pair and its answer comes.
+void CheckServesAPing(SocketEngine& engine, Pair& pair) {
+  RespParser parser;
+  SocketExchange ping = OneReplyExchange(pair.client(), kPing, parser);
+  std::thread answer([&] {
+    (void)ReadExactly(pair.server(), kPing.size());
+    SendAll(pair.server(), "+PONG\r\n");
+  });
+  RunExchanges(engine, std::span(&ping, 1), 2000ms);
+  answer.join();
+  CHECK(ping.status.ok());
+  CHECK(parser.has_reply());
+  CHECK_FALSE(engine.broken());
+}
+
 }  // namespace
 
 TEST_CASE("socket engines: every exchange in flight at once, long requests sent whole, values into their sinks",
@@ -137,17 +164,11 @@ TEST_CASE("socket engines: a peer that closes, one that stalls and one that send
   auto engine = MakeEngine(name);
   Pair healthy, closing, stalling, garbage;
   std::vector<RespParser> parsers(4);
-  const std::string ping = "*1\r\n$4\r\nPING\r\n";
-  std::vector<SocketExchange> exchanges(4);
+  std::vector<SocketExchange> exchanges;
   Pair* pairs[4] = {&healthy, &closing, &stalling, &garbage};
-  for (int i = 0; i < 4; ++i) {
-    exchanges[i].fd = pairs[i]->client();
-    exchanges[i].request = {{const_cast<char*>(ping.data()), ping.size()}};
-    exchanges[i].parser = &parsers[i];
-    parsers[i].Expect({});
-  }
+  for (int i = 0; i < 4; ++i) exchanges.push_back(OneReplyExchange(pairs[i]->client(), kPing, parsers[i]));
   std::thread peers([&] {
-    for (Pair* p : pairs) (void)ReadExactly(p->server(), ping.size());
+    for (Pair* p : pairs) (void)ReadExactly(p->server(), kPing.size());
     SendAll(garbage.server(), "?what\r\n");
     SendAll(closing.server(), "+PO");  // half a reply, then gone
     closing.CloseServer();
@@ -169,21 +190,7 @@ TEST_CASE("socket engines: a peer that closes, one that stalls and one that send
   CHECK(took < 5s);  // bounded by the idle timeout, not by the stalled peer
 
   // Nothing was left in flight: the engine serves the next call, on the stalled connection too.
-  RespParser parser;
-  parser.Expect({});
-  SocketExchange again;
-  again.fd = stalling.client();
-  again.request = {{const_cast<char*>(ping.data()), ping.size()}};
-  again.parser = &parser;
-  std::thread answer([&] {
-    (void)ReadExactly(stalling.server(), ping.size());
-    SendAll(stalling.server(), "+PONG\r\n");
-  });
-  RunExchanges(*engine, std::span(&again, 1), 2000ms);
-  answer.join();
-  CHECK(again.status.ok());
-  CHECK(parser.has_reply());
-  CHECK_FALSE(engine->broken());
+  CheckServesAPing(*engine, stalling);
 }
 
 TEST_CASE("socket engines: a peer that never reads a long request times out, its send cancelled", "[socket][hostile]") {
@@ -192,11 +199,7 @@ TEST_CASE("socket engines: a peer that never reads a long request times out, its
   Pair deaf;
   const std::string request = testing::TestText(5, 16 << 20);  // far more than the socket buffers hold
   RespParser parser;
-  parser.Expect({});
-  SocketExchange exchange;
-  exchange.fd = deaf.client();
-  exchange.request = {{const_cast<char*>(request.data()), request.size()}};
-  exchange.parser = &parser;
+  SocketExchange exchange = OneReplyExchange(deaf.client(), request, parser);
   const auto start = std::chrono::steady_clock::now();
   RunExchanges(*engine, std::span(&exchange, 1), 200ms);
   INFO(name);
@@ -206,20 +209,7 @@ TEST_CASE("socket engines: a peer that never reads a long request times out, its
 
   // The cancelled send left nothing behind: the engine serves another connection.
   Pair other;
-  const std::string ping = "*1\r\n$4\r\nPING\r\n";
-  RespParser other_parser;
-  other_parser.Expect({});
-  SocketExchange next;
-  next.fd = other.client();
-  next.request = {{const_cast<char*>(ping.data()), ping.size()}};
-  next.parser = &other_parser;
-  std::thread answer([&] {
-    (void)ReadExactly(other.server(), ping.size());
-    SendAll(other.server(), "+PONG\r\n");
-  });
-  RunExchanges(*engine, std::span(&next, 1), 2000ms);
-  answer.join();
-  CHECK(next.status.ok());
+  CheckServesAPing(*engine, other);
 }
 
 TEST_CASE("socket engines: an exchange with nothing to send or await is done at once", "[socket]") {
