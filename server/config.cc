@@ -325,6 +325,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   disk.Word("io_backend", &c.disk_io_backend, ParseIoBackendOption);
   disk.Bool("allow_buffered", &c.disk_allow_buffered);
   disk.Unsigned("recovery_threads", &c.disk_recovery_threads, 1, 1024);
+  disk.Unsigned("index_checkpoint_ms", &c.disk_index_checkpoint_ms, 0, 86400000);
   disk.Double("read_gbps", &c.disk_read_gbps, 0, 1e6);
   TableReader remote(root, "remote");
   remote.StringList("endpoints", &c.remote_endpoints);
@@ -555,6 +556,7 @@ std::string FormatConfig(const DaemonConfig& c) {
                                   {"io_backend", IoBackendWord(c.disk_io_backend)},
                                   {"allow_buffered", c.disk_allow_buffered},
                                   {"recovery_threads", static_cast<int64_t>(c.disk_recovery_threads)},
+                                  {"index_checkpoint_ms", static_cast<int64_t>(c.disk_index_checkpoint_ms)},
                                   {"read_gbps", c.disk_read_gbps}});
   root.insert("remote", toml::table{{"endpoints", Array(c.remote_endpoints)},
                                     {"user", c.remote_user},

@@ -75,6 +75,7 @@ struct DaemonConfig {
   bool disk_allow_buffered = false;      // accept a filesystem without O_DIRECT (page cache in the way)
   double disk_read_gbps = 0;             // 0: not throttled
   uint32_t disk_recovery_threads = 32;   // header reads in flight while the index is rebuilt after a crash
+  uint32_t disk_index_checkpoint_ms = 60000;  // the index also written this often while chunks arrive; 0: at stop only
   // [remote] Redis (standalone or cluster), shared by daemons on many machines
   std::vector<std::string> remote_endpoints;  // "host:port"; empty: no remote tier
   std::string remote_user;                    // ACL user (empty: AUTH with the password alone)

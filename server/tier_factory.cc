@@ -49,6 +49,7 @@ absl::Status AddTiersFromConfig(const DaemonConfig& config, bool page_lock_dram,
     disk.io_backend = config.disk_io_backend;
     disk.allow_buffered = config.disk_allow_buffered;
     disk.recovery_threads = config.disk_recovery_threads;
+    disk.index_checkpoint_interval = std::chrono::milliseconds(config.disk_index_checkpoint_ms);
     CAKE_ASSIGN_OR_RETURN(std::unique_ptr<Tier> disk_tier, DiskTier::Open(disk));
     if (config.disk_read_gbps > 0) {
       disk_tier = std::make_unique<ThrottledTier>(std::move(disk_tier), config.disk_read_gbps);

@@ -156,6 +156,10 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const Options& options)
 
   std::unique_ptr<DiskTier> tier(new DiskTier(options, backend, direct_io, std::move(first_engine)));
   CAKE_RETURN_IF_ERROR(tier->Recover(options.recovery_threads));
+  if (options.index_checkpoint_interval.count() > 0) {
+    DiskTier* raw = tier.get();
+    tier->checkpointer_ = std::jthread([raw](std::stop_token stop) { raw->CheckpointLoop(std::move(stop)); });
+  }
   const RecoveryStats& r = tier->recovery_;
   spdlog::info(
       "disk tier at {}: {} backend, queue depth {}, {}; recovered {} chunks ({} bytes) in {:.1f} ms; removed {} "
@@ -176,13 +180,25 @@ DiskTier::DiskTier(const Options& options, IoBackend backend, bool direct_io, st
       queue_depth_(options.queue_depth),
       backend_(backend),
       direct_io_(direct_io),
-      engine_factory_(options.engine_factory ? options.engine_factory : IoEngineFactory(MakeIoEngine)) {
+      engine_factory_(options.engine_factory ? options.engine_factory : IoEngineFactory(MakeIoEngine)),
+      index_checkpoint_interval_(options.index_checkpoint_interval) {
   idle_readers_.push_back(Reader{AlignedBuffer(), std::move(first_engine)});
 }
 
 DiskTier::~DiskTier() {
+  if (checkpointer_.joinable()) {
+    checkpointer_.request_stop();
+    checkpointer_.join();
+  }
   // Nothing reads or writes any more (the tier is going), so the index is exactly what the folder holds.
   if (!write_index_at_close_) return;
+  if (absl::Status written = WriteIndex(); !written.ok()) {
+    spdlog::warn("disk tier at {}: could not write the clean-stop index ({}); the next start reads every chunk header",
+                 root_.string(), std::string(written.message()));
+  }
+}
+
+absl::Status DiskTier::WriteIndex() {
   std::vector<IndexedChunk> entries;
   {
     MutexLock lock(&mu_);
@@ -190,10 +206,34 @@ DiskTier::~DiskTier() {
     index_.ForEachLeastRecentFirst(
         [&](const ChunkKey& key, const Entry& entry) { entries.push_back(IndexedChunk{key, entry.bytes}); });
   }
-  const fs::path layout = root_ / std::string(kChunkLayoutFolder);
-  if (absl::Status written = WriteCleanStopIndex(layout, entries); !written.ok()) {
-    spdlog::warn("disk tier at {}: could not write the clean-stop index ({}); the next start reads every chunk header",
-                 root_.string(), std::string(written.message()));
+  return WriteCleanStopIndex(root_ / std::string(kChunkLayoutFolder), entries);
+}
+
+// A checkpoint is as safe to trust as a clean stop's index: a file enters the index only after its data was
+// synced and it was renamed into place, so a name the checkpoint lists is either a whole file or gone (a start
+// drops names without a file, and reads files it does not name header by header); every read checks the
+// header, key, length and payload checksum anyway.
+void DiskTier::CheckpointLoop(std::stop_token stop) {
+  uint64_t checkpointed = 0;
+  bool due = recovery_.chunks_recovered > 0;
+  while (!stop.stop_requested()) {
+    uint64_t added;
+    {
+      MutexLock lock(&mu_);
+      added = chunks_added_;
+    }
+    if (due || added != checkpointed) {
+      if (absl::Status written = WriteIndex(); written.ok()) {
+        ++index_checkpoints_;
+      } else {
+        spdlog::warn("disk tier at {}: could not write an index checkpoint ({}); a crash now reads every header",
+                     root_.string(), std::string(written.message()));
+      }
+      checkpointed = added;
+      due = false;
+    }
+    std::unique_lock lock(checkpoint_wait_mu_);
+    checkpoint_wake_.wait_for(lock, stop, index_checkpoint_interval_, [] { return false; });
   }
 }
 
@@ -650,6 +690,7 @@ absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src
     }
     generation = *index_.Insert(key, Entry{src.size()});  // absent: checked above, under the same lock
     used_bytes_ += footprint;
+    ++chunks_added_;
   }
 
   if (absl::Status synced = SyncFolder(folder); !synced.ok()) {

@@ -38,18 +38,31 @@ TEST_CASE("the disk tier keeps the cache across a restart, from its clean-stop i
   const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
   const auto tokens = Tokens(64 * 12);
   const fs::path index = fs::path(root.path) / "v1" / "clean-stop.index";
+  // Checkpoints off, then every 100 ms: the same root both ways.
+  TempDir config_dir;
+  const std::string no_checkpoints =
+      WriteFile(config_dir.path, "no-checkpoints.toml", "[disk]\nindex_checkpoint_ms = 0\n");
+  const std::string checkpoints = WriteFile(config_dir.path, "checkpoints.toml", "[disk]\nindex_checkpoint_ms = 100\n");
   {
-    auto daemon = StartDaemon({"--disk-root", root.path});
+    auto daemon = StartDaemon({"--config", checkpoints, "--disk-root", root.path});
     auto client = Connect(daemon);
     StorePrompt(*client, ns, tokens, 31, 12, chunk_bytes);
     REQUIRE(Eventually([&] { return Counter(*client, "tier_disk_chunks") == 12; }));
-    CHECK_FALSE(fs::exists(index));
+    // The checkpoint thread writes the index once chunks arrive: a crash (SIGKILL) after it loses no header read.
+    REQUIRE(Eventually([&] { return fs::exists(index); }));
+    daemon.Kill();
+  }
+  {
+    auto daemon = StartDaemon({"--config", no_checkpoints, "--disk-root", root.path});
+    CHECK(daemon.log().find("recovered 12 chunks") != std::string::npos);
+    CHECK(daemon.log().find("12 from the clean-stop index") != std::string::npos);
     CHECK(daemon.Stop() == 0);
     CHECK(fs::exists(index));
   }
   {
-    // A clean stop's index is read, and gone before the daemon serves: a crash from here leaves none.
-    auto daemon = StartDaemon({"--disk-root", root.path});
+    // A clean stop's index is read, and gone before the daemon serves: without checkpoints a crash from here
+    // leaves none.
+    auto daemon = StartDaemon({"--config", no_checkpoints, "--disk-root", root.path});
     CHECK(daemon.log().find("recovered 12 chunks") != std::string::npos);
     CHECK(daemon.log().find("12 from the clean-stop index") != std::string::npos);
     CHECK_FALSE(fs::exists(index));

@@ -27,6 +27,7 @@ namespace cake {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::Eventually;
 using testing::FaultyEngineFactory;
 using testing::IoFault;
 using testing::IoFaultControl;
@@ -42,6 +43,7 @@ DiskTier::Options OptionsFor(const fs::path& root, uint64_t capacity = 64 * kMiB
   o.root = root;
   o.capacity_bytes = capacity;
   o.io_backend = backend;
+  o.index_checkpoint_interval = std::chrono::milliseconds(0);  // the checkpoint tests turn it on
   return o;
 }
 
@@ -370,6 +372,56 @@ TEST_CASE("disk tier after a clean stop: the index it left replaces the header r
     REQUIRE(tier->Read(TestKey(i), out).ok());
     CHECK(out == TestValue(i, out.size()));
   }
+}
+
+TEST_CASE("disk tier index checkpoints: a crash reads only the headers of chunks written since the last one",
+          "[disk]") {
+  TempDir dir;
+  const fs::path index = dir.path() / "v1" / std::string(kCleanStopIndexName);
+  DiskTier::Options options = OptionsFor(dir.path());
+  options.index_checkpoint_interval = std::chrono::milliseconds(20);
+  std::vector<std::byte> checkpoint;
+  {
+    auto tier = MustOpen(options);
+    CHECK_FALSE(fs::exists(index));  // nothing recovered, nothing written: no checkpoint yet
+    for (uint32_t i = 0; i < 6; ++i) REQUIRE(tier->Write(TestKey(i), TestValue(i, 7000 + i)).ok());
+    const auto checkpoint_lists = [&](size_t chunks) {
+      if (!fs::exists(index)) return false;
+      absl::StatusOr<std::vector<IndexedChunk>> listed = ParseCleanStopIndex(ReadFileBytes(index));
+      return listed.ok() && listed->size() == chunks;
+    };
+    REQUIRE(Eventually([&] { return checkpoint_lists(6); }));
+    checkpoint = ReadFileBytes(index);
+    // No chunk added since: the checkpoint is not rewritten, however often the thread wakes.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const uint64_t checkpoints = tier->index_checkpoints();
+    CHECK(checkpoints >= 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    CHECK(tier->index_checkpoints() == checkpoints);
+    // After the checkpoint: two more chunks, and one it names removed.
+    for (uint32_t i = 6; i < 8; ++i) REQUIRE(tier->Write(TestKey(i), TestValue(i, 7000 + i)).ok());
+    REQUIRE(tier->Remove(TestKey(0)).ok());
+  }
+  // A crash at that moment leaves the checkpoint as the last index (the close wrote a newer one: put it back).
+  WriteFileBytes(index, checkpoint);
+  options.index_checkpoint_interval = std::chrono::hours(1);
+  auto tier = MustOpen(options);
+  CHECK(tier->recovery().clean_stop_index_used);
+  CHECK(tier->recovery().chunks_trusted_from_index == 5);   // named and there
+  CHECK(tier->recovery().index_entries_without_file == 1);  // named, removed after it: dropped
+  CHECK(tier->recovery().chunks_recovered == 7);            // the two newer ones by their headers
+  CHECK_FALSE(tier->Contains(TestKey(0)));
+  for (uint32_t i = 1; i < 8; ++i) {
+    std::vector<std::byte> out(7000 + i);
+    REQUIRE(tier->Read(TestKey(i), out).ok());
+    CHECK(out == TestValue(i, out.size()));
+  }
+  // The start took the index away; having recovered chunks, it writes a new one at once rather than leaving a
+  // crash in the next interval to read every header.
+  REQUIRE(Eventually([&] { return tier->index_checkpoints() == 1 && fs::exists(index); }));
+  absl::StatusOr<std::vector<IndexedChunk>> listed = ParseCleanStopIndex(ReadFileBytes(index));
+  REQUIRE(listed.ok());
+  CHECK(listed->size() == 7);
 }
 
 TEST_CASE("disk tier after a clean stop: files damaged while it was down are caught at their first read", "[disk]") {

@@ -19,18 +19,9 @@ namespace cake {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::Eventually;
 using testing::TestKey;
 using testing::TestValue;
-
-// Polls a condition that another thread makes true; real time bounds it only so a bug fails instead of hanging.
-bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 5s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(200us);
-  }
-  return true;
-}
 
 // Runs one blocking call on its own thread so the test can watch whether it returned.
 class Background {

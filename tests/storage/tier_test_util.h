@@ -3,11 +3,14 @@
 
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "storage/namespace.h"
@@ -35,6 +38,16 @@ inline std::vector<std::byte> TestValue(uint32_t i, size_t bytes) {
 inline std::string TestText(uint32_t i, size_t bytes) {
   const std::vector<std::byte> v = TestValue(i, bytes);
   return std::string(reinterpret_cast<const char*>(v.data()), v.size());
+}
+
+// Polls a condition that another thread makes true; real time bounds it only so a bug fails instead of hanging.
+inline bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
 }
 
 // A fresh folder under /tmp (ext4 here, so O_DIRECT works), removed with everything in it at scope exit.
