@@ -1,7 +1,9 @@
 // The disk tier's clean-stop index: the whole in-memory index (every chunk's key and payload length, least
 // recently used first) written as one file when the tier closes, so the next start reads one small file instead
-// of one header per chunk file. It is removed as soon as a start has read it, before the tier serves anything:
-// a daemon that crashes leaves none, and its successor rebuilds from the headers as before. Trusting it costs
+// of one header per chunk file. It is removed as soon as a start has read it, before the tier serves anything,
+// and the disk tier's checkpoint thread writes it again while it runs (disk_tier.h, index_checkpoint_interval):
+// a daemon that crashes leaves its last checkpoint, and its successor reads the headers of only the files the
+// checkpoint does not name. Trusting it costs
 // nothing in safety, because every read checks the chunk file's header, key, length and payload checksum anyway
 // (a file damaged while the daemon was down is caught at its first read and becomes a computed chunk).
 //
