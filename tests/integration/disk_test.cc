@@ -38,7 +38,7 @@ TEST_CASE("the disk tier keeps the cache across a restart, from its clean-stop i
   const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
   const auto tokens = Tokens(64 * 12);
   const fs::path index = fs::path(root.path) / "v1" / "clean-stop.index";
-  // Checkpoints off, then every 100 ms: the same root both ways.
+  // Checkpoints every 100 ms first, then off: the same root both ways.
   TempDir config_dir;
   const std::string no_checkpoints =
       WriteFile(config_dir.path, "no-checkpoints.toml", "[disk]\nindex_checkpoint_ms = 0\n");
