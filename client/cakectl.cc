@@ -1,8 +1,10 @@
 // cakectl: the operator's command line for a running caked.
 //
 // Exit status: 0 done; 1 the daemon refused or failed the call (its message on stderr), health is NOT_SERVING, or
-// verify found bad chunks; 2 bad usage; 3 no daemon answers (not running, wrong socket or address, or unreachable).
+// verify found bad chunks; 2 bad usage; 3 no daemon answers (not running, wrong socket or address, or unreachable),
+// or the only socket found was refused as unsafe (a folder another user controls).
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -71,7 +73,9 @@ int main(int argc, char** argv) {
   CLI::App app{"cakectl: inspect and manage a running caked"};
   app.set_version_flag("--version", std::string("cakectl ") + CAKE_VERSION);
   std::string socket;
-  app.add_option("--socket", socket, "the daemon's unix socket (default: $CAKE_SOCKET, then the usual places)");
+  app.add_option("--socket", socket,
+                 "the daemon's unix socket, used as given (default: $CAKE_SOCKET, also as given; else your own "
+                 "daemon's socket when its folder is safely yours, else the system daemon's)");
   cake::ClientOptions options;
   app.add_option("--address", options.address, "the daemon's TCP listener, host:port, instead of the socket");
   app.add_option("--tls-ca", options.tls_ca_file, "TCP: the CA that signed the daemon's certificate (PEM)");
@@ -124,6 +128,17 @@ int main(int argc, char** argv) {
 
   options.socket_path = socket;
   options.client_id = "cakectl";
+  const char* env_socket = std::getenv("CAKE_SOCKET");
+  if (options.socket_path.empty() && options.address.empty() && (env_socket == nullptr || *env_socket == '\0')) {
+    // Connect would choose the same way; choosing here as well lets an operator see a refused socket (a squatted
+    // /tmp/cake-<uid>) even when the system daemon answers in its place.
+    if (auto choice = cake::ChooseDaemonSocket(cake::DefaultSocketCandidates()); choice.ok()) {
+      for (const std::string& skipped : choice->skipped) {
+        std::fprintf(stderr, "cakectl: warning: %s\n", skipped.c_str());
+      }
+      options.socket_path = choice->path;
+    }
+  }
   auto client = cake::Client::Connect(options);
   if (!client.ok()) {
     std::fprintf(stderr, "cakectl: %s\n", std::string(client.status().message()).c_str());

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <mutex>
@@ -14,6 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/socket_folder.h"
 #include "base/status_macros.h"
 #include "cake/v1/admin.grpc.pb.h"
 #include "cake/v1/kv.grpc.pb.h"
@@ -528,21 +531,87 @@ class GrpcClient final : public Client {
   std::thread renewer_;  // started with the first region
 };
 
+constexpr char kSystemSocket[] = "/run/cake/caked.sock";
+constexpr auto kConnectWait = std::chrono::seconds(5);
+
+constexpr std::string_view kOwnSocketRemedy =
+    "not used, since whoever controls it could pose as your daemon and receive your prompts: have it removed (by "
+    "its owner or root) before starting your caked, or point CAKE_SOCKET or --socket at your daemon's socket";
+constexpr std::string_view kSystemSocketRemedy =
+    "not used: ask the administrator to check caked.service, or point CAKE_SOCKET or --socket at your daemon's socket";
+
+// This user's own daemon's socket: OK to use, NOT_FOUND (no daemon of this user there), or FAILED_PRECONDITION
+// (refused by the folder rule, or not a socket). The rule is the daemon's own (base/socket_folder.h): a folder the
+// daemon would refuse to serve in is one another user could have made.
+absl::Status JudgeOwnSocket(const std::string& path) {
+  CAKE_RETURN_IF_ERROR(CheckSocketFolder(std::filesystem::path(path).parent_path().string(), kOwnSocketRemedy));
+  absl::Status file = CheckSocketFile(path, kOwnSocketRemedy);
+  return absl::IsNotFound(file) ? absl::NotFoundError("no socket there") : file;
+}
+
+// The system daemon's socket: only that it is a socket. Its folder (/run/cake) belongs to the unit's user, not to
+// this one, and only root can create entries in /run, so no other user can have put it there.
+absl::Status JudgeSystemSocket(const std::string& path) {
+  absl::Status file = CheckSocketFile(path, kSystemSocketRemedy);
+  return absl::IsNotFound(file) ? absl::NotFoundError("no socket there") : file;
+}
+
 }  // namespace
 
+DaemonSocketCandidates DefaultSocketCandidates() {
+  DaemonSocketCandidates candidates;
+  candidates.system = kSystemSocket;
+  if (geteuid() == 0) return candidates;  // root's daemon is the system one
+  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg != '\0') {
+    candidates.own = absl::StrCat(xdg, "/cake/caked.sock");
+  } else {
+    candidates.own = absl::StrCat("/tmp/cake-", geteuid(), "/caked.sock");
+  }
+  return candidates;
+}
+
+absl::StatusOr<DaemonSocketChoice> ChooseDaemonSocket(const DaemonSocketCandidates& candidates) {
+  std::vector<std::string> reasons;  // every candidate not used, and why
+  DaemonSocketChoice choice;
+  // Whether a candidate is usable; records why not.
+  auto usable = [&](const std::string& path, const absl::Status& verdict) {
+    if (verdict.ok()) return true;
+    std::string reason = absl::StrCat(path, ": ", verdict.message());
+    if (!absl::IsNotFound(verdict)) choice.skipped.push_back(reason);
+    reasons.push_back(std::move(reason));
+    return false;
+  };
+  // This user's own daemon first (it wins over the system one), the system daemon when the own one is absent or
+  // fails the rule.
+  if (!candidates.own.empty() && usable(candidates.own, JudgeOwnSocket(candidates.own))) {
+    choice.path = candidates.own;
+    return choice;
+  }
+  if (!candidates.system.empty() && usable(candidates.system, JudgeSystemSocket(candidates.system))) {
+    choice.path = candidates.system;
+    return choice;
+  }
+  if (reasons.empty()) return absl::UnavailableError("no daemon answers: no socket to look for");
+  if (!choice.skipped.empty()) {
+    // Waiting will not help: someone has to remove or fix what was refused.
+    return absl::FailedPreconditionError(
+        absl::StrCat("no usable daemon socket. ", absl::StrJoin(reasons, ". "), "."));
+  }
+  return absl::UnavailableError(absl::StrCat("no daemon answers: ", absl::StrJoin(reasons, "; "),
+                                             " (is caked running? or point CAKE_SOCKET or --socket at its socket)"));
+}
+
 std::string DefaultSocketPath() {
+  // An explicit socket is the user's choice and is taken as given, unchecked, as ClientOptions::socket_path is.
   if (const char* explicit_path = std::getenv("CAKE_SOCKET"); explicit_path != nullptr && *explicit_path != '\0') {
     return explicit_path;
   }
-  constexpr const char* kSystemSocket = "/run/cake/caked.sock";
-  if (geteuid() == 0) return kSystemSocket;
-  std::string own = absl::StrCat("/tmp/cake-", geteuid(), "/caked.sock");
-  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg != '\0') {
-    own = absl::StrCat(xdg, "/cake/caked.sock");
-  }
-  // This user's own daemon when its socket exists, else the system daemon (systemd's, which serves its group).
-  if (access(own.c_str(), F_OK) != 0 && access(kSystemSocket, F_OK) == 0) return kSystemSocket;
-  return own;
+  const DaemonSocketCandidates candidates = DefaultSocketCandidates();
+  absl::StatusOr<DaemonSocketChoice> choice = ChooseDaemonSocket(candidates);
+  if (choice.ok()) return choice->path;
+  // Nothing there at all: where this user's daemon would listen, as before. A refused path is never handed out.
+  if (absl::IsUnavailable(choice.status()) && !candidates.own.empty()) return candidates.own;
+  return candidates.system;
 }
 
 namespace {
@@ -579,10 +648,28 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TcpChannelCredentials(
   return credentials;
 }
 
+// The socket when the options name none. $CAKE_SOCKET is the user's choice and taken as given. Otherwise the
+// candidates by the folder rule; while no socket exists at all (a daemon starting alongside this engine), looks again
+// until `deadline`, the same wait Connect gives a daemon that has not yet started listening.
+absl::StatusOr<std::string> FindDaemonSocket(std::chrono::system_clock::time_point deadline) {
+  if (const char* explicit_path = std::getenv("CAKE_SOCKET"); explicit_path != nullptr && *explicit_path != '\0') {
+    return std::string(explicit_path);
+  }
+  for (;;) {
+    absl::StatusOr<DaemonSocketChoice> choice = ChooseDaemonSocket(DefaultSocketCandidates());
+    if (choice.ok()) return std::move(choice->path);
+    if (!absl::IsUnavailable(choice.status()) || std::chrono::system_clock::now() >= deadline) return choice.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
-  if (options.socket_path.empty() && options.address.empty()) options.socket_path = DefaultSocketPath();
+  const auto deadline = std::chrono::system_clock::now() + kConnectWait;
+  if (options.socket_path.empty() && options.address.empty()) {
+    CAKE_ASSIGN_OR_RETURN(options.socket_path, FindDaemonSocket(deadline));
+  }
   if (options.client_id.empty()) {
     char host[256] = "host";
     gethostname(host, sizeof(host) - 1);
@@ -598,7 +685,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     CAKE_ASSIGN_OR_RETURN(credentials, TcpChannelCredentials(options));
   }
   auto channel = grpc::CreateCustomChannel(target, credentials, args);
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5))) {
+  if (!channel->WaitForConnected(deadline)) {
     return absl::UnavailableError(absl::StrCat("no daemon answers on ", target,
                                                " (is caked running? is the address right? for TLS: do the "
                                                "certificates match?)"));

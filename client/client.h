@@ -28,7 +28,9 @@ struct ClientOptions {
   // The usual case: a unix socket and a client id.
   ClientOptions(std::string socket, std::string id) : socket_path(std::move(socket)), client_id(std::move(id)) {}
 
-  std::string socket_path;  // default: the daemon's default socket for this user
+  // Used as given, unchecked: naming a socket is this user's choice. Empty: $CAKE_SOCKET when set (also as given),
+  // else ChooseDaemonSocket(DefaultSocketCandidates()).
+  std::string socket_path;
   std::string client_id;    // default: "<hostname>-<pid>"
   // An engine or operator on another host: the daemon's TCP listener ("host:port") instead of the socket, with
   // TLS (tls_ca_file: the CA that signed the daemon's certificate), and either a client certificate
@@ -40,9 +42,35 @@ struct ClientOptions {
   std::string token_file;
 };
 
-// Where clients look for the daemon: $CAKE_SOCKET when set; root: /run/cake/caked.sock; another user: its own
-// daemon's socket ($XDG_RUNTIME_DIR/cake/caked.sock, else /tmp/cake-<uid>/caked.sock) when it exists, else the system
-// daemon's /run/cake/caked.sock when that exists, else its own path.
+// The sockets a client looks at, in order, when neither ClientOptions::socket_path nor $CAKE_SOCKET names one.
+struct DaemonSocketCandidates {
+  // This user's own daemon (empty for root, whose daemon is the system one): $XDG_RUNTIME_DIR/cake/caked.sock, else
+  // /tmp/cake-<uid>/caked.sock. Used only when its folder passes the daemon's rule (base/socket_folder.h) and it is
+  // a socket: a folder in /tmp may have been made by another user, who would then receive the prompts.
+  std::string own;
+  // The system daemon's socket (/run/cake/caked.sock): used when it is a socket. Its folder belongs to the unit's
+  // user, not to the caller, and lies where only root can create entries (/run).
+  std::string system;
+};
+
+// The candidates for this process: by its effective uid and $XDG_RUNTIME_DIR, as the daemon picks its own socket.
+DaemonSocketCandidates DefaultSocketCandidates();
+
+struct DaemonSocketChoice {
+  std::string path;
+  // Candidates passed over because they failed the rule, each as "<path>: <why and what to do>": a tool shows them
+  // as warnings (a squatted /tmp/cake-<uid> is worth knowing about even when the system daemon answered).
+  std::vector<std::string> skipped;
+};
+
+// The socket to connect to: the own candidate when it passes the rule, else the system one. When neither is usable:
+// FAILED_PRECONDITION when one was refused by the rule, UNAVAILABLE when there is simply no socket; the message names
+// each candidate and why it was not used.
+absl::StatusOr<DaemonSocketChoice> ChooseDaemonSocket(const DaemonSocketCandidates& candidates);
+
+// Where clients look for the daemon, for display: $CAKE_SOCKET when set (taken as given), else
+// ChooseDaemonSocket(DefaultSocketCandidates())'s path. When nothing is usable: this user's own path if no socket
+// exists at all (where its daemon would listen), else the system daemon's path (never a refused one).
 std::string DefaultSocketPath();
 
 // A region the daemon created for this client, mapped into this process: host shared memory, or device memory

@@ -1,7 +1,10 @@
 #include "scheduler/io_pool.h"
 
 #include <algorithm>
+#include <exception>
 #include <tuple>
+
+#include "spdlog/spdlog.h"
 
 namespace cake {
 
@@ -117,7 +120,18 @@ void IoPool::Run() {
       if (queued_ == 0) return;
       task = TakeLocked();
     }
-    task();
+    // A task that throws (out of memory, or out of descriptors in a library that throws) must not take the daemon
+    // down with it: the request it served fails, everyone else is served. Tasks that answer a caller catch their own
+    // exceptions first and answer with a status; this is the last line.
+    try {
+      task();
+    } catch (const std::exception& e) {
+      failed_tasks_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::error("a background task failed with an exception and was dropped: {}", e.what());
+    } catch (...) {
+      failed_tasks_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::error("a background task failed with an unknown exception and was dropped");
+    }
   }
 }
 

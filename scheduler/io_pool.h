@@ -57,6 +57,8 @@ class IoPool {
   bool TrySubmit(const std::shared_ptr<IoGroup>& group, std::function<void()> task);
   size_t queued() const;
   ArbiterPolicy policy() const { return policy_; }
+  // Tasks that ended with an exception (logged and dropped; the thread serves on).
+  uint64_t failed_tasks() const { return failed_tasks_.load(std::memory_order_relaxed); }
 
  private:
   void Run();
@@ -74,6 +76,7 @@ class IoPool {
   uint64_t next_arrival_ = 1;
   uint64_t serve_clock_ = 0;
   bool stopping_ = false;
+  std::atomic<uint64_t> failed_tasks_{0};
   std::vector<std::thread> threads_;
 };
 

@@ -285,12 +285,17 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   server.Unsigned("transport_memory_bytes", &c.transport_memory_bytes, 2 << 20, uint64_t{1} << 40);
   server.Double("shutdown_grace_s", &c.shutdown_grace_s, 0, 3600);
   server.String("log_level", &c.log_level);
+  server.Unsigned("max_connections", &c.max_connections, 1, 1 << 20);
+  server.Unsigned("max_connections_per_peer", &c.max_connections_per_peer, 1, 1 << 20);
+  server.Unsigned("connection_idle_timeout_ms", &c.connection_idle_timeout_ms, 100, 86400000);
+  server.Unsigned("max_streams_per_connection", &c.max_streams_per_connection, 1, 1 << 16);
   TableReader tcp(root, "tcp");
   tcp.String("listen", &c.tcp_listen);
   tcp.String("tls_cert_file", &c.tls_cert_file);
   tcp.String("tls_key_file", &c.tls_key_file);
   tcp.String("tls_client_ca_file", &c.tls_client_ca_file);
   tcp.Unsigned("tls_reload_s", &c.tls_reload_s, 1, 86400);
+  tcp.Unsigned("handshake_timeout_ms", &c.handshake_timeout_ms, 100, 600000);
   tcp.Bool("allow_plaintext_loopback", &c.tcp_allow_plaintext_loopback);
   TableReader metrics(root, "metrics");
   metrics.String("listen", &c.metrics_listen);
@@ -403,6 +408,11 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
         "server.transport_memory_bytes (", c.transport_memory_bytes, ") must be at least twice server.max_message_bytes (",
         c.max_message_bytes, "): one message of the largest size must fit beside the rest of the traffic"));
   }
+  if (c.max_connections_per_peer > c.max_connections) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "server.max_connections_per_peer (", c.max_connections_per_peer, ") exceeds server.max_connections (",
+        c.max_connections, "): one peer could then hold every connection"));
+  }
   if (c.default_chunk_tokens > c.max_chunk_tokens) {
     return absl::InvalidArgumentError("limits.default_chunk_tokens exceeds limits.max_chunk_tokens");
   }
@@ -512,12 +522,17 @@ std::string FormatConfig(const DaemonConfig& c) {
                                     {"max_message_bytes", Int(c.max_message_bytes)},
                                     {"transport_memory_bytes", Int(c.transport_memory_bytes)},
                                     {"shutdown_grace_s", c.shutdown_grace_s},
-                                    {"log_level", c.log_level}});
+                                    {"log_level", c.log_level},
+                                    {"max_connections", static_cast<int64_t>(c.max_connections)},
+                                    {"max_connections_per_peer", static_cast<int64_t>(c.max_connections_per_peer)},
+                                    {"connection_idle_timeout_ms", static_cast<int64_t>(c.connection_idle_timeout_ms)},
+                                    {"max_streams_per_connection", static_cast<int64_t>(c.max_streams_per_connection)}});
   root.insert("tcp", toml::table{{"listen", c.tcp_listen},
                                  {"tls_cert_file", c.tls_cert_file},
                                  {"tls_key_file", c.tls_key_file},
                                  {"tls_client_ca_file", c.tls_client_ca_file},
                                  {"tls_reload_s", static_cast<int64_t>(c.tls_reload_s)},
+                                 {"handshake_timeout_ms", static_cast<int64_t>(c.handshake_timeout_ms)},
                                  {"allow_plaintext_loopback", c.tcp_allow_plaintext_loopback}});
   root.insert("metrics", toml::table{{"listen", c.metrics_listen},
                                      {"max_namespace_series", static_cast<int64_t>(c.metrics_max_namespace_series)}});

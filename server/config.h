@@ -34,12 +34,24 @@ struct DaemonConfig {
   uint64_t transport_memory_bytes = uint64_t{1} << 30;
   double shutdown_grace_s = 5;
   std::string log_level = "info";  // checked by ValidateConfig; spdlog parses it once, at start-up
+  // Connections served at once (unix and TCP together) and per peer (a uid on the socket, an address on TCP): one
+  // past either is closed at accept, so nobody can use up the daemon's descriptors or crowd out other peers. The
+  // total is also held below the descriptor limit caked starts with (see docs/operations.md).
+  uint32_t max_connections = 1024;
+  uint32_t max_connections_per_peer = 64;
+  // A connection with no call running for this long is closed (the client reconnects when it next calls). Long:
+  // gRPC's synchronous C++ client notices the close up to 5 s late, and a call in that window fails once.
+  uint32_t connection_idle_timeout_ms = 600000;
+  // Calls open at once on one connection: twice limits.max_concurrent_loads, so one engine channel can carry every
+  // load the daemon runs beside its lookups and stores.
+  uint32_t max_streams_per_connection = 512;
   // [tcp] engines on other hosts: TLS, inline bytes only. Empty listen: no TCP listener.
   std::string tcp_listen;              // "host:port"
   std::string tls_cert_file;           // the daemon's certificate chain (PEM)
   std::string tls_key_file;            // its private key (PEM; owner-only permissions)
   std::string tls_client_ca_file;      // set: clients must present a certificate this CA signed (mTLS)
   uint32_t tls_reload_s = 60;          // how often the certificate files are re-read (rotation without restart)
+  uint32_t handshake_timeout_ms = 5000;  // a connection that has not finished its handshake (TLS, HTTP/2) is closed
   bool tcp_allow_plaintext_loopback = false;  // tests and local tools: plaintext TCP, on a loopback address only
   // [metrics] the Prometheus endpoint. Empty listen: none. It answers anyone who can reach it, so it listens on
   // loopback unless the operator names another address.

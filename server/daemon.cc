@@ -1,6 +1,7 @@
 #include "server/daemon.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/socket_folder.h"
 #include "base/status_macros.h"
 #include "cuda/cuda_backend.h"
 #include "cake/v1/admin.grpc.pb.h"
@@ -117,25 +119,29 @@ absl::Status PrepareSocketFolder(const std::filesystem::path& dir) {
   } else if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir.string(), ": ", std::strerror(errno)));
   }
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot inspect ", dir.string(), ": ", std::strerror(errno)));
+  // The same rule the clients apply before trusting a socket they find there (base/socket_folder.h).
+  return CheckSocketFolder(dir.string(), "remove it or choose another server.run_dir");
+}
+
+// The connection cap the descriptor limit allows. The soft limit is first raised to the hard one (the unit sets
+// 65536); then the cap leaves a quarter of the descriptors (at least 64) for everything else a request may open:
+// chunk files, io_uring rings, Redis connections, a region's shared memory, the metrics endpoint's connections.
+uint32_t ConnectionCapWithinDescriptorLimit(uint32_t wanted) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return wanted;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
   }
-  const auto refuse = [&](std::string_view why) {
-    return absl::FailedPreconditionError(absl::StrCat("the socket folder ", dir.string(), " ", std::string(why),
-                                                      "; remove it or choose another server.run_dir"));
-  };
-  if (S_ISLNK(st.st_mode)) return refuse("is a symbolic link");
-  if (!S_ISDIR(st.st_mode)) return refuse("is not a folder");
-  if (st.st_uid != ::geteuid() && st.st_uid != 0) return refuse(absl::StrCat("belongs to another user (uid ", st.st_uid, ")"));
-  if (shared_parent) {
-    if (st.st_uid != ::geteuid()) return refuse(absl::StrCat("belongs to another user (uid ", st.st_uid, ")"));
-    // Writable by others is what lets them swap the socket; reading the folder only shows its name.
-    if ((st.st_mode & 022) != 0) {
-      return refuse(absl::StrCat("is open to other users (mode ", absl::StrFormat("%04o", st.st_mode & 07777), ")"));
-    }
-  }
-  return absl::OkStatus();
+  if (limit.rlim_cur == RLIM_INFINITY) return wanted;
+  const uint64_t reserve = std::max<uint64_t>(64, limit.rlim_cur / 4);
+  const uint64_t room = limit.rlim_cur > reserve + 1 ? limit.rlim_cur - reserve : 1;
+  if (wanted <= room) return wanted;
+  spdlog::warn("server.max_connections is {}, but the descriptor limit is {}: serving at most {} connections at once "
+               "(raise LimitNOFILE, or ulimit -n, to serve more)",
+               wanted, limit.rlim_cur, room);
+  return static_cast<uint32_t>(room);
 }
 
 // Whether engines may register device regions, said once in the log: a machine without a GPU or driver (or a
@@ -221,17 +227,35 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   if (!unix_listener.ok()) return unix_listener.status();
   d->unix_listener_ = std::move(*unix_listener);
   d->state_->unix_connections = d->unix_listener_.get();
+  const uint32_t max_connections = ConnectionCapWithinDescriptorLimit(config.max_connections);
+  d->connection_gate_ = std::make_unique<ConnectionGate>(
+      max_connections, std::min(config.max_connections_per_peer, max_connections));
+  d->state_->connection_gate = d->connection_gate_.get();
   // gRPC's standard health service (grpc.health.v1.Health: grpcurl, Kubernetes gRPC probes) and server reflection.
   // Both answer without the access checks: they say whether the daemon serves and what its API is, nothing more.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  int tcp_port = 0;
+  // The TCP port is accepted by the daemon too (TcpListener), so that its connections pass the same gate; gRPC
+  // runs the handshake (TLS) on what it is handed.
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> tcp_acceptor;
   if (!config.tcp_listen.empty()) {
     auto credentials = TcpCredentials(config);
     if (!credentials.ok()) return credentials.status();
-    builder.AddListeningPort(config.tcp_listen, *credentials, &tcp_port);
+    auto tcp_listener = TcpListener::Bind(config.tcp_listen);
+    if (!tcp_listener.ok()) return tcp_listener.status();
+    d->tcp_listener_ = std::move(*tcp_listener);
+    tcp_acceptor = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, *credentials);
   }
+  // What a connection may hold and for how long: calls open at once, time without a call, time to finish the
+  // handshake (TLS and HTTP/2's first SETTINGS: a peer that connects and sends nothing is closed then), and
+  // keepalive pings that find a peer that vanished without closing (a cable pulled, a host frozen).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(config.max_streams_per_connection));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, static_cast<int>(config.connection_idle_timeout_ms));
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, static_cast<int>(config.handshake_timeout_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 120000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
   builder.RegisterService(d->kv_service_.get());
   builder.RegisterService(d->admin_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
@@ -246,7 +270,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   transport_quota.Resize(config.transport_memory_bytes);
   builder.SetResourceQuota(transport_quota);
   d->server_ = builder.BuildAndStart();
-  if (d->server_ == nullptr || (!config.tcp_listen.empty() && tcp_port == 0)) {
+  if (d->server_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("could not start serving", config.tcp_listen.empty() ? "" : " on ",
                                                config.tcp_listen, " (see the gRPC error above)"));
   }
@@ -266,11 +290,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     d->state_->metrics_address = d->metrics_->address();
     spdlog::info("Prometheus metrics on http://{}/metrics", d->metrics_->address());
   }
-  d->unix_listener_->Serve(d->server_.get());
+  d->unix_listener_->Serve(d->server_.get(), d->connection_gate_.get());
+  if (d->tcp_listener_ != nullptr) {
+    d->tcp_acceptor_ = std::move(tcp_acceptor);
+    d->tcp_listener_->Serve(d->tcp_acceptor_.get(), d->connection_gate_.get());
+  }
   spdlog::info("{}", d->state_->access()->Describe());
   if (!config.tcp_listen.empty()) {
-    d->state_->tcp_port = tcp_port;
-    spdlog::info("listening on TCP {} (port {}): {}, inline bytes only", config.tcp_listen, tcp_port,
+    d->state_->tcp_port = d->tcp_listener_->port();
+    spdlog::info("listening on TCP {} (port {}): {}, inline bytes only", config.tcp_listen, d->state_->tcp_port,
                  config.tls_cert_file.empty() ? "plaintext, loopback only"
                  : config.tls_client_ca_file.empty() ? "TLS, callers name themselves with bearer tokens"
                                                       : "TLS, callers present a client certificate or a bearer token");
@@ -406,6 +434,7 @@ void Daemon::Stop() {
                state_->regions.count());
   if (state_->health != nullptr) state_->health->SetServingStatus(false);
   unix_listener_->Stop();  // no new connections; gRPC's shutdown below ends the ones it has
+  if (tcp_listener_ != nullptr) tcp_listener_->Stop();
   state_->loads.CancelAll();
   // A cancelled load's read asleep under a read cap (however small) must not hold its I/O thread past the stop.
   state_->tiers.Interrupt();
@@ -417,6 +446,8 @@ void Daemon::Stop() {
   if (const size_t left = state_->tiers.FlushWriteBack(grace); left > 0) {
     spdlog::warn("{} chunk write-backs did not finish within the grace period; those chunks stay in DRAM only", left);
   }
+  // A scrape reads the state: the endpoint stops first.
+  metrics_.reset();
   // Queued Store copies finish before the pool's threads join; then nothing references a region any more.
   state_.reset();
   unlink(socket_path_.c_str());

@@ -10,11 +10,14 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
 #include "server/config.h"
 #include "server/daemon_state.h"
 #include "server/metrics.h"
 #include "server/services.h"
+#include "server/tcp_listener.h"
 #include "server/unix_listener.h"
+#include "server/connection_gate.h"
 
 namespace cake {
 
@@ -61,7 +64,10 @@ class Daemon {
   std::unique_ptr<DaemonState> state_;
   std::unique_ptr<KvServiceImpl> kv_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
+  std::unique_ptr<ConnectionGate> connection_gate_;
   std::unique_ptr<UnixListener> unix_listener_;  // before server_: stops handing it connections first
+  std::unique_ptr<TcpListener> tcp_listener_;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> tcp_acceptor_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsEndpoint> metrics_;  // after state_: stops answering scrapes before the state goes
   bool stopped_ = false;

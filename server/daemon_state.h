@@ -22,6 +22,7 @@
 #include "server/inline_budget.h"
 #include "server/load_metrics.h"
 #include "server/region_registry.h"
+#include "server/connection_gate.h"
 #include "server/unix_listener.h"
 #include "storage/tier_manager.h"
 
@@ -135,6 +136,7 @@ struct DaemonState {
  public:
   // The unix socket's accepted connections and their peers (set once, before serving starts).
   const UnixListener* unix_connections = nullptr;
+  ConnectionGate* connection_gate = nullptr;  // every connection served; set once, at start
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   TierManager tiers;
   RegionRegistry regions;

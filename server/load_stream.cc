@@ -3,6 +3,7 @@
 #include "server/load_stream.h"
 
 #include <deque>
+#include <exception>
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
@@ -176,6 +177,15 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   absl::Status StartLocked(const v1::LoadStart& start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const DaemonConfig& config = state_.config;
     CAKE_RETURN_IF_ERROR(caller_.status());  // not an engine of this daemon: nothing of the request is read
+    // The policy may have been reloaded (SIGHUP) since the stream opened: a principal revoked since starts nothing.
+    if (caller_->policy != state_.access()) {
+      auto now = IdentifyCaller(*context_, state_);
+      if (!now.ok()) return now.status();
+      CAKE_RETURN_IF_ERROR(AccessPolicy::Require(*now, Role::kEngine, "Load"));
+      if (now->principal->name != caller_->principal->name) {
+        return absl::PermissionDeniedError("the daemon's access policy changed since this stream opened; open another");
+      }
+    }
     if (state_.draining) {
       return absl::UnavailableError("the daemon is draining and takes no new loads; compute, or try another daemon");
     }
@@ -544,7 +554,14 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       cancelled.status = absl::CancelledError("");
       return ChunkRead(chunk, std::move(cancelled), false);
     }
-    ChunkLanding::Landed landed = landing_->Land(state_.tiers, tiers_[chunk], keys_[chunk], chunk);
+    ChunkLanding::Landed landed;
+    try {
+      landed = landing_->Land(state_.tiers, tiers_[chunk], keys_[chunk], chunk);
+    } catch (const std::exception& e) {
+      // Out of memory or descriptors: the chunk is one the engine computes, like any failed read.
+      landed = ChunkLanding::Landed();
+      landed.status = absl::ResourceExhaustedError(absl::StrCat("reading the chunk threw: ", e.what()));
+    }
     const bool promote =
         landed.status.ok() && promote_ && tiers_[chunk] != TierKind::kDram && !landed.bytes().empty();
     // Inline bytes move into the message: their promotion copy is made here, first.
@@ -837,8 +854,13 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   absl::Status finish_status_ ABSL_GUARDED_BY(mu_);
 };
 
-LoadReactor::LoadReactor(grpc::CallbackServerContext* context, DaemonState& state, absl::StatusOr<Caller> caller)
-    : session_(std::make_shared<LoadSession>(this, context, state, std::move(caller))) {
+LoadReactor::LoadReactor(grpc::CallbackServerContext* context, DaemonState& state, absl::StatusOr<Caller> caller) {
+  if (!caller.ok()) {
+    // A caller the daemon refuses is told so at once: its stream must hold nothing while waiting for a Start.
+    Finish(ToGrpcStatus(caller.status()));
+    return;
+  }
+  session_ = std::make_shared<LoadSession>(this, context, state, std::move(caller));
   session_->WatchIdle();
   StartRead(&request_);
 }
@@ -852,10 +874,12 @@ void LoadReactor::OnReadDone(bool ok) {
 }
 
 void LoadReactor::OnWriteDone(bool ok) { session_->OnWriteDone(ok); }
-void LoadReactor::OnCancel() { session_->Cancel(absl::CancelledError("load cancelled")); }
+void LoadReactor::OnCancel() {
+  if (session_ != nullptr) session_->Cancel(absl::CancelledError("load cancelled"));
+}
 
 void LoadReactor::OnDone() {
-  session_->OnDone();
+  if (session_ != nullptr) session_->OnDone();
   delete this;
 }
 

@@ -1,18 +1,29 @@
 #include "server/metrics.h"
 
-#include <exception>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
 #include <limits>
+#include <thread>
 #include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "prometheus/collectable.h"
-#include "prometheus/exposer.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
 #include "server/daemon_state.h"
 #include "server/load_metrics.h"
+#include "server/tcp_listener.h"
+#include "base/unique_fd.h"
 
 namespace cake {
 namespace {
@@ -166,6 +177,15 @@ void CollectDaemon(const DaemonState& state, Families& out) {
              static_cast<double>(state.regions.total_bytes()));
   out.Single("cake_inline_bytes_held", "Bytes of inline chunk payloads waiting to be sent", MetricType::Gauge,
              static_cast<double>(state.inline_budget.held()));
+  if (ConnectionGate* gate = state.connection_gate; gate != nullptr) {
+    out.Single("cake_connections_open", "Connections served now (unix and TCP)", MetricType::Gauge, gate->open());
+    auto& connections = out.Family("cake_connections_total",
+                                   "Connections accepted, by outcome (refused: past server.max_connections or "
+                                   "server.max_connections_per_peer, closed at accept)",
+                                   MetricType::Counter);
+    Families::Add(connections, {{"outcome", "admitted"}}, static_cast<double>(gate->admitted()));
+    Families::Add(connections, {{"outcome", "refused"}}, static_cast<double>(gate->refused()));
+  }
   auto& queue = out.Family("cake_io_queue_depth", "Reads queued for an I/O thread, by pool (network: remote tier)",
                            MetricType::Gauge);
   Families::Add(queue, {{"pool", "local"}}, static_cast<double>(state.pool.queued()));
@@ -240,16 +260,118 @@ class RpcMetricsInterceptorFactory final : public grpc::experimental::ServerInte
 
 }  // namespace
 
+// The endpoint: one thread, one poll loop over every open connection, so a connection that sends nothing (or
+// slowly) holds no thread and delays no scrape. Each connection has kConnectionDeadline from accept to answer
+// and be gone; at kMaxConnections the oldest is closed to admit the newest, so idle connections can never shut
+// a scraper out (a scrape takes milliseconds; an idle connection is by then the oldest).
 struct MetricsEndpoint::Impl {
-  std::shared_ptr<DaemonCollectable> collectable;
-  std::unique_ptr<prometheus::Exposer> exposer;
+  static constexpr size_t kMaxConnections = 64;
+  static constexpr size_t kMaxRequestBytes = 8192;  // a scrape's request line and headers
+  static constexpr auto kConnectionDeadline = std::chrono::seconds(5);
+
+  struct Connection {
+    UniqueFd fd;
+    std::chrono::steady_clock::time_point deadline;
+    std::string request;
+    std::string reply;  // non-empty: the request was read, the reply is being sent
+    size_t sent = 0;
+  };
+
+  const DaemonState* state = nullptr;
+  UniqueFd listen_fd;
+  UniqueFd stop_fd;
+  std::thread thread;
+
+  void Serve() {
+    std::deque<Connection> connections;  // oldest first
+    std::vector<pollfd> fds;
+    while (true) {
+      fds.assign({{listen_fd.get(), POLLIN, 0}, {stop_fd.get(), POLLIN, 0}});
+      auto now = std::chrono::steady_clock::now();
+      auto next_deadline = now + std::chrono::hours(1);
+      for (const Connection& c : connections) {
+        fds.push_back({c.fd.get(), static_cast<short>(c.reply.empty() ? POLLIN : POLLOUT), 0});
+        next_deadline = std::min(next_deadline, c.deadline);
+      }
+      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - now).count() + 1;
+      if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait, 0))) < 0 && errno != EINTR) {
+        ::poll(nullptr, 0, 50);
+        continue;
+      }
+      if (fds[1].revents != 0) return;
+      for (size_t i = 0; i < connections.size(); ++i) {
+        if (fds[i + 2].revents != 0) Advance(connections[i]);
+      }
+      now = std::chrono::steady_clock::now();
+      std::erase_if(connections, [&](const Connection& c) { return !c.fd.valid() || c.deadline <= now; });
+      if (fds[0].revents & POLLIN) {
+        // Everything waiting, a bounded number per round so the open connections are served too.
+        for (int accepted = 0; accepted < 16; ++accepted) {
+          UniqueFd fd(::accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+          if (!fd.valid()) break;  // none left, or out of descriptors: the backlog keeps it
+          if (connections.size() >= kMaxConnections) connections.pop_front();
+          connections.push_back(Connection{std::move(fd), now + kConnectionDeadline, {}, {}, 0});
+        }
+      }
+    }
+  }
+
+  // Reads the request, or sends the reply; closes the connection (resets its fd) when it is done with.
+  void Advance(Connection& c) {
+    if (c.reply.empty()) {
+      char buffer[2048];
+      const ssize_t n = ::recv(c.fd.get(), buffer, sizeof(buffer), 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        c.fd = UniqueFd();
+        return;
+      }
+      if (n < 0) return;
+      c.request.append(buffer, static_cast<size_t>(n));
+      if (c.request.find("\r\n\r\n") == std::string::npos) {
+        if (c.request.size() > kMaxRequestBytes) c.reply = Reply("431 Request Header Fields Too Large", "");
+        return;
+      }
+      c.reply = Answer(c.request.substr(0, c.request.find("\r\n")));
+      c.request.clear();
+      c.request.shrink_to_fit();
+    }
+    const ssize_t n = ::send(c.fd.get(), c.reply.data() + c.sent, c.reply.size() - c.sent, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n < 0) {
+      c.fd = UniqueFd();
+      return;
+    }
+    c.sent += static_cast<size_t>(n);
+    if (c.sent == c.reply.size()) c.fd = UniqueFd();  // Connection: close
+  }
+
+  std::string Answer(std::string_view request_line) const {
+    // "GET /metrics HTTP/1.1" (a query string is allowed and ignored).
+    const size_t space = request_line.find(' ');
+    const std::string_view method = request_line.substr(0, space);
+    std::string_view target = space == std::string_view::npos ? "" : request_line.substr(space + 1);
+    target = target.substr(0, target.find(' '));
+    target = target.substr(0, target.find('?'));
+    if (method != "GET" && method != "HEAD") return Reply("405 Method Not Allowed", "only GET\n");
+    if (target != "/metrics") return Reply("404 Not Found", "the metrics are at /metrics\n");
+    std::string body = RenderMetrics(*state);
+    return Reply("200 OK", method == "HEAD" ? std::string() : std::move(body));
+  }
+
+  static std::string Reply(const char* status, std::string body) {
+    return absl::StrCat("HTTP/1.1 ", status,
+                        "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: ", body.size(),
+                        "\r\nConnection: close\r\n\r\n", body);
+  }
 };
 
 MetricsEndpoint::MetricsEndpoint(std::unique_ptr<Impl> impl, std::string address)
     : impl_(std::move(impl)), address_(std::move(address)) {}
 
 MetricsEndpoint::~MetricsEndpoint() {
-  if (impl_ != nullptr && impl_->exposer != nullptr) impl_->exposer->RemoveCollectable(impl_->collectable);
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(impl_->stop_fd.get(), &one, sizeof(one));
+  if (impl_->thread.joinable()) impl_->thread.join();
 }
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::string& listen,
@@ -259,20 +381,15 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const st
     return absl::InvalidArgumentError(
         absl::StrCat("metrics.listen \"", listen, "\" is not host:port (e.g. \"127.0.0.1:9464\")"));
   }
+  auto listening = ListenOnTcp(listen, "metrics.listen");
+  if (!listening.ok()) return listening.status();
   auto impl = std::make_unique<Impl>();
-  impl->collectable = std::make_shared<DaemonCollectable>(state);
-  try {
-    // Two threads: a scraper or two at a time. A peer that opens a connection and sends nothing is dropped after
-    // the request timeout instead of holding a thread; civetweb bounds the request's size itself.
-    impl->exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-        "listening_ports", listen, "num_threads", "2", "request_timeout_ms", "10000", "enable_keep_alive", "no"});
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("metrics.listen \"", listen, "\": cannot listen (", e.what(), ")"));
-  }
-  impl->exposer->RegisterCollectable(impl->collectable);
-  const std::vector<int> ports = impl->exposer->GetListeningPorts();
-  if (ports.empty()) return absl::UnavailableError(absl::StrCat("metrics.listen \"", listen, "\": no port bound"));
-  std::string address = absl::StrCat(listen.substr(0, colon), ":", ports.front());
+  impl->state = &state;
+  impl->listen_fd = std::move(listening->fd);
+  impl->stop_fd = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!impl->stop_fd.valid()) return absl::UnavailableError(absl::StrCat("eventfd: ", std::strerror(errno)));
+  std::string address = absl::StrCat(listen.substr(0, colon), ":", listening->port);
+  impl->thread = std::thread([impl = impl.get()] { impl->Serve(); });
   return std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint(std::move(impl), std::move(address)));
 }
 

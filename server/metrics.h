@@ -1,5 +1,7 @@
 // The Prometheus endpoint ([metrics] listen): GET /metrics in the text exposition format, built from the daemon's
-// own counters at each scrape. prometheus-cpp (civetweb inside) serves it; only server/metrics.cc includes it.
+// own counters at each scrape, serialised by prometheus-cpp's text serializer and served by a small poll loop of the
+// daemon's own (civetweb's thread per connection let 50 idle connections starve scrapes); only server/metrics.cc
+// includes prometheus-cpp.
 #pragma once
 
 #include <memory>

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -58,6 +60,22 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+// A pool job that answers a call: should it throw (out of memory; out of descriptors in a library that throws), the
+// call is answered with the reason instead of never, and the daemon serves on. The job finishes the reactor as its
+// last step, so an exception means it has not.
+template <typename Job>
+std::function<void()> AnsweredEvenIfItThrows(grpc::ServerUnaryReactor* reactor, Job job) {
+  return [reactor, job = std::move(job)]() mutable {
+    try {
+      job();
+    } catch (const std::exception& e) {
+      spdlog::error("a call failed with an exception: {}", e.what());
+      reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
+          absl::StrCat("the daemon ran out of a resource serving this call (", e.what(), "); retry shortly"))));
+    }
+  };
 }
 
 // The caller, established by the daemon, holding `role`: PERMISSION_DENIED (or UNAUTHENTICATED) otherwise.
@@ -159,7 +177,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
   // Creating a region maps every page of it, which takes a while for large ones: a background thread does it,
   // never one a load's reads wait for.
   auto* reactor = new RegisterRegionReactor(context, state_);
-  const bool submitted = state_.background.TrySubmit([this, reactor, request, response, placement, owner] {
+  const bool submitted = state_.background.TrySubmit(AnsweredEvenIfItThrows(reactor, [this, reactor, request, response, placement, owner] {
     auto registered = state_.regions.Register(owner, request->bytes(), placement);
     if (registered.ok()) {
       response->set_region_id(registered->region_id);
@@ -178,7 +196,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
       reactor->Created(owner, registered->region_id);
     }
     reactor->Finish(ToGrpcStatus(registered.status()));
-  });
+  }));
   if (!submitted) {
     reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError("the daemon's I/O queue is full; retry shortly")));
   }
@@ -233,11 +251,11 @@ grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* con
   };
   auto lookup = std::make_shared<TierManager::PrefixLookup>(state_.tiers.LookupPrefixInMemory(*keys));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (lookup->needs_network() && state_.network_calls.TrySubmit([this, reactor, lookup, answer] {
+  if (lookup->needs_network() && state_.network_calls.TrySubmit(AnsweredEvenIfItThrows(reactor, [this, reactor, lookup, answer] {
         state_.tiers.FinishLookupOverNetwork(*lookup);
         answer(*lookup);
         reactor->Finish(grpc::Status::OK);
-      })) {
+      }))) {
     return reactor;
   }
   // Everything was in memory, or too many calls wait on the network already: the answer stops where the
@@ -302,8 +320,8 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
   // The copies run on a background thread: a gRPC thread never waits on memory traffic of this size, and a load's
   // reads never queue behind them.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const bool submitted = state_.background.TrySubmit(
-      [this, reactor, request, response, keys = std::move(*keys), first, count, chunk_bytes, region] {
+  const bool submitted = state_.background.TrySubmit(AnsweredEvenIfItThrows(
+      reactor, [this, reactor, request, response, keys = std::move(*keys), first, count, chunk_bytes, region] {
         std::vector<std::byte> staging;
         absl::Status status;
         for (uint64_t i = 0; i < count; ++i) {
@@ -335,7 +353,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
           Bump(state_.counters.store_bytes_stored, chunk_bytes);
         }
         reactor->Finish(ToGrpcStatus(status));
-      });
+      }));
   if (!submitted) {
     reactor->Finish(
         ToGrpcStatus(absl::ResourceExhaustedError("the daemon's I/O queue is full; retry the Store shortly")));
@@ -357,10 +375,10 @@ grpc::ServerUnaryReactor* AdminServiceImpl::AskEveryTier(grpc::CallbackServerCon
   if (!state_.tiers.has_network_tier()) {
     fill();
     reactor->Finish(grpc::Status::OK);
-  } else if (!state_.network_calls.TrySubmit([reactor, fill = std::move(fill)] {
+  } else if (!state_.network_calls.TrySubmit(AnsweredEvenIfItThrows(reactor, [reactor, fill = std::move(fill)] {
                fill();
                reactor->Finish(grpc::Status::OK);
-             })) {
+             }))) {
     reactor->Finish(ToGrpcStatus(
         absl::ResourceExhaustedError("too many calls are waiting on the remote tier; retry shortly")));
   }
@@ -408,6 +426,11 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* c
 void AdminServiceImpl::FillStats(v1::StatsResponse* response) {
   for (const auto& [name, value] : state_.counters.Snapshot()) (*response->mutable_counters())[name] = value;
   (*response->mutable_counters())["inline_bytes_held"] = state_.inline_budget.held();
+  if (ConnectionGate* gate = state_.connection_gate; gate != nullptr) {
+    (*response->mutable_counters())["connections_open"] = gate->open();
+    (*response->mutable_counters())["connections_accepted"] = gate->admitted();
+    (*response->mutable_counters())["connections_refused"] = gate->refused();
+  }
   for (const auto& entry : state_.tiers.tiers()) {
     const TierUsage usage = entry->tier->Usage();
     const std::string prefix = absl::StrCat("tier_", TierKindName(entry->kind), "_");
@@ -457,10 +480,14 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* c
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // A networked tier's scan and deletes wait on it: not on the I/O threads that DRAM and disk reads need.
   IoPool& runner = tier->waits_on_network() ? state_.network_calls : state_.background;
-  const bool submitted = runner.TrySubmit([reactor, tier, response, name = request->tier()] {
+  DaemonState& state = state_;
+  const bool submitted = runner.TrySubmit(AnsweredEvenIfItThrows(reactor, [&state, reactor, tier, response,
+                                                                          name = request->tier()] {
     std::vector<std::pair<ChunkKey, uint64_t>> chunks;
     tier->ForEach([&](const ChunkKey& key, uint64_t bytes) { chunks.emplace_back(key, bytes); });
     for (const auto& [key, bytes] : chunks) {
+      // A stop ends the eviction within the grace period: what is left stays stored.
+      if (state.stopping) break;
       // A chunk another reader removed meanwhile is simply gone already.
       if (tier->Remove(key).ok()) {
         response->set_chunks(response->chunks() + 1);
@@ -470,7 +497,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* c
     spdlog::info("evicted {} chunks ({} bytes) from the {} tier on request", response->chunks(), response->bytes(),
                  name);
     reactor->Finish(grpc::Status::OK);
-  });
+  }));
   if (!submitted) {
     reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError("the daemon's I/O queue is full; retry shortly")));
   }
@@ -620,7 +647,13 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Verify(grpc::CallbackServerContext* 
   IoPool& runner = tier->waits_on_network() ? state_.network_calls : state_.background;
   // The job holds the daemon's state (whose pool runs it), not this service, which is destroyed first at a stop.
   DaemonState& state = state_;
-  const bool submitted = runner.TrySubmit([&state, reactor, tier, response, name = request->tier()] {
+  const bool submitted = runner.TrySubmit(AnsweredEvenIfItThrows(reactor, [&state, reactor, tier, response,
+                                                                          name = request->tier()] {
+    // Whatever ends the job, the next Verify may run.
+    struct VerifyDone {
+      DaemonState& state;
+      ~VerifyDone() { state.verify_running = false; }
+    } done{state};
     const auto started = std::chrono::steady_clock::now();
     std::vector<std::pair<ChunkKey, uint64_t>> chunks;
     tier->ForEach([&](const ChunkKey& key, uint64_t bytes) { chunks.emplace_back(key, bytes); });
@@ -629,6 +662,12 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Verify(grpc::CallbackServerContext* 
     std::vector<std::byte> buffer;
     for (const auto& [key, bytes] : chunks) {
       if (state.stopping) break;
+      // The size comes from the tier's metadata, which a hostile store (Redis, files) may have forged: nothing
+      // larger than a chunk may be is ever allocated for it.
+      if (bytes > state.config.max_chunk_bytes) {
+        response->set_unreadable(response->unreadable() + 1);
+        continue;
+      }
       buffer.resize(bytes);
       const absl::Status read = tier->Read(key, buffer);
       if (read.ok()) {
@@ -648,10 +687,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Verify(grpc::CallbackServerContext* 
     spdlog::log(bad ? spdlog::level::warn : spdlog::level::info,
         "verify of the {} tier: {} chunks checked, {} corrupt removed, {} unreadable in {:.1f} s", name,
         response->chunks_checked(), response->corrupt_removed(), response->unreadable(), response->seconds());
-    state.verify_running = false;
     reactor->Finish(state.stopping ? ToGrpcStatus(absl::UnavailableError("the daemon is stopping; verify ended early"))
                                     : grpc::Status::OK);
-  });
+  }));
   if (!submitted) {
     state_.verify_running = false;
     reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError("the daemon's background queue is full; retry shortly")));

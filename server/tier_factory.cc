@@ -45,6 +45,7 @@ absl::Status AddTiersFromConfig(const DaemonConfig& config, bool page_lock_dram,
     DiskTier::Options disk;
     disk.root = config.disk_root;
     disk.capacity_bytes = config.disk_capacity_bytes;
+    disk.max_chunk_bytes = config.max_chunk_bytes;  // what a header read back from a file may claim
     disk.queue_depth = config.disk_queue_depth;
     disk.io_backend = config.disk_io_backend;
     disk.allow_buffered = config.disk_allow_buffered;
@@ -68,6 +69,7 @@ absl::Status AddTiersFromConfig(const DaemonConfig& config, bool page_lock_dram,
     if (const char* password = std::getenv("CAKE_REMOTE_PASSWORD"); password != nullptr) remote.password = password;
     remote.key_prefix = config.remote_key_prefix;
     remote.part_bytes = config.remote_part_bytes;
+    remote.max_chunk_bytes = config.max_chunk_bytes;  // what a header read back from Redis may claim
     remote.connections = config.remote_connections;
     remote.connect_timeout = std::chrono::milliseconds(config.remote_connect_timeout_ms);
     remote.command_timeout = std::chrono::milliseconds(config.remote_command_timeout_ms);

@@ -1,19 +1,18 @@
 #include "server/unix_listener.h"
 
-#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_posix.h"
+#include "server/accept_loop.h"
 #include "spdlog/spdlog.h"
 
 namespace cake {
@@ -56,8 +55,8 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::stri
 
 UnixListener::~UnixListener() { Stop(); }
 
-void UnixListener::Serve(grpc::Server* server) {
-  thread_ = std::thread([this, server] { AcceptLoop(server); });
+void UnixListener::Serve(grpc::Server* server, ConnectionGate* gate) {
+  thread_ = std::thread([this, server, gate] { AcceptLoop(server, gate); });
 }
 
 void UnixListener::Stop() {
@@ -68,36 +67,17 @@ void UnixListener::Stop() {
   listen_fd_ = UniqueFd();
 }
 
-void UnixListener::AcceptLoop(grpc::Server* server) {
-  pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
-  auto last_warning = std::chrono::steady_clock::time_point();
-  while (true) {
-    if (::poll(fds, 2, -1) < 0) {
-      // Only a stop ends the loop: a transient failure (ENOMEM) must not leave the socket unserved.
-      if (errno != EINTR) ::poll(nullptr, 0, 50);
-      continue;
-    }
-    if (fds[1].revents != 0) break;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    // Non-blocking, as gRPC's own listener hands connections to its transport.
-    const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
-      // Out of descriptors (or memory): the connection waits in the backlog; say so now and then, and breathe.
-      if (const auto now = std::chrono::steady_clock::now(); now - last_warning > std::chrono::seconds(10)) {
-        spdlog::warn("accept on the unix socket failed: {}; connections wait", std::strerror(errno));
-        last_warning = now;
-      }
-      ::poll(nullptr, 0, 50);
-      continue;
-    }
+void UnixListener::AcceptLoop(grpc::Server* server, ConnectionGate* gate) {
+  RunAcceptLoop(listen_fd_.get(), stop_fd_.get(), "unix socket", [&](int fd) {
     ucred cred{};
     socklen_t cred_len = sizeof(cred);
     struct stat st {};
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0 || ::fstat(fd, &st) != 0) {
       ::close(fd);
-      continue;
+      return;
     }
+    // Per uid: the kernel's word for who is on the other end, which a peer cannot vary as it can a TCP port.
+    if (gate != nullptr && !gate->AdmitOrClose(fd, absl::StrCat("uid ", cred.uid), "unix socket")) return;
     {
       MutexLock lock(&mu_);
       connections_[fd] = Connection{UnixPeer{cred.uid, cred.gid, cred.pid}, st.st_dev, st.st_ino};
@@ -105,7 +85,7 @@ void UnixListener::AcceptLoop(grpc::Server* server) {
     }
     // gRPC owns the descriptor from here on and closes it when the connection ends.
     grpc::AddInsecureChannelFromFd(server, fd);
-  }
+  });
 }
 
 std::optional<UnixPeer> UnixListener::PeerOf(std::string_view grpc_peer) const {

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
 #include "base/unique_fd.h"
+#include "server/connection_gate.h"
 
 namespace grpc {
 class Server;
@@ -39,8 +40,9 @@ class UnixListener {
   static absl::StatusOr<std::unique_ptr<UnixListener>> Bind(const std::string& path, uint32_t mode);
   ~UnixListener();
 
-  // Accepts on a thread of its own, handing every connection to `server` (built with no listening port).
-  void Serve(grpc::Server* server);
+  // Accepts on a thread of its own, handing every connection `gate` admits (all, when null) to `server` (built with
+  // no listening port). Peers are counted per uid.
+  void Serve(grpc::Server* server, ConnectionGate* gate = nullptr);
   // Stops accepting and joins the thread; connections already handed over stay gRPC's. Idempotent.
   void Stop();
 
@@ -52,7 +54,7 @@ class UnixListener {
 
  private:
   UnixListener() = default;
-  void AcceptLoop(grpc::Server* server);
+  void AcceptLoop(grpc::Server* server, ConnectionGate* gate);
 
   struct Connection {
     UnixPeer peer;

@@ -105,6 +105,7 @@ absl::Status ProbeBufferedWrite(const fs::path& folder) {
 
 absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const Options& options) {
   if (options.root.empty()) return absl::InvalidArgumentError("disk tier: the root folder is empty");
+  if (options.max_chunk_bytes == 0) return absl::InvalidArgumentError("disk tier: max_chunk_bytes must be above 0");
   if (options.queue_depth == 0 || options.queue_depth > kMaxQueueDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat("disk tier: queue_depth ", options.queue_depth, " is outside [1, ", kMaxQueueDepth, "]"));
@@ -177,6 +178,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const Options& options)
 DiskTier::DiskTier(const Options& options, IoBackend backend, bool direct_io, std::unique_ptr<IoEngine> first_engine)
     : root_(options.root),
       capacity_bytes_(options.capacity_bytes),
+      max_chunk_bytes_(options.max_chunk_bytes),
       queue_depth_(options.queue_depth),
       backend_(backend),
       direct_io_(direct_io),
@@ -312,10 +314,19 @@ absl::Status DiskTier::Recover(uint32_t threads) {
       problem = "the header names another key";
     } else if (static_cast<uint64_t>(st.st_size) != ChunkFileBytes(parsed->payload_length)) {
       problem = "the file size does not match the payload length (truncated or extended)";
+    } else if (parsed->payload_length > max_chunk_bytes_) {
+      // A file costs only the blocks written to it: a sparse one can match any length it claims.
+      problem = "the header claims more than max_chunk_bytes (this tier never wrote it)";
     }
     if (problem != nullptr) {
       remove_file(path, problem);
       ++stats.corrupt_files_removed;
+      return std::nullopt;
+    }
+    if (!MayHold(parsed->payload_length)) {
+      // Larger than the whole (now smaller) capacity: indexed, it would evict every other chunk before itself.
+      remove_file(path, "the chunk is larger than the tier's whole capacity");
+      ++stats.evicted_over_capacity;
       return std::nullopt;
     }
     return Found{key, parsed->payload_length, false, 0, st.st_mtim};
@@ -362,9 +373,10 @@ absl::Status DiskTier::Recover(uint32_t threads) {
       }
       auto hit = indexed.find(*named);
       if (hit != indexed.end()) ++out.index_names_found;
-      // A length the tier could never have written (more than its whole capacity) is not believed: that file's
-      // header is read instead, which also keeps a forged index from wrapping the byte budget.
-      if (hit != indexed.end() && hit->second.bytes <= capacity_bytes_) {
+      // A length the tier could never have written (more than max_chunk_bytes or its whole capacity) is not
+      // believed: that file's header is read instead, with the same checks, which also keeps a forged index from
+      // wrapping the byte budget.
+      if (hit != indexed.end() && MayHold(hit->second.bytes)) {
         out.found.push_back(Found{*named, hit->second.bytes, true, hit->second.position, {}});
         ++out.stats.chunks_trusted_from_index;
       } else if (std::optional<Found> f = inspect(path, *named, header, out.stats)) {
@@ -403,6 +415,7 @@ absl::Status DiskTier::Recover(uint32_t threads) {
     recovery_.corrupt_files_removed += r.stats.corrupt_files_removed;
     recovery_.newer_version_files_skipped += r.stats.newer_version_files_skipped;
     recovery_.foreign_files_ignored += r.stats.foreign_files_ignored;
+    recovery_.evicted_over_capacity += r.stats.evicted_over_capacity;
     recovery_.chunks_trusted_from_index += r.stats.chunks_trusted_from_index;
     index_names_found += r.index_names_found;
     found.insert(found.end(), r.found.begin(), r.found.end());
@@ -423,7 +436,7 @@ absl::Status DiskTier::Recover(uint32_t threads) {
   }
   const uint64_t before = evictions_;
   MakeRoom(0);  // a smaller capacity than last time: drop the oldest until the rest fits
-  recovery_.evicted_over_capacity = evictions_ - before;
+  recovery_.evicted_over_capacity += evictions_ - before;
   evictions_ = before;
   recovery_.chunks_recovered = index_.size();
   recovery_.bytes_recovered = used_bytes_;
@@ -652,6 +665,10 @@ absl::Status DiskTier::WriteTempFile(const fs::path& temp, const ChunkKey& key, 
 
 absl::Status DiskTier::Write(const ChunkKey& key, std::span<const std::byte> src) {
   const uint64_t footprint = FileFootprint(src.size());
+  if (src.size() > max_chunk_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat("a chunk of ", src.size(), " bytes exceeds the disk tier's ",
+                                                     max_chunk_bytes_, "-byte max_chunk_bytes"));
+  }
   if (footprint > capacity_bytes_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("a chunk of ", src.size(), " bytes exceeds the disk tier's ", capacity_bytes_, "-byte capacity"));

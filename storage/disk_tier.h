@@ -19,6 +19,7 @@
 #include "storage/aligned_buffer.h"
 #include "storage/io_engine.h"
 #include "storage/lru_index.h"
+#include "storage/namespace.h"
 #include "storage/tier.h"
 
 namespace cake {
@@ -28,10 +29,11 @@ struct RecoveryStats {
   uint64_t chunks_recovered = 0;
   uint64_t bytes_recovered = 0;              // payload bytes, as Usage() counts them
   uint64_t temp_files_removed = 0;           // leftovers of writes cut short by a crash
-  uint64_t corrupt_files_removed = 0;        // bad magic or checksum, wrong size, name and header disagree
+  // Bad magic or checksum, wrong size, name and header disagree, or a length over max_chunk_bytes.
+  uint64_t corrupt_files_removed = 0;
   uint64_t newer_version_files_skipped = 0;  // left in place: another (newer) daemon may own them
   uint64_t foreign_files_ignored = 0;        // names that are not ours; never touched
-  uint64_t evicted_over_capacity = 0;        // recovered chunks beyond a (now smaller) capacity
+  uint64_t evicted_over_capacity = 0;        // recovered chunks beyond a (now smaller) capacity, or larger than it
   bool clean_stop_index_used = false;        // the last stop was clean and left its index (clean_stop_index.h)
   uint64_t chunks_trusted_from_index = 0;    // indexed from it, headers left to their first read
   uint64_t index_entries_without_file = 0;   // named by it, but their files were gone: dropped
@@ -45,6 +47,10 @@ class DiskTier final : public Tier {
     // Budget in payload bytes (what Usage() reports); each file also takes a 4 KiB header and up to 4 KiB of
     // padding on disk.
     uint64_t capacity_bytes = 0;
+    // The largest chunk this tier stores (the daemon passes its limits.max_chunk_bytes; the default is that
+    // setting's). A Write of more is refused, so a file whose header claims more was not written by this tier:
+    // a start removes it rather than let its length, sparse on disk, evict every real chunk.
+    uint64_t max_chunk_bytes = NamespaceLimits{}.max_chunk_bytes;
     // Reads in flight per reader (each up to 1 MiB).
     uint32_t queue_depth = 32;
     IoBackend io_backend = IoBackend::kAuto;
@@ -74,6 +80,7 @@ class DiskTier final : public Tier {
   std::string_view name() const override { return "disk"; }
   bool Contains(const ChunkKey& key) const override;
   absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override;
+  // RESOURCE_EXHAUSTED also for a value over max_chunk_bytes.
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override;
   absl::Status Remove(const ChunkKey& key) override;
   TierUsage Usage() const override;
@@ -114,6 +121,11 @@ class DiskTier final : public Tier {
   // unlinks their files. Requires mu_.
   bool MakeRoom(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static uint64_t FileFootprint(uint64_t payload_bytes);
+  // Whether this tier could have stored a chunk of this many bytes: within max_chunk_bytes, and its file within
+  // the whole capacity. A length read back (a header, the clean-stop index) that fails it is not believed.
+  bool MayHold(uint64_t payload_bytes) const {
+    return payload_bytes <= max_chunk_bytes_ && FileFootprint(payload_bytes) <= capacity_bytes_;
+  }
   // Drops an entry and its file. Requires mu_ and an indexed key.
   void EraseLocked(const ChunkKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnlinkChunkFile(const ChunkKey& key) const;
@@ -126,6 +138,7 @@ class DiskTier final : public Tier {
 
   const std::filesystem::path root_;
   const uint64_t capacity_bytes_;
+  const uint64_t max_chunk_bytes_;
   const uint32_t queue_depth_;
   const IoBackend backend_;
   const bool direct_io_;

@@ -58,6 +58,45 @@ class LandingChecksum {
   IncrementalPayloadChecksum checksum_;
 };
 
+// SCAN's COUNT: about how many keys Redis looks at per round.
+constexpr uint64_t kScanCount = 1000;
+// What one node's scan may take, from its key count (INFO keyspace). Redis ends a SCAN round once it has
+// collected COUNT keys or walked 10 x COUNT buckets, and its table holds at most a few buckets per key (it
+// shrinks below 10% fill, though not while a child process saves), so a whole scan takes about keys / COUNT
+// rounds, a few times that when the table is that sparse: 16x, plus a slack for keys written while it runs,
+// leaves room to spare. SCAN may return a key twice (while the table rehashes): twice the key count in names.
+constexpr uint64_t kScanRoundsPerCount = 16;
+constexpr uint64_t kScanRoundsSlack = 1024;
+constexpr uint64_t kScanNamesSlack = uint64_t{1} << 20;
+// Whatever a node says of its size, or when it does not say: 4 M rounds cover 4 billion keys at COUNT 1000, more
+// than one Redis node holds. 4 M header names is more chunks than a node of a few TiB holds even at half a
+// megabyte a chunk (256 tokens of a small model), and bounds what a caller collecting them (Verify, Evict) holds
+// to about 100 MiB.
+constexpr uint64_t kMaxScanRounds = uint64_t{1} << 22;
+constexpr uint64_t kMaxScanNames = uint64_t{1} << 22;
+// Header GETs per pipeline while scanning: one SCAN reply may carry up to a million names (RespParser's cap).
+constexpr size_t kHeadersPerPipeline = 1000;
+// Part names per DEL when a chunk is deleted (all in the chunk's slot, so one command each).
+constexpr uint64_t kPartsPerDel = 1024;
+
+struct ScanBudget {
+  uint64_t rounds = 0;
+  uint64_t names = 0;
+};
+
+// The keys in db0 from an INFO keyspace reply ("db0:keys=12,expires=0,..."); 0 when it has no db0 line (Redis
+// leaves out empty databases).
+uint64_t KeysInDb0(absl::string_view info) {
+  for (absl::string_view line : absl::StrSplit(info, "\r\n")) {
+    constexpr absl::string_view kDb0 = "db0:keys=";
+    if (line.rfind(kDb0, 0) != 0) continue;
+    line.remove_prefix(kDb0.size());
+    uint64_t keys = 0;
+    if (absl::SimpleAtoi(line.substr(0, line.find(',')), &keys)) return keys;
+  }
+  return 0;
+}
+
 }  // namespace
 
 class RemoteTier::Impl {
@@ -72,11 +111,138 @@ class RemoteTier::Impl {
     return c;
   }
 
+  // Deletes a chunk's header, then parts 0 .. parts-1, kPartsPerDel names to a DEL, one DEL after another. A
+  // writer numbers its parts from 0 without gaps, so a DEL that finds none of its names is where they end (or
+  // where Redis evicted a whole run of them, whose later parts it evicts in turn): a forged part count is never
+  // walked past the parts that exist.
+  absl::Status DeleteChunk(const RemoteChunkNames& names, uint64_t parts) {
+    std::vector<RedisCommand> commands;
+    commands.push_back(Cmd("DEL", names.header()));  // first: the chunk is gone for readers before its parts are
+    for (uint64_t first = 0;; first += kPartsPerDel) {
+      const uint64_t end = std::min(parts, first + kPartsPerDel);
+      if (first < end) {
+        RedisCommand del = Cmd("DEL", names.part(first));
+        for (uint64_t i = first + 1; i < end; ++i) del.tail.push_back(names.part(i));
+        commands.push_back(std::move(del));
+      }
+      CAKE_ASSIGN_OR_RETURN(const std::vector<RedisReply> replies, redis_->Execute(commands));
+      const redisReply* deleted = replies.back().get();
+      if (end >= parts || deleted->type != REDIS_REPLY_INTEGER || deleted->integer == 0) return absl::OkStatus();
+      commands.clear();
+    }
+  }
+
+  // The most parts a chunk this tier would store can have, cut into parts of part_bytes.
+  uint64_t MaxParts(uint64_t part_bytes) const { return RemotePartCount(options_.max_chunk_bytes, part_bytes); }
+
+  ScanBudget BudgetFor(RedisClusterClient::Node& node) {
+    uint64_t keys = kMaxScanNames;  // a node that does not say: the ceilings alone
+    auto info = redis_->RunOn(node, Cmd("INFO", "keyspace"));
+    if (info.ok() && (*info)->type == REDIS_REPLY_STRING) {
+      keys = KeysInDb0(absl::string_view((*info)->str, (*info)->len));
+    }
+    ScanBudget budget;
+    budget.rounds = std::min(kMaxScanRounds, kScanRoundsSlack + kScanRoundsPerCount * (keys / kScanCount + 1));
+    budget.names = std::min(kMaxScanNames, kScanNamesSlack + 2 * std::min(keys, kMaxScanNames));
+    return budget;
+  }
+
+  struct ScanTally {
+    uint64_t corrupt = 0;     // deleted
+    uint64_t oversized = 0;   // claiming more than max_chunk_bytes
+    uint64_t newer = 0;       // a format version this daemon does not know
+    uint64_t cut_short = 0;   // nodes whose scan did not reach cursor 0
+  };
+
+  // Reads the headers named, each through the checks a load applies, and reports the ones that pass. False when
+  // Redis failed (the scan of this node ends).
+  bool ReportHeaders(const std::vector<std::string>& names, const std::function<void(const ChunkKey&, uint64_t)>& fn,
+                     ScanTally& tally) {
+    std::vector<RedisCommand> heads;
+    std::vector<ChunkKey> chunk_keys;
+    for (const std::string& name : names) {
+      auto key = ChunkKeyFromRemoteName(options_.key_prefix, name);
+      if (!key.ok()) continue;  // not one of ours
+      chunk_keys.push_back(*key);
+      heads.push_back(Cmd("GET", name));
+    }
+    if (heads.empty()) return true;
+    auto values = redis_->Execute(heads);
+    if (!values.ok()) return false;
+    for (size_t i = 0; i < heads.size(); ++i) {
+      const redisReply* v = (*values)[i].get();
+      if (v->type != REDIS_REPLY_STRING) continue;  // removed meanwhile
+      auto header = ParseRemoteHeader(std::string_view(v->str, v->len), chunk_keys[i]);
+      if (header.status().code() == absl::StatusCode::kFailedPrecondition) {
+        ++tally.newer;  // a newer writer's: not corrupt, not ours to delete
+      } else if (!header.ok()) {
+        // As a load would: the header goes, so the next scan or load does not meet it again.
+        (void)DeleteChunk(RemoteChunkNames(options_.key_prefix, chunk_keys[i]), 0);
+        corrupt_removed_++;
+        ++tally.corrupt;
+      } else if (header->payload_length > options_.max_chunk_bytes) {
+        // No load of this daemon could ask for it, and no caller may size a buffer by it. Left in place: a daemon
+        // allowed larger chunks may share this prefix (Redis's eviction takes it otherwise).
+        ++tally.oversized;
+      } else {
+        fn(chunk_keys[i], header->payload_length);
+      }
+    }
+    return true;
+  }
+
+  // One node's SCAN, within its budget; ends at the next round once interrupted.
+  void ScanNode(RedisClusterClient::Node& node, const std::string& pattern,
+                const std::function<void(const ChunkKey&, uint64_t)>& fn, ScanTally& tally) {
+    const ScanBudget budget = BudgetFor(node);
+    std::string cursor = "0";
+    uint64_t rounds = 0;
+    uint64_t names = 0;
+    do {
+      if (interrupted_.load() || rounds >= budget.rounds || names >= budget.names) {
+        ++tally.cut_short;
+        if (!interrupted_.load()) {
+          spdlog::warn("remote tier: a SCAN of Redis went past {} rounds or {} key names, more than a node of its "
+                       "size needs (its cursor never ends?); this scan stopped there",
+                       budget.rounds, budget.names);
+        }
+        return;
+      }
+      ++rounds;
+      RedisCommand scan = Cmd("SCAN", cursor);
+      scan.tail = {"MATCH", pattern, "COUNT", std::to_string(kScanCount)};
+      auto reply = redis_->RunOn(node, scan);
+      if (!reply.ok()) return;
+      const redisReply* r = reply->get();
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
+          r->element[1]->type != REDIS_REPLY_ARRAY) {
+        return;
+      }
+      cursor = std::string(r->element[0]->str, r->element[0]->len);
+      const redisReply* keys = r->element[1];
+      std::vector<std::string> batch;
+      for (size_t i = 0; i < keys->elements && names < budget.names; ++i) {
+        const redisReply* name = keys->element[i];
+        if (name->type != REDIS_REPLY_STRING) continue;
+        ++names;
+        batch.emplace_back(name->str, name->len);
+        if (batch.size() == kHeadersPerPipeline) {
+          if (interrupted_.load() || !ReportHeaders(batch, fn, tally)) return;
+          batch.clear();
+        }
+      }
+      if (!batch.empty() && !ReportHeaders(batch, fn, tally)) return;
+    } while (cursor != "0");
+  }
+
   const Options options_;
   const std::unique_ptr<RedisClusterClient> redis_;
   // Replies that say a command failed (the client counts the failures it sees itself).
   std::atomic<uint64_t> reply_errors_{0};
   std::atomic<uint64_t> corrupt_removed_{0};
+  std::atomic<uint64_t> headers_skipped_{0};
+  std::atomic<uint64_t> scans_cut_short_{0};
+  std::atomic<bool> interrupted_{false};
 
   // Usage() cache.
   mutable std::mutex usage_mu_;
@@ -94,6 +260,7 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Open(const Options& opti
     return absl::InvalidArgumentError(absl::StrCat("remote part_bytes must be from ", kMinRemotePartBytes,
                                                    " to 512 MiB (Redis's largest value); got ", options.part_bytes));
   }
+  if (options.max_chunk_bytes == 0) return absl::InvalidArgumentError("remote max_chunk_bytes must be above 0");
   RedisClusterClient::Options client_options;
   client_options.endpoints = options.endpoints;
   client_options.user = options.user;
@@ -178,10 +345,7 @@ absl::Status RemoteTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
                                                                                  : "a reply that is not a value"));
   }
   auto corrupt = [&](const std::string& why, uint64_t parts) {
-    std::vector<RedisCommand> dels;
-    dels.push_back(Impl::Cmd("DEL", names.header()));
-    for (uint64_t i = 0; i < parts; ++i) dels.push_back(Impl::Cmd("DEL", names.part(i)));
-    (void)redis.Execute(dels);
+    (void)impl.DeleteChunk(names, parts);
     impl.corrupt_removed_++;
     return absl::DataLossError(absl::StrCat("remote chunk ", key.Hex(), ": ", why, "; removed"));
   };
@@ -217,6 +381,10 @@ absl::Status RemoteTier::Write(const ChunkKey& key, std::span<const std::byte> s
   Impl& impl = *impl_;
   const RemoteChunkNames names(impl.options_.key_prefix, key);
   const uint64_t part_bytes = impl.options_.part_bytes;
+  if (src.size() > impl.options_.max_chunk_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("a chunk of ", src.size(), " bytes exceeds the remote tier's ",
+                                                     impl.options_.max_chunk_bytes, "-byte max_chunk_bytes"));
+  }
   std::vector<std::string> expiry;
   if (impl.options_.ttl.count() > 0) expiry = {"EX", std::to_string(impl.options_.ttl.count())};
 
@@ -258,16 +426,14 @@ absl::Status RemoteTier::Remove(const ChunkKey& key) {
   CAKE_ASSIGN_OR_RETURN(const std::vector<RedisReply> replies, impl.redis_->Execute({Impl::Cmd("GET", names.header())}));
   const redisReply* head = replies[0].get();
   if (head->type == REDIS_REPLY_NIL) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in Redis"));
-  uint32_t parts = 0;
+  // A header that does not parse names no parts worth believing (a load deletes it alone too); one that claims
+  // more than a chunk of max_chunk_bytes has is believed only that far.
+  uint64_t parts = 0;
   if (head->type == REDIS_REPLY_STRING) {
     auto header = ParseRemoteHeader(std::string_view(head->str, head->len), key);
-    if (header.ok()) parts = header->parts;
+    if (header.ok()) parts = std::min<uint64_t>(header->parts, impl.MaxParts(header->part_bytes));
   }
-  std::vector<RedisCommand> dels;
-  dels.push_back(Impl::Cmd("DEL", names.header()));  // first: the chunk is gone for readers before its parts are
-  for (uint32_t i = 0; i < parts; ++i) dels.push_back(Impl::Cmd("DEL", names.part(i)));
-  auto deleted = impl.redis_->Execute(dels);
-  return deleted.ok() ? absl::OkStatus() : deleted.status();
+  return impl.DeleteChunk(names, parts);
 }
 
 TierUsage RemoteTier::Usage() const {
@@ -295,38 +461,26 @@ TierUsage RemoteTier::Usage() const {
 void RemoteTier::ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const {
   Impl& impl = *impl_;
   const std::string pattern = RemoteHeaderPattern(impl.options_.key_prefix);
+  Impl::ScanTally tally;
   for (RedisClusterClient::Node* node : impl.redis_->Masters()) {
-    std::string cursor = "0";
-    do {
-      RedisCommand scan = Impl::Cmd("SCAN", cursor);
-      scan.tail = {"MATCH", pattern, "COUNT", "1000"};
-      auto reply = impl.redis_->RunOn(*node, scan);
-      if (!reply.ok()) break;
-      const redisReply* r = reply->get();
-      if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) break;
-      cursor = std::string(r->element[0]->str, r->element[0]->len);
-      const redisReply* keys = r->element[1];
-      std::vector<RedisCommand> heads;
-      std::vector<ChunkKey> chunk_keys;
-      for (size_t i = 0; i < keys->elements; ++i) {
-        std::string_view name(keys->element[i]->str, keys->element[i]->len);
-        auto key = ChunkKeyFromRemoteName(impl.options_.key_prefix, name);
-        if (!key.ok()) continue;  // not one of ours
-        chunk_keys.push_back(*key);
-        heads.push_back(Impl::Cmd("GET", std::string(name)));
-      }
-      if (heads.empty()) continue;
-      auto values = impl.redis_->Execute(heads);
-      if (!values.ok()) break;
-      for (size_t i = 0; i < heads.size(); ++i) {
-        const redisReply* v = (*values)[i].get();
-        if (v->type != REDIS_REPLY_STRING) continue;  // removed meanwhile
-        auto header = ParseRemoteHeader(std::string_view(v->str, v->len), chunk_keys[i]);
-        if (header.ok()) fn(chunk_keys[i], header->payload_length);
-      }
-    } while (cursor != "0");
+    if (impl.interrupted_.load()) {
+      ++tally.cut_short;
+      break;
+    }
+    impl.ScanNode(*node, pattern, fn, tally);
   }
+  const uint64_t skipped = tally.corrupt + tally.oversized + tally.newer;
+  impl.headers_skipped_ += skipped;
+  impl.scans_cut_short_ += tally.cut_short;
+  if (skipped > 0) {
+    spdlog::warn("remote tier: a scan skipped {} chunk headers: {} corrupt (removed), {} claiming more than "
+                 "max_chunk_bytes ({}), {} of a newer format (both left in place)",
+                 skipped, tally.corrupt, tally.oversized, impl.options_.max_chunk_bytes, tally.newer);
+  }
+  if (impl.interrupted_.load() && tally.cut_short > 0) spdlog::info("remote tier: a scan ended early: stopping");
 }
+
+void RemoteTier::Interrupt() { impl_->interrupted_ = true; }
 
 RemoteTier::Counters RemoteTier::counters() const {
   const RedisClusterClient::Counters redis = impl_->redis_->counters();
@@ -338,6 +492,8 @@ RemoteTier::Counters RemoteTier::counters() const {
   s.ask = redis.ask;
   s.redirects_refused = redis.redirects_refused;
   s.corrupt_removed = impl_->corrupt_removed_.load();
+  s.headers_skipped = impl_->headers_skipped_.load();
+  s.scans_cut_short = impl_->scans_cut_short_.load();
   return s;
 }
 
@@ -346,7 +502,8 @@ TierStats RemoteTier::Stats() const {
   TierStats stats;
   stats.corrupt_removed = c.corrupt_removed;
   stats.own = {{"errors", c.errors}, {"connects", c.connects}, {"fast_failures", c.fast_failures},
-               {"moved", c.moved}, {"ask", c.ask}, {"redirects_refused", c.redirects_refused}};
+               {"moved", c.moved}, {"ask", c.ask}, {"redirects_refused", c.redirects_refused},
+               {"headers_skipped", c.headers_skipped}, {"scans_cut_short", c.scans_cut_short}};
   return stats;
 }
 

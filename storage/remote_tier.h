@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "storage/namespace.h"
 #include "storage/tier.h"
 
 namespace cake {
@@ -37,6 +38,11 @@ class RemoteTier final : public Tier {
     std::chrono::seconds ttl{0};
     // After a node fails, calls to it fail fast for a while, doubling from 50 ms up to this.
     std::chrono::milliseconds max_backoff{2000};
+    // The largest chunk this tier stores (the daemon passes its limits.max_chunk_bytes; the default is that
+    // setting's). A header that claims more is a peer's word this daemon never acts on: ForEach does not report
+    // it (so no admin job sizes a buffer by it) and Remove deletes no more parts than a chunk of this size can
+    // have. A Write of more is refused, so the tier never holds what its own scan would skip.
+    uint64_t max_chunk_bytes = NamespaceLimits{}.max_chunk_bytes;
   };
 
   struct Counters {
@@ -47,10 +53,17 @@ class RemoteTier final : public Tier {
     uint64_t ask = 0;              // ASK redirects followed (a slot being migrated)
     uint64_t redirects_refused = 0;  // redirects to nodes no seed or slot map named, not followed
     uint64_t corrupt_removed = 0;  // values with a bad header, missing part or checksum, deleted
+    // Headers a scan (ForEach) did not report: corrupt ones (also deleted and counted above), ones claiming more
+    // than max_chunk_bytes, and newer formats' (those two left in place: maybe another daemon's).
+    uint64_t headers_skipped = 0;
+    // Scans of a node ended before Redis's cursor came back to 0: by Interrupt, or past the rounds or key names
+    // a node of its size can need (a cursor that never ends).
+    uint64_t scans_cut_short = 0;
   };
 
   // Checks the options; does not need Redis to be up (a down remote is a miss until it comes back).
-  // INVALID_ARGUMENT: no endpoint, a malformed one, a bad prefix, part_bytes or connections of 0.
+  // INVALID_ARGUMENT: no endpoint, a malformed one, a bad prefix, part_bytes or connections of 0, max_chunk_bytes
+  // of 0.
   static absl::StatusOr<std::unique_ptr<RemoteTier>> Open(const Options& options);
   ~RemoteTier() override;
 
@@ -58,13 +71,24 @@ class RemoteTier final : public Tier {
   bool Contains(const ChunkKey& key) const override;
   std::vector<bool> ContainsEach(std::span<const ChunkKey> keys) const override;
   absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override;
+  // RESOURCE_EXHAUSTED also for a value over max_chunk_bytes.
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override;
+  // Deletes the header, then the parts it names, at most as many as a chunk of max_chunk_bytes has (none past the
+  // first run of them that is already gone): a forged part count costs a few DELs, not millions.
   absl::Status Remove(const ChunkKey& key) override;
   // Redis's own memory figures, summed over the nodes (used_memory, maxmemory: 0 is unlimited), refreshed at
   // most once a second; chunks are not counted (that would take a scan).
   TierUsage Usage() const override;
-  // Scans every node for this prefix's headers (SCAN, so Redis keeps serving others meanwhile).
+  // Scans every node for this prefix's headers (SCAN, so Redis keeps serving others meanwhile) and reports each
+  // chunk whose header reads as a load would read it, with its length: never more than max_chunk_bytes. A
+  // corrupt header is deleted (as a load deletes it); one claiming more than max_chunk_bytes, or of a newer
+  // format, is skipped (counters: headers_skipped). A node's scan ends when its cursor comes back to 0, after
+  // at most as many rounds and key names as a node of its size (INFO keyspace) can need, capped whatever it says,
+  // or at the next round once Interrupt() was called; a round's commands wait at most command_timeout each.
   void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override;
+  // The daemon is stopping: a scan running now ends at its next round, and any later one at once (a hostile
+  // Redis could keep a cursor going for hours). Reads, writes and removes are not affected.
+  void Interrupt() override;
 
   Counters counters() const;
   // The counters, as the daemon's Stats reports them (corrupt removals, the rest by name).

@@ -26,7 +26,9 @@ namespace {
 SpawnedDaemon DaemonWithPatientRedis(const RedisServer& redis, std::vector<std::string> extra_args = {}) {
   char dir[] = "/tmp/cake-patient-XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
-  const std::string config = WriteFile(dir, "caked.toml", "[remote]\ncommand_timeout_ms = 60000\n");
+  // More calls at once on one connection than the default allows: the frozen-Redis tests queue 1100.
+  const std::string config = WriteFile(dir, "caked.toml",
+                                       "[server]\nmax_streams_per_connection = 2048\n[remote]\ncommand_timeout_ms = 60000\n");
   std::vector<std::string> args = {"--config", config, "--remote", redis.address()};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   auto daemon = StartDaemon(args);

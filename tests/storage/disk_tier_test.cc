@@ -559,6 +559,63 @@ TEST_CASE("disk tier Open drops a sealed header whose length would wrap the size
   CHECK(tier->Contains(TestKey(2)));
 }
 
+TEST_CASE("disk tier Open drops a sparse file whose header claims 1 TiB and keeps every real chunk", "[disk]") {
+  TempDir dir;
+  constexpr uint64_t kTiB = uint64_t{1} << 40;
+  DiskTier::Options options = OptionsFor(dir.path());
+  bool crash = true;
+  SECTION("after a crash, over max_chunk_bytes (1 GiB by default)") {}
+  SECTION("after a crash, max_chunk_bytes allowing it but the capacity not") { options.max_chunk_bytes = 2 * kTiB; }
+  SECTION("after a clean stop, whose index does not name it") { crash = false; }
+  {
+    auto tier = MustOpen(options);
+    for (uint32_t i = 0; i < 3; ++i) REQUIRE(tier->Write(TestKey(i), TestValue(i, 30000)).ok());
+  }
+  if (crash) SimulateCrash(dir.path());
+  for (uint32_t i = 0; i < 3; ++i) SetMtime(ChunkPath(dir.path(), TestKey(i)), 1000 + i);
+  // A sealed header claiming 1 TiB, the file extended to exactly the size such a chunk has: holes cost nothing,
+  // so the size matches. The newest by modification time, so it is what eviction would keep longest.
+  std::vector<std::byte> forged(kChunkHeaderBytes);
+  EncodeChunkHeader(ChunkHeader{TestKey(9), kTiB, 0}, forged);
+  fs::create_directories(ChunkFolder(dir.path(), TestKey(9)));
+  const fs::path sparse = ChunkPath(dir.path(), TestKey(9));
+  WriteFileBytes(sparse, forged);
+  fs::resize_file(sparse, ChunkFileBytes(kTiB));
+  SetMtime(sparse, 5000);
+
+  auto tier = MustOpen(options);
+  CHECK_FALSE(fs::exists(sparse));
+  CHECK_FALSE(tier->Contains(TestKey(9)));
+  const RecoveryStats& r = tier->recovery();
+  CHECK(r.corrupt_files_removed + r.evicted_over_capacity == 1);
+  CHECK(r.evicted_over_capacity == (options.max_chunk_bytes > kTiB ? 1 : 0));
+  CHECK(r.chunks_recovered == 3);
+  CHECK(tier->Usage().used_bytes == 3 * ChunkFileBytes(30000));
+  for (uint32_t i = 0; i < 3; ++i) {
+    std::vector<std::byte> out(30000);
+    REQUIRE(tier->Read(TestKey(i), out).ok());
+    CHECK(out == TestValue(i, 30000));
+  }
+}
+
+TEST_CASE("disk tier refuses a write over max_chunk_bytes, so no start drops what it wrote", "[disk]") {
+  TempDir dir;
+  DiskTier::Options options = OptionsFor(dir.path());
+  options.max_chunk_bytes = 8192;
+  {
+    auto tier = MustOpen(options);
+    CHECK(tier->Write(TestKey(1), TestValue(1, 8193)).code() == absl::StatusCode::kResourceExhausted);
+    REQUIRE(tier->Write(TestKey(2), TestValue(2, 8192)).ok());
+  }
+  SimulateCrash(dir.path());
+  auto tier = MustOpen(options);
+  CHECK(tier->recovery().chunks_recovered == 1);
+  CHECK(tier->recovery().corrupt_files_removed == 0);
+  CHECK(tier->Contains(TestKey(2)));
+  options.max_chunk_bytes = 0;
+  CHECK(DiskTier::Open(options).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("disk tier Open reads headers on many threads and counts every outcome once", "[disk]") {
   // 600 files, so several threads claim batches of them; every 50th is damaged.
   TempDir dir;

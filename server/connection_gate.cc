@@ -1,0 +1,95 @@
+#include "server/connection_gate.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "spdlog/spdlog.h"
+
+namespace cake {
+
+namespace {
+bool StillOpen(int fd, dev_t device, ino_t inode) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && st.st_dev == device && st.st_ino == inode;
+}
+}  // namespace
+
+ConnectionGate::Verdict ConnectionGate::Admit(int fd, const std::string& peer) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Verdict::kTotalCapReached;  // cannot happen for a descriptor just accepted
+  MutexLock lock(&mu_);
+  // A reused number: the connection it named is gone.
+  if (auto it = open_.find(fd); it != open_.end()) {
+    if (--per_peer_[it->second.peer] == 0) per_peer_.erase(it->second.peer);
+    open_.erase(it);
+  }
+  const auto full = [&] {
+    if (open_.size() >= max_connections_) return Verdict::kTotalCapReached;
+    if (auto it = per_peer_.find(peer); it != per_peer_.end() && it->second >= max_per_peer_) {
+      return Verdict::kPeerCapReached;
+    }
+    return Verdict::kAdmitted;
+  };
+  // Only at a cap is it worth looking for connections gRPC closed since: an fstat per open connection.
+  if (full() != Verdict::kAdmitted) ForgetClosedLocked();
+  if (const Verdict verdict = full(); verdict != Verdict::kAdmitted) return verdict;
+  open_[fd] = Open{peer, st.st_dev, st.st_ino};
+  ++per_peer_[peer];
+  return Verdict::kAdmitted;
+}
+
+bool ConnectionGate::AdmitOrClose(int fd, const std::string& peer, std::string_view listener) {
+  const Verdict verdict = Admit(fd, peer);
+  if (verdict == Verdict::kAdmitted) {
+    admitted_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  ::close(fd);
+  refused_.fetch_add(1, std::memory_order_relaxed);
+  bool warn = false;
+  {
+    MutexLock lock(&mu_);
+    if (const auto now = std::chrono::steady_clock::now(); now - last_warning_ > std::chrono::seconds(10)) {
+      last_warning_ = now;
+      warn = true;
+    }
+  }
+  if (warn) {
+    if (verdict == Verdict::kPeerCapReached) {
+      spdlog::warn("a connection on the {} from {} closed at accept: that peer holds server.max_connections_per_peer "
+                   "({}) already ({} refused in all)",
+                   listener, peer, max_per_peer_, refused());
+    } else {
+      spdlog::warn("a connection on the {} from {} closed at accept: the daemon serves server.max_connections ({}) "
+                   "already ({} refused in all)",
+                   listener, peer, max_connections_, refused());
+    }
+  }
+  return false;
+}
+
+void ConnectionGate::ForgetClosedLocked() {
+  for (auto it = open_.begin(); it != open_.end();) {
+    if (StillOpen(it->first, it->second.device, it->second.inode)) {
+      ++it;
+      continue;
+    }
+    if (--per_peer_[it->second.peer] == 0) per_peer_.erase(it->second.peer);
+    open_.erase(it++);
+  }
+}
+
+uint32_t ConnectionGate::open() {
+  MutexLock lock(&mu_);
+  ForgetClosedLocked();
+  return static_cast<uint32_t>(open_.size());
+}
+
+uint32_t ConnectionGate::open_for(const std::string& peer) {
+  MutexLock lock(&mu_);
+  ForgetClosedLocked();
+  auto it = per_peer_.find(peer);
+  return it == per_peer_.end() ? 0 : it->second;
+}
+
+}  // namespace cake
