@@ -17,7 +17,7 @@ import pkgutil
 
 __path__ = pkgutil.extend_path(__path__, __name__)  # noqa: F821 (a package's __path__)
 
-from cake.errors import CakeError  # noqa: E402
+from cake.errors import CakeError, DeadlineExceeded  # noqa: E402
 from cake.namespace import DTYPES, Namespace  # noqa: E402
 from cake.layout import ChunkLayout  # noqa: E402
 from cake.regions import CudaIpcRegion, HostShmRegion, Region  # noqa: E402
@@ -25,6 +25,7 @@ from cake.client import Client, LookupResult, StoreResult, default_socket_path  
 from cake.load import ChunkLoaded, LoadDone, LoadPlan, LoadSession  # noqa: E402
 
 __all__ = [
-    "CakeError", "Namespace", "DTYPES", "ChunkLayout", "Region", "HostShmRegion", "CudaIpcRegion", "Client",
-    "LookupResult", "StoreResult", "default_socket_path", "LoadSession", "LoadPlan", "ChunkLoaded", "LoadDone",
+    "CakeError", "DeadlineExceeded", "Namespace", "DTYPES", "ChunkLayout", "Region", "HostShmRegion",
+    "CudaIpcRegion", "Client", "LookupResult", "StoreResult", "default_socket_path", "LoadSession", "LoadPlan",
+    "ChunkLoaded", "LoadDone",
 ]

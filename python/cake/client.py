@@ -1,13 +1,16 @@
 """Client: regions, lookups, stores and loads against caked over its unix socket; admin calls for tools."""
+import ipaddress
+import logging
 import os
 import socket as _socket
+import stat
 import threading
 from dataclasses import dataclass
 
 import grpc
 
 from cake._stubs import admin_pb2, admin_pb2_grpc, kv_pb2, kv_pb2_grpc
-from cake.errors import CakeError
+from cake.errors import CakeError, DeadlineExceeded
 from cake.load import TIER_NAMES, LoadSession
 from cake.regions import CudaIpcRegion, HostShmRegion
 
@@ -17,30 +20,151 @@ MAX_MESSAGE_BYTES = 1 << 30
 INLINE_STORE_BATCH_BYTES = 64 << 20
 _REGION_KINDS = {"host": kv_pb2.REGION_HOST_SHM, "cuda": kv_pb2.REGION_CUDA_IPC, "auto": kv_pb2.REGION_AUTO}
 _MODES = {"cake": kv_pb2.LoadStart.MODE_CAKE, "io_only": kv_pb2.LoadStart.MODE_IO_ONLY}
+SYSTEM_SOCKET = "/run/cake/caked.sock"
+_OWN_SOCKET_REMEDY = ("not used, since whoever controls it could pose as your daemon and receive your prompts: have "
+                      "it removed (by its owner or root) before starting your caked, or pass socket= or set "
+                      "CAKE_SOCKET to your daemon's socket")
+_SYSTEM_SOCKET_REMEDY = ("not used: ask the administrator to check caked.service, or pass socket= or set CAKE_SOCKET "
+                         "to your daemon's socket")
+
+log = logging.getLogger("cake.client")
 
 
 def _socket_candidates(euid, environ):
     """Where a daemon's socket may be for this user, in the order clients look (caked uses the first for itself)."""
     if euid == 0:
-        return ["/run/cake/caked.sock"]
+        return [SYSTEM_SOCKET]
     runtime = environ.get("XDG_RUNTIME_DIR")
     own = os.path.join(runtime, "cake", "caked.sock") if runtime else f"/tmp/cake-{euid}/caked.sock"
     # The system daemon (systemd's, /run/cake) serves users in its group too.
-    return [own, "/run/cake/caked.sock"]
+    return [own, SYSTEM_SOCKET]
 
 
-def default_socket_path():
-    """The daemon's socket by the rule caked and cakectl use: $CAKE_SOCKET when set; /run/cake/caked.sock for
-    root; else this user's own daemon ($XDG_RUNTIME_DIR/cake/caked.sock, or /tmp/cake-<uid>/caked.sock) when its
-    socket exists, else the system daemon's /run/cake/caked.sock when that exists, else this user's own path."""
+class _Refused(Exception):
+    """A candidate socket that exists but must not be used; the text says why and what to do."""
+
+
+def _check_socket_folder(folder, euid, remedy):
+    """The daemon's rule for its socket's folder (server/daemon.cc, base/socket_folder.h): a real folder (not a
+    symbolic link) owned by this user or root; where its parent is writable by others (/tmp), anyone may have made
+    it first, so there it must be this user's own and writable by nobody else. False when it does not exist;
+    raises _Refused when it breaks the rule."""
+    folder = folder.rstrip("/") or "/"
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return False
+    except OSError as error:
+        raise _Refused(f"the socket folder {folder} cannot be inspected: {error.strerror}; {remedy}") from None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            problem = f"is a symbolic link (to {os.readlink(folder)})"
+        except OSError:
+            problem = "is a symbolic link"
+        raise _Refused(f"the socket folder {folder} {problem}; {remedy}")
+    if not stat.S_ISDIR(st.st_mode):
+        raise _Refused(f"the socket folder {folder} is not a folder; {remedy}")
+    parent = os.path.dirname(folder) or "."
+    try:
+        shared_parent = bool(os.stat(parent).st_mode & stat.S_IWOTH)
+    except OSError as error:
+        raise _Refused(f"the socket folder {folder} cannot be judged: its parent {parent} cannot be inspected "
+                       f"({error.strerror}); {remedy}") from None
+    if st.st_uid != euid and (shared_parent or st.st_uid != 0):
+        raise _Refused(f"the socket folder {folder} belongs to another user (uid {st.st_uid}); {remedy}")
+    # Writable by others is what lets them swap the socket; reading the folder only shows its name.
+    if shared_parent and st.st_mode & 0o022:
+        raise _Refused(f"the socket folder {folder} can be written by other users (mode {st.st_mode & 0o7777:04o}), "
+                       f"who could replace the socket in it; {remedy}")
+    return True
+
+
+def _check_socket_file(path, remedy):
+    """Whether a unix socket is at `path` (lstat: a symbolic link is not one); raises _Refused for anything else."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as error:
+        raise _Refused(f"the socket {path} cannot be inspected: {error.strerror}; {remedy}") from None
+    if stat.S_ISSOCK(st.st_mode):
+        return True
+    instead = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode)
+               else "a regular file" if stat.S_ISREG(st.st_mode) else "not a socket")
+    raise _Refused(f"the socket {path} is {instead}, not a unix socket; {remedy}")
+
+
+def _choose_socket(euid, environ):
+    """(path, refusals): the socket to use by the daemon's rule, or None when none is usable, and why each candidate
+    that exists was refused. This user's own daemon first, when its folder passes the rule and it is a socket; else
+    the system daemon's, when it is a socket (its folder belongs to the unit's user, and only root creates entries
+    in /run, so no other user can have put it there)."""
+    candidates = _socket_candidates(euid, environ)
+    own = candidates[0] if euid != 0 else None
+    refusals = []
+    if own is not None:
+        try:
+            if _check_socket_folder(os.path.dirname(own), euid, _OWN_SOCKET_REMEDY) and \
+                    _check_socket_file(own, _OWN_SOCKET_REMEDY):
+                return own, refusals
+        except _Refused as refused:
+            refusals.append(str(refused))
+    try:
+        if _check_socket_file(SYSTEM_SOCKET, _SYSTEM_SOCKET_REMEDY):
+            return SYSTEM_SOCKET, refusals
+    except _Refused as refused:
+        refusals.append(str(refused))
+    return None, refusals
+
+
+def _find_socket():
+    """The socket Client() connects to when given none: $CAKE_SOCKET as given (the user's choice, unchecked, as
+    socket= is), else the daemon's rule. A refused candidate is logged as a warning even when another answers (a
+    squatted /tmp/cake-<uid> is worth knowing about); raises CakeError(FAILED_PRECONDITION) naming each refused
+    one when nothing usable remains. Nothing there at all: this user's own path, where its daemon would listen."""
     explicit = os.environ.get("CAKE_SOCKET")
     if explicit:
         return explicit
-    candidates = _socket_candidates(os.geteuid(), os.environ)
-    for candidate in candidates:
-        if os.path.exists(candidate):
-            return candidate
-    return candidates[0]
+    euid = os.geteuid()
+    path, refusals = _choose_socket(euid, os.environ)
+    for refusal in refusals:
+        log.warning("cake: %s", refusal)
+    if path is not None:
+        return path
+    if refusals:
+        raise CakeError(grpc.StatusCode.FAILED_PRECONDITION, "no usable daemon socket. " + ". ".join(refusals))
+    return _socket_candidates(euid, os.environ)[0]
+
+
+def default_socket_path():
+    """The daemon's socket by the rule caked and cakectl use, for display: $CAKE_SOCKET when set (as given); else
+    /run/cake/caked.sock for root; else this user's own daemon's socket ($XDG_RUNTIME_DIR/cake/caked.sock, or
+    /tmp/cake-<uid>/caked.sock) when its folder passes the daemon's rule (a real folder of this user's, closed to
+    others in /tmp) and it is a socket, else the system daemon's when it is a socket. When none is usable: this
+    user's own path if nothing is there at all, else the system daemon's (never a refused path). Client() raises
+    instead, saying why."""
+    explicit = os.environ.get("CAKE_SOCKET")
+    if explicit:
+        return explicit
+    euid = os.geteuid()
+    path, refusals = _choose_socket(euid, os.environ)
+    if path is not None:
+        return path
+    return SYSTEM_SOCKET if refusals else _socket_candidates(euid, os.environ)[0]
+
+
+def _is_loopback(address):
+    """Whether a "host:port" target names this host over loopback (127.0.0.0/8, [::1] or localhost); anything
+    else, a gRPC scheme prefix included, is not."""
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -110,25 +234,43 @@ def _read(path):
 class Client:
     """A connection to caked. Thread-safe (gRPC channels are); every call raises CakeError on a refusal.
 
-    socket: the daemon's unix socket path (default: default_socket_path()). client_id: who owns this client's
-    regions (default "<hostname>-<pid>"). timeout_s: deadline of each unary call.
+    socket: the daemon's unix socket path, used as given (default: $CAKE_SOCKET as given, else the daemon's own
+    rule, as default_socket_path(); a fallback socket whose folder another user could control is refused, with a
+    warning, and the error says why when nothing usable remains). client_id: who owns this client's regions (default
+    "<hostname>-<pid>"). timeout_s: deadline of each unary call. load_timeout_s: how long any wait of a load (its
+    Plan, its next chunk, Done, its end after Release) goes on while the daemon sends nothing; then the load is
+    cancelled and the wait raises DeadlineExceeded.
 
     Engines on another host connect over TCP instead: address="host:port" with tls_ca_file (the CA that signed
     the daemon's certificate) and either a client certificate (tls_cert_file, tls_key_file: mTLS) or a bearer
     token (token=..., or token_file=...). Over TCP there are no regions: loads and stores carry inline bytes.
-    Without tls_ca_file the connection is plaintext, which the daemon accepts on a loopback address only."""
+    Without tls_ca_file the connection is plaintext, which the daemon accepts on a loopback address only; a bearer
+    token is never sent in plaintext (the C++ client refuses it too), except to a loopback address when the caller
+    says so with allow_plaintext_token_on_loopback=True (tests, a sidecar on the same host)."""
 
     def __init__(self, socket=None, client_id=None, connect_timeout_s=5.0, timeout_s=60.0, address=None,
                  tls_ca_file=None, tls_cert_file=None, tls_key_file=None, tls_server_name=None, token=None,
-                 token_file=None):
+                 token_file=None, allow_plaintext_token_on_loopback=False, load_timeout_s=30.0):
         self.client_id = client_id or f"{_socket.gethostname()}-{os.getpid()}"
         self.timeout_s = timeout_s
+        self.load_timeout_s = load_timeout_s
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+        if (token is not None or token_file is not None) and address is not None and tls_ca_file is None:
+            # Anyone on the path (or on the host, for a port another process took) would read the token and be
+            # this principal from then on.
+            if not _is_loopback(address):
+                raise CakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"a bearer token travels only over TLS: give the daemon's CA (tls_ca_file); "
+                                f"{address} is not a loopback address, where plaintext could be allowed")
+            if not allow_plaintext_token_on_loopback:
+                raise CakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                "a bearer token travels only over TLS: give the daemon's CA (tls_ca_file), or, "
+                                f"for the loopback address {address}, allow_plaintext_token_on_loopback=True")
         if token_file is not None:
             token = _read(token_file).decode().strip()
         if address is None:
-            self.socket_path = socket or default_socket_path()
+            self.socket_path = socket or _find_socket()
             target = "unix:" + self.socket_path
             self._channel = grpc.insecure_channel(target, options=options)
         else:
@@ -173,10 +315,17 @@ class Client:
         if ahead is not None:
             ahead.cancel()
         if self._renewer is not None:
-            self._renewer.join()
+            self._renewer.join()  # its renewal calls have deadlines of their own
         for region in list(self._regions.values()):
             try:
                 self.release_region(region)
+            except DeadlineExceeded:
+                # A silent daemon: one deadline is enough to wait on closing. It frees the rest when their leases
+                # run out (they are unmapped here already, or will be with the process).
+                for rest in list(self._regions.values()):
+                    rest.close()
+                self._regions.clear()
+                break
             except CakeError:
                 pass
         self._raw_channel.close()
@@ -236,12 +385,14 @@ class Client:
         self._keep_renewing(reply.lease_ms)
         return region
 
-    def release_region(self, region):
-        """Unmaps the region here, then has the daemon free it (a load still writing keeps it alive until done)."""
+    def release_region(self, region, timeout_s=None):
+        """Unmaps the region here, then has the daemon free it (a load still writing keeps it alive until done).
+        Raises DeadlineExceeded when the daemon does not answer within timeout_s (default: the client's); the
+        region is unmapped here all the same, and the daemon frees it when its lease runs out."""
         region.close()
         self._regions.pop(region.id, None)
         self._call(self._kv.ReleaseRegion,
-                   kv_pb2.ReleaseRegionRequest(client_id=self.client_id, region_id=region.id))
+                   kv_pb2.ReleaseRegionRequest(client_id=self.client_id, region_id=region.id), timeout_s)
 
     def lookup(self, ns, tokens=None, chunk_keys=None):
         reply = self._call(self._kv.Lookup, kv_pb2.LookupRequest(namespace=ns.to_proto(),
@@ -314,14 +465,17 @@ class Client:
         if session is None or not session.usable():
             if session is not None:
                 session.cancel()
-            session = LoadSession(self._kv)
+            session = self._new_session()
         return session.begin(start, chunk_bytes=ns.chunk_bytes, region_size=None if region is None else region.size,
                              on_release=self._open_ahead)
+
+    def _new_session(self):
+        return LoadSession(self._kv, release_timeout_s=self.load_timeout_s, idle_timeout_s=self.load_timeout_s)
 
     def _open_ahead(self):
         if self._closing.is_set() or self._ahead is not None:
             return
-        ahead = LoadSession(self._kv)
+        ahead = self._new_session()
         with self._ahead_lock:
             if self._ahead is None and not self._closing.is_set():
                 self._ahead, ahead = ahead, None

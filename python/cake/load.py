@@ -5,6 +5,10 @@ under one condition variable. The engine's thread never blocks on gRPC: progress
 own thread sends it), and every wait takes a timeout. Leaving the `with` block ends the load: Release (the daemon
 answers once every read of the load has drained, so the window is free when the block is left), or a cancel when
 the daemon does not answer in time or the stream already failed.
+
+A daemon is a peer like any other, and a frozen one must not freeze the engine: every wait without a timeout of its
+own (iterating, `plan`, `done`, wait_resident) gives up once the daemon has sent nothing for the session's idle
+timeout, cancels the load and raises DeadlineExceeded; the wait for the end after Release has its own timeout.
 """
 import queue
 import threading
@@ -15,7 +19,7 @@ from typing import NamedTuple, Optional
 import grpc
 
 from cake._stubs import kv_pb2
-from cake.errors import CakeError
+from cake.errors import CakeError, DeadlineExceeded
 
 TIER_NAMES = {kv_pb2.TIER_NONE: "none", kv_pb2.TIER_DRAM: "dram", kv_pb2.TIER_DISK: "disk",
               kv_pb2.TIER_REMOTE: "remote"}
@@ -83,11 +87,15 @@ class LoadSession:
     # loader.start_timeout_ms, a minute by default): the load opens a fresh one instead.
     AHEAD_MAX_AGE_S = 20.0
 
-    def __init__(self, stub, start=None, chunk_bytes=0, region_size=None, release_timeout_s=30.0):
+    def __init__(self, stub, start=None, chunk_bytes=0, region_size=None, release_timeout_s=30.0,
+                 idle_timeout_s=30.0):
         """start None: the stream opens now, ahead of a load that begin() starts later (Client keeps one ready,
-        so a load does not wait for a stream's set-up and a thread)."""
+        so a load does not wait for a stream's set-up and a thread). idle_timeout_s: how long a wait goes on
+        while the daemon sends nothing before the load is given up (a live load sends a message per chunk)."""
         self.started_at = self._opened_at = time.monotonic()
         self._release_timeout_s = release_timeout_s
+        self._idle_timeout_s = idle_timeout_s
+        self._last_message_at = self._opened_at
         # The daemon is a peer like any other: what it sends is checked against what this client asked for.
         self._region_size = region_size          # None: an inline load
         self._chunk_bytes = chunk_bytes           # 0: the namespace takes the daemon's default chunk size
@@ -109,6 +117,7 @@ class LoadSession:
         self._ended = False            # the stream is over (OK or not)
         self._sending = True           # the send side is still open
         self._released = False
+        self._abandoned = False        # given up on a silent daemon: cancelled, and every wait raises _error
         self._call = stub.Load(self._request_stream())
         self._reader = threading.Thread(target=self._read, name="cake-load-reader", daemon=True)
         self._reader.start()
@@ -150,7 +159,8 @@ class LoadSession:
             error = CakeError(grpc.StatusCode.INTERNAL, f"reading the Load stream: {unexpected!r}")
             self._call.cancel()
         with self._cv:
-            self._error = error
+            if self._error is None:  # a load given up on keeps the reason it was given up for
+                self._error = error
             self._ended = True
             self._cv.notify_all()
             self._chunk_cv.notify_all()
@@ -162,6 +172,7 @@ class LoadSession:
             m = response.loaded
             event = ChunkLoaded(m.chunk, m.region_offset, m.bytes, m.data or None)
             with self._cv:
+                self._last_message_at = time.monotonic()
                 self._check_loaded_locked(event)
                 self._loaded.append(event)
                 self._arrivals.append(time.monotonic())
@@ -171,6 +182,7 @@ class LoadSession:
                 self._chunk_cv.notify_all()
             return
         with self._cv:
+            self._last_message_at = time.monotonic()
             if which == "plan":
                 if self._plan is not None:
                     raise _BadMessage("a second Plan")
@@ -226,26 +238,51 @@ class LoadSession:
             return True
 
     def _wait(self, predicate, timeout, condition=None):
-        """Waits on `condition` (default: Plan/Done/end) until predicate() holds or the stream ended; False on
-        timeout. Call with the lock held."""
+        """Waits on `condition` (default: Plan/Done/end) until predicate() holds or the stream ended, and returns
+        None then; "timeout" once the caller's `timeout` (seconds; None: none) has passed; "silent" once the daemon
+        has sent nothing for the idle timeout, counted from its last message or from the start of this wait,
+        whichever is later (an engine busy computing between two waits has not seen the daemon fall silent).
+        A load given up on returns at once. Call with the lock held."""
         condition = condition or self._cv
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not predicate() and not self._ended:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            condition.wait(remaining)
-        return True
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
+        while not predicate() and not self._ended and not self._abandoned:
+            now = time.monotonic()
+            silent_at = max(self._last_message_at, started) + self._idle_timeout_s
+            if deadline is not None and now >= deadline:
+                return "timeout"
+            if now >= silent_at:
+                return "silent"
+            condition.wait((silent_at if deadline is None else min(deadline, silent_at)) - now)
+        return None
+
+    def _gave_up(self, outcome, what, timeout):
+        """The DeadlineExceeded for a wait that ended with `outcome` ("timeout" or "silent"). A silent daemon's
+        load is cancelled (call without the lock): the engine computes instead, and every later wait fails at once."""
+        if outcome == "timeout":
+            return DeadlineExceeded(f"{what} did not arrive within {timeout} s")
+        error = DeadlineExceeded(f"the daemon sent nothing for {self._idle_timeout_s} s while this client waited "
+                                 f"for {what}; the load was cancelled")
+        with self._cv:
+            self._abandoned = True
+            if self._error is None and not self._ended:
+                self._error = error
+            error = self._error or error
+        self._call.cancel()
+        self._close_send_side()
+        return error
 
     # --- what an engine calls -------------------------------------------------------------------------------
     def wait_plan(self, timeout=None):
-        """The daemon's Plan; raises CakeError if the daemon refused the load, TimeoutError after `timeout` s."""
+        """The daemon's Plan; raises CakeError if the daemon refused the load, DeadlineExceeded (a TimeoutError)
+        after `timeout` s or once the daemon has been silent for the idle timeout."""
         with self._cv:
-            if not self._wait(lambda: self._plan is not None, timeout):
-                raise TimeoutError(f"no Plan within {timeout} s")
-            if self._plan is None:
-                raise self._error or CakeError(grpc.StatusCode.INTERNAL, "the Load stream ended before its Plan")
-            return self._plan
+            outcome = self._wait(lambda: self._plan is not None, timeout)
+            if outcome is None:
+                if self._plan is None:
+                    raise self._error or CakeError(grpc.StatusCode.INTERNAL, "the Load stream ended before its Plan")
+                return self._plan
+        raise self._gave_up(outcome, "the Plan", timeout)
 
     @property
     def plan(self):
@@ -271,10 +308,14 @@ class LoadSession:
 
     def wait_resident(self, chunk, timeout=None):
         """Waits until chunk is resident, Done arrived or the stream ended; returns is_resident(chunk). With a
-        timeout (seconds), gives up then: an engine waiting at the predicted meeting for loads that fell behind."""
+        timeout (seconds), gives up then: an engine waiting at the predicted meeting for loads that fell behind.
+        Raises DeadlineExceeded once the daemon has been silent for the idle timeout."""
         with self._cv:
-            self._wait(lambda: self._resident_locked(chunk) or self._done is not None, timeout, self._chunk_cv)
-            return self._resident_locked(chunk)
+            outcome = self._wait(lambda: self._resident_locked(chunk) or self._done is not None, timeout,
+                                 self._chunk_cv)
+            if outcome != "silent":
+                return self._resident_locked(chunk)
+        raise self._gave_up(outcome, f"chunk {chunk}", timeout)
 
     def seconds_until_resident(self, chunk):
         """How long until the loads reach `chunk`, from the pace they have kept so far: 0 when it is resident,
@@ -321,28 +362,35 @@ class LoadSession:
         return self.chunk(chunk).region_offset
 
     def __iter__(self):
-        """Every ChunkLoaded as it lands, highest chunk first, until Done; raises CakeError if the stream failed."""
+        """Every ChunkLoaded as it lands, highest chunk first, until Done; raises CakeError if the stream failed,
+        DeadlineExceeded once the daemon has been silent for the idle timeout."""
         index = 0
         while True:
             with self._cv:
-                self._wait(lambda: index < len(self._loaded) or self._done is not None, None, self._chunk_cv)
-                if index < len(self._loaded):
-                    event = self._loaded[index]
-                elif self._done is not None or self._error is None:
-                    return
-                else:
-                    raise self._error
+                outcome = self._wait(lambda: index < len(self._loaded) or self._done is not None, None,
+                                     self._chunk_cv)
+                if outcome is None:
+                    if index < len(self._loaded):
+                        event = self._loaded[index]
+                    elif self._done is not None or self._error is None:
+                        return
+                    else:
+                        raise self._error
+            if outcome is not None:
+                raise self._gave_up(outcome, "the next chunk or Done", None)
             index += 1
             yield event
 
     def wait_done(self, timeout=None):
-        """The final split; raises CakeError if the stream failed first, TimeoutError after `timeout` s."""
+        """The final split; raises CakeError if the stream failed first, DeadlineExceeded (a TimeoutError) after
+        `timeout` s or once the daemon has been silent for the idle timeout."""
         with self._cv:
-            if not self._wait(lambda: self._done is not None, timeout):
-                raise TimeoutError(f"no Done within {timeout} s")
-            if self._done is None:
-                raise self._error or CakeError(grpc.StatusCode.INTERNAL, "the Load stream ended before Done")
-            return self._done
+            outcome = self._wait(lambda: self._done is not None, timeout)
+            if outcome is None:
+                if self._done is None:
+                    raise self._error or CakeError(grpc.StatusCode.INTERNAL, "the Load stream ended before Done")
+                return self._done
+        raise self._gave_up(outcome, "Done", timeout)
 
     @property
     def done(self):
@@ -375,8 +423,7 @@ class LoadSession:
         self._reader.join(timeout)
         if self._reader.is_alive():
             self.cancel()
-            raise CakeError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                            f"the daemon did not end the load within {timeout} s of Release; cancelled it")
+            raise DeadlineExceeded(f"the daemon did not end the load within {timeout} s of Release; cancelled it")
         if self._error is not None:
             raise self._error
 
@@ -387,8 +434,9 @@ class LoadSession:
         self._reader.join(5.0)
 
     def close(self):
-        """Ends the load however it stands: Release if it is still running (and not released yet), quietly."""
-        if self.ended or self._released:
+        """Ends the load however it stands: Release if it is still running (and not released yet, nor given up
+        on), quietly."""
+        if self.ended or self._released or self._abandoned:
             self._close_send_side()
             return
         try:

@@ -1,6 +1,7 @@
 """Regions: memory the daemon created for this client and this process has mapped. Loads write chunks into
 them; stores read chunks from them. Two kinds, one interface: host shared memory (viewed as a numpy array or a
 CPU torch tensor, without a copy) and CUDA device memory opened over IPC (viewed as a torch CUDA tensor)."""
+import contextlib
 import ctypes
 import ctypes.util
 import glob
@@ -8,6 +9,7 @@ import mmap
 import os
 import re
 import sys
+import threading
 
 # The daemon names host regions "/cake-<its pid>-<32 hex digits>"; a name not of the form /name is refused before it
 # reaches the file system.
@@ -36,6 +38,37 @@ class Region:
     def _check_open(self):
         if self.closed:
             raise ValueError(f"region {self.id} is closed")
+
+
+class RegionClaim:
+    """Which call uses a region now: one load or store at a time, as the bytes in it belong to one of them. Not a
+    lock held across the daemon's calls: a caller that finds the region in use waits at most `wait_s` and then does
+    without it (an engine adapter computes instead), so a call stuck on a silent daemon (itself bounded by the
+    client's deadlines) never stalls the others for longer than that."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._busy = False
+
+    @contextlib.contextmanager
+    def claimed(self, wait_s):
+        """`with claim.claimed(wait_s) as ok:` ok is False when the region stayed in use for wait_s seconds."""
+        with self._cv:
+            ok = self._cv.wait_for(lambda: not self._busy, wait_s)
+            if ok:
+                self._busy = True
+        try:
+            yield ok
+        finally:
+            if ok:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify()
+
+    @property
+    def busy(self):
+        with self._cv:
+            return self._busy
 
 
 class HostShmRegion(Region):

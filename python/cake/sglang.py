@@ -21,20 +21,23 @@ How SGLang's calls map onto caked's:
   this process, then a copy into the host pool's pages; batch_set_v1 -> a copy of the pages into a region, then
   Store. The daemon cannot write into SGLang's own host pool (it is SGLang's memory, not shared), hence the one
   copy each way, which runs at memory speed.
-- SGLang's threads call concurrently (prefetch, I/O, backup): each kind of call has its own region and lock. A call
-  never raises or returns None (either would kill the SGLang thread that made it): a refusal or an unreachable
-  daemon is a miss (0, or False per page).
+- SGLang's threads call concurrently (prefetch, I/O, backup): each kind of call has its own region. A call never
+  raises or returns None (either would kill the SGLang thread that made it): a refusal or an unreachable daemon is
+  a miss (0, or False per page).
+- A silent daemon is a miss too, never a stall: every call to it has a deadline (cake_timeout_s, 30 s), and a call
+  that finds its region in use waits for it at most cake_region_wait_s (1 s), so one call stuck on the daemon holds
+  up no other.
 """
 import hashlib
 import logging
 import os
-import threading
 
 import numpy as np
 
 from cake.client import Client
 from cake.layout import ChunkLayout
 from cake.namespace import Namespace
+from cake.regions import RegionClaim
 
 try:  # SGLang present: the factory checks issubclass(backend, HiCacheStorage)
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorage as _Base
@@ -113,8 +116,8 @@ class _PageCopier:
 
 class CakeHiCacheStorage(_Base):
     """SGLang's HiCacheStorage on caked. `storage_config` is SGLang's HiCacheStorageConfig; its extra_config
-    (the JSON of --hicache-storage-backend-extra-config) may carry cake_socket, cake_model_id, cake_tenant and
-    cake_timeout_s. The geometry comes from the host pool, in register_mem_pool_host."""
+    (the JSON of --hicache-storage-backend-extra-config) may carry cake_socket, cake_model_id, cake_tenant,
+    cake_timeout_s and cake_region_wait_s. The geometry comes from the host pool, in register_mem_pool_host."""
 
     def __init__(self, storage_config=None, kwargs=None, client=None):
         extra = dict(_config_value(storage_config, "extra_config", None) or {})
@@ -132,14 +135,15 @@ class CakeHiCacheStorage(_Base):
         self._model_id = f"sglang:{model}"
         self._tenant = str(extra.get("cake_tenant", ""))
         self._timeout_s = float(extra.get("cake_timeout_s", 30.0))
+        self._region_wait_s = float(extra.get("cake_region_wait_s", 1.0))
         self._client = client or Client(extra.get("cake_socket") or None, client_id=f"sglang-{os.getpid()}",
-                                        timeout_s=self._timeout_s)
+                                        timeout_s=self._timeout_s, load_timeout_s=self._timeout_s)
         self._owns_client = client is None
         self.mem_pool_host = None
         self.ns = None
         self._copier = None
         self._regions = {}
-        self._locks = {"get": threading.Lock(), "set": threading.Lock()}
+        self._claims = {"get": RegionClaim(), "set": RegionClaim()}
         self.stats = {"exists_calls": 0, "pages_found": 0, "pages_loaded": 0, "pages_stored": 0, "errors": 0}
 
     # --- set-up ---------------------------------------------------------------------------------------------
@@ -158,7 +162,7 @@ class CakeHiCacheStorage(_Base):
         self._layout = ChunkLayout.of(self.ns)
         self._torch_dtype = mem_pool_host.dtype
         self._copier = _PageCopier(mem_pool_host)
-        for kind in self._locks:
+        for kind in self._claims:
             self._regions[kind] = self._client.register_region(SGLANG_BATCH_PAGES * self.ns.chunk_bytes)
 
     def _chunk(self, region, index):
@@ -196,7 +200,10 @@ class CakeHiCacheStorage(_Base):
         """Loads up to len(keys) <= SGLANG_BATCH_PAGES pages into the get region and hands each loaded page to
         write_page(i, chunk). Returns one bool per key: True for the leading pages that arrived."""
         results = [False] * len(keys)
-        with self._locks["get"]:
+        with self._claims["get"].claimed(self._region_wait_s) as claimed:
+            if not claimed:
+                self._failed("load", f"the get region stayed in use by another load for {self._region_wait_s} s")
+                return results
             region = self._regions["get"]
             try:
                 with self._client.load(self.ns, chunk_keys=self._keys(keys), region=region,
@@ -248,7 +255,10 @@ class CakeHiCacheStorage(_Base):
 
     def _store_pages(self, keys, read_page):
         """Copies each page (read_page(i, chunk) fills chunk i) into the set region and stores them all."""
-        with self._locks["set"]:
+        with self._claims["set"].claimed(self._region_wait_s) as claimed:
+            if not claimed:
+                self._failed("store", f"the set region stayed in use by another store for {self._region_wait_s} s")
+                return [False] * len(keys)
             region = self._regions["set"]
             try:
                 for i in range(len(keys)):

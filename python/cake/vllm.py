@@ -27,17 +27,23 @@ What it does:
   gathers the prompt's full chunks out of them into the region and Stores them, then reports the request as sent.
 - Cake's split (compute the front while the back loads) needs a scheduler hook stock vLLM lacks; docs/engines.md
   describes it. This connector loads the cached suffix I/O-only, which stock vLLM supports.
+- A silent daemon never stalls vLLM: every call to it has a deadline (cake_timeout_s, 30 s), after which the
+  lookup is a miss and the load's blocks are load errors vLLM recomputes; a load or store that finds the region in
+  use waits for it at most cake_region_wait_s (1 s) and then does the same, so one call stuck on the daemon holds up
+  no other.
 """
 import concurrent.futures
 import enum
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from cake.client import Client
 from cake.layout import ChunkLayout
 from cake.namespace import Namespace
+from cake.regions import RegionClaim
 
 try:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
@@ -149,8 +155,9 @@ def _request_namespace(ns, request):
 
 def _connect(vllm_config, who):
     extra = _extra(vllm_config)
-    return Client(extra.get("cake_socket") or None, client_id=f"vllm-{who}-{os.getpid()}",
-                  timeout_s=float(extra.get("cake_timeout_s", 30.0)))
+    timeout_s = float(extra.get("cake_timeout_s", 30.0))
+    return Client(extra.get("cake_socket") or None, client_id=f"vllm-{who}-{os.getpid()}", timeout_s=timeout_s,
+                  load_timeout_s=timeout_s)
 
 
 class _SchedulerSide:
@@ -163,10 +170,13 @@ class _SchedulerSide:
         self.block_size = int(vllm_config.cache_config.block_size)
         self.load_async = bool(extra.get("cake_load_async", True))
         self.lookup_wait_s = float(extra.get("cake_lookup_wait_s", 0.002))
+        # A lookup still unanswered after this long (queued behind lookups a silent daemon holds) is a miss.
+        self.lookup_timeout_s = float(extra.get("cake_timeout_s", 30.0))
         # The worker's region holds this many chunks: a longer hit could not land whole, so none is promised.
         self.region_chunks = int(extra.get("cake_region_chunks", 64))
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="cake-lookup")
         self._lookups = {}        # request id -> Future of cached chunks
+        self._lookup_started = {}  # request id -> monotonic time its lookup was asked for
         self._matched = {}        # request id -> (start, end, model id): the tokens promised to vLLM
         self._loads = []
         self._stores = []
@@ -191,9 +201,19 @@ class _SchedulerSide:
             if first_ask:
                 future = self._pool.submit(self._lookup, ns, tokens[:len(tokens) // chunk * chunk])
                 self._lookups[request.request_id] = future
+                self._lookup_started[request.request_id] = time.monotonic()
+            started = self._lookup_started.get(request.request_id, time.monotonic())
         # Only the first ask waits (a little): a step with many waiting requests must not wait on each of them.
         if not future.done() and not first_ask:
-            return None, False
+            if time.monotonic() - started < self.lookup_timeout_s:
+                return None, False
+            future.cancel()  # still queued: never sent; running: its own deadline ends it
+            with self._lock:
+                self._lookups.pop(request.request_id, None)
+                self._lookup_started.pop(request.request_id, None)
+            log.warning("caked lookup of request %s unanswered after %.1f s, computing instead", request.request_id,
+                        self.lookup_timeout_s)
+            return 0, False
         try:
             cached_chunks = future.result(timeout=self.lookup_wait_s)
         except concurrent.futures.TimeoutError:
@@ -209,6 +229,7 @@ class _SchedulerSide:
         if external <= 0:
             with self._lock:
                 self._lookups.pop(request.request_id, None)
+                self._lookup_started.pop(request.request_id, None)
             return 0, False
         with self._lock:
             self._matched[request.request_id] = (num_computed_tokens, cached, ns.model_id)
@@ -217,6 +238,7 @@ class _SchedulerSide:
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         with self._lock:
             self._lookups.pop(request.request_id, None)
+            self._lookup_started.pop(request.request_id, None)
             matched = self._matched.pop(request.request_id, None)
         if num_external_tokens <= 0 or matched is None:
             return  # nothing to load (or the second call after an asynchronous load)
@@ -245,6 +267,7 @@ class _SchedulerSide:
         hold (nothing, for one still waiting on its load)."""
         with self._lock:
             self._lookups.pop(request.request_id, None)
+            self._lookup_started.pop(request.request_id, None)
             self._matched.pop(request.request_id, None)
         if "WAITING" in str(getattr(request, "status", "")):
             return False, None  # never ran: its blocks hold nothing of it (and vLLM frees them its own way)
@@ -318,9 +341,10 @@ class _WorkerSide:
         self.ns = namespace_for(vllm_config, tp_rank=_tensor_parallel_rank())
         self.layout = ChunkLayout.of(self.ns)
         self.region_chunks = int(extra.get("cake_region_chunks", 64))
+        self.region_wait_s = float(extra.get("cake_region_wait_s", 1.0))
         self.layers = []
         self.region = None
-        self._region_lock = threading.Lock()  # one load or store uses the region at a time
+        self._region_claim = RegionClaim()  # one load or store uses the region at a time
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cake-transfer")
         self._lock = threading.Lock()
         self._recved, self._sent, self._errors = set(), set(), set()
@@ -379,7 +403,9 @@ class _WorkerSide:
         chunk = self.ns.chunk_tokens
         valid = (spec.end, spec.end)  # the loaded tokens, [lo, hi): the daemon reports a suffix of the cached chunks
         try:
-            with self._region_lock:
+            with self._region_claim.claimed(self.region_wait_s) as claimed:
+                if not claimed:
+                    raise TimeoutError(f"the region stayed in use by another transfer for {self.region_wait_s} s")
                 with self.client.load(self._spec_namespace(spec), tokens=spec.tokens, region=self.region,
                                       mode="io_only", computed_through=spec.start // chunk) as load:
                     for event in load:
@@ -411,7 +437,9 @@ class _WorkerSide:
     def _store(self, spec):
         chunk = self.ns.chunk_tokens
         try:
-            with self._region_lock:
+            with self._region_claim.claimed(self.region_wait_s) as claimed:
+                if not claimed:
+                    raise TimeoutError(f"the region stayed in use by another transfer for {self.region_wait_s} s")
                 for start in range(0, len(spec.tokens), chunk * self.region_chunks):
                     count = min(self.region_chunks, (len(spec.tokens) - start) // chunk)
                     for i in range(count):

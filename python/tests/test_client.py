@@ -1,14 +1,20 @@
 """Every call of the Python client against a real caked: regions, lookups, stores, loads (region and inline,
 I/O-only, Cake, fixed splits), admin calls, socket discovery."""
+import logging
 import os
+import shutil
+import socket
+import tempfile
 import time
+from concurrent import futures
 
 import grpc
 import numpy as np
 import pytest
 
 import cake
-from cake._stubs import kv_pb2
+import cake.client
+from cake._stubs import admin_pb2, admin_pb2_grpc, kv_pb2, kv_pb2_grpc
 from cake.errors import CakeError
 from helpers import fill, pattern, prompt, small_namespace
 
@@ -188,6 +194,148 @@ def test_socket_discovery(monkeypatch, daemon):
         "/run/user/1234/cake/caked.sock", "/run/cake/caked.sock"]
     assert _socket_candidates(1234, {}) == ["/tmp/cake-1234/caked.sock", "/run/cake/caked.sock"]
     assert _socket_candidates(0, {}) == ["/run/cake/caked.sock"]
+
+
+# Socket discovery against a squatter: the tests act as a user with no daemon of its own (root can make folders
+# for any uid); its fallback is /tmp/cake-<uid>, and the "system daemon" is this module's real caked.
+OTHER_USER = 100000 + os.getpid() % 100000
+ATTACKER_UID = 65534
+
+
+class _Squatter(kv_pb2_grpc.KvServiceServicer, admin_pb2_grpc.AdminServiceServicer):
+    """Another user's server posing as this user's daemon: records every call that reaches it."""
+
+    def __init__(self):
+        self.calls = []
+
+    def Ping(self, request, context):
+        self.calls.append("Ping")
+        return admin_pb2.PingResponse()
+
+    def Lookup(self, request, context):
+        self.calls.append(list(request.prompt.tokens))  # the prompt is what the attacker is after
+        return kv_pb2.LookupResponse()
+
+
+@pytest.fixture
+def another_user(monkeypatch, daemon):
+    monkeypatch.delenv("CAKE_SOCKET", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(os, "geteuid", lambda: OTHER_USER)
+    monkeypatch.setattr(cake.client, "SYSTEM_SOCKET", daemon.socket_path, raising=False)
+    folder = f"/tmp/cake-{OTHER_USER}"
+    elsewhere = tempfile.mkdtemp(prefix="cake-squat-")
+    servers = []
+
+    def squat(where):
+        squatter = _Squatter()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        kv_pb2_grpc.add_KvServiceServicer_to_server(squatter, server)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(squatter, server)
+        server.add_insecure_port("unix:" + os.path.join(where, "caked.sock"))
+        server.start()
+        servers.append(server)
+        return squatter
+
+    yield folder, elsewhere, squat
+    for server in servers:
+        server.stop(0)
+    if os.path.islink(folder):
+        os.unlink(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(elsewhere, ignore_errors=True)
+
+
+def _squat(kind, folder, elsewhere, squat):
+    """Makes the fallback folder `kind`'s way, with a server of the attacker's in it where one can listen."""
+    if kind == "symbolic link":  # to a folder of the attacker's
+        os.chown(elsewhere, ATTACKER_UID, ATTACKER_UID)
+        os.symlink(elsewhere, folder)
+        return squat(elsewhere), "is a symbolic link"
+    os.mkdir(folder, 0o700)
+    if kind == "not a socket":  # this user's own closed folder, with a file where the socket should be
+        os.chown(folder, OTHER_USER, OTHER_USER)
+        open(os.path.join(folder, "caked.sock"), "w").close()
+        return None, "is a regular file, not a unix socket"
+    squatter = squat(folder)
+    if kind == "another user's folder":
+        os.chown(folder, ATTACKER_UID, ATTACKER_UID)
+        return squatter, f"belongs to another user (uid {ATTACKER_UID})"
+    os.chown(folder, OTHER_USER, OTHER_USER)  # "open to others": this user's, but anyone may write in it
+    os.chmod(folder, 0o777)
+    return squatter, "can be written by other users (mode 0777)"
+
+
+SQUATS = ["another user's folder", "open to others", "symbolic link", "not a socket"]
+
+
+@pytest.mark.parametrize("kind", SQUATS)
+def test_a_squatted_fallback_socket_is_passed_over_for_the_system_daemon(another_user, daemon, kind, caplog):
+    folder, elsewhere, squat = another_user
+    squatter, why = _squat(kind, folder, elsewhere, squat)
+    assert cake.default_socket_path() == daemon.socket_path
+    with caplog.at_level(logging.WARNING, logger="cake.client"):
+        with cake.Client(connect_timeout_s=2) as client:
+            assert client.socket_path == daemon.socket_path
+            client.lookup(small_namespace("squat"), tokens=prompt(1, seed=3))
+            assert client.status()["pid"] == daemon.process.pid
+    assert squatter is None or squatter.calls == []  # no prompt ever reached the attacker
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(folder in w and why in w for w in warnings), warnings
+
+
+@pytest.mark.parametrize("kind", SQUATS)
+def test_a_squatted_fallback_without_a_system_daemon_is_a_clear_error(another_user, monkeypatch, kind):
+    folder, elsewhere, squat = another_user
+    monkeypatch.setattr(cake.client, "SYSTEM_SOCKET", os.path.join(elsewhere, "no-system-daemon.sock"),
+                        raising=False)
+    squatter, why = _squat(kind, folder, elsewhere, squat)
+    with pytest.raises(CakeError) as refused:
+        cake.Client(connect_timeout_s=2)
+    assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert folder in refused.value.message and why in refused.value.message, refused.value.message
+    assert "CAKE_SOCKET" in refused.value.message  # what to do about it
+    assert squatter is None or squatter.calls == []
+    # Never handed out for display either: the system daemon's path instead.
+    assert cake.default_socket_path() != os.path.join(folder, "caked.sock")
+
+
+def test_the_users_own_closed_fallback_folder_is_used_and_an_explicit_socket_as_given(another_user, monkeypatch,
+                                                                                     daemon):
+    folder, elsewhere, squat = another_user
+    os.mkdir(folder, 0o700)
+    own = squat(folder)
+    os.chown(folder, OTHER_USER, OTHER_USER)
+    assert cake.default_socket_path() == os.path.join(folder, "caked.sock")  # the user's own daemon first
+    with cake.Client(connect_timeout_s=2) as client:
+        client.ping()
+    assert own.calls == ["Ping"]
+    # $CAKE_SOCKET is the user's choice, taken as given, as socket= is.
+    monkeypatch.setenv("CAKE_SOCKET", daemon.socket_path)
+    os.chown(folder, ATTACKER_UID, ATTACKER_UID)
+    assert cake.default_socket_path() == daemon.socket_path
+    monkeypatch.setenv("CAKE_SOCKET", os.path.join(folder, "caked.sock"))
+    with cake.Client(connect_timeout_s=2) as client:
+        client.ping()
+    assert own.calls == ["Ping", "Ping"]
+
+
+def test_a_runtime_dir_fallback_owned_by_another_user_is_refused(another_user, monkeypatch, daemon, tmp_path):
+    folder, elsewhere, squat = another_user
+    runtime = tmp_path / "run-user"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    os.mkdir(runtime / "cake", 0o700)
+    bound = socket.socket(socket.AF_UNIX)
+    bound.bind(str(runtime / "cake" / "caked.sock"))
+    try:
+        # Outside a world-writable parent, root's folder is trusted (only root or this user can make one there) ...
+        assert cake.default_socket_path() == str(runtime / "cake" / "caked.sock")
+        # ... another user's is not.
+        os.chown(runtime / "cake", ATTACKER_UID, ATTACKER_UID)
+        assert cake.default_socket_path() == daemon.socket_path
+    finally:
+        bound.close()
 
 
 def test_no_daemon_is_unavailable(tmp_path):

@@ -1,7 +1,12 @@
 """The daemon is a peer like any other: a server that speaks cake.v1 but breaks the Load protocol (chunks outside
 the plan or the region, wrong sizes, Done before its chunks) ends that load with CakeError(DATA_LOSS), and the
-client keeps working. The server here is a real gRPC server on a unix socket, scripted per test."""
+client keeps working; one that falls silent (connected, alive, answering nothing) ends every wait with
+DeadlineExceeded within the client's timeout. The server here is a real gRPC server on a unix socket, scripted
+per test."""
+import itertools
 import os
+import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -29,16 +34,33 @@ def done(meeting, loaded_chunks=0):
     return kv_pb2.LoadResponse(done=kv_pb2.LoadDone(meeting_chunk=meeting, loaded_chunks=loaded_chunks))
 
 
+FREEZE = "freeze"  # in a script: the daemon answers nothing more on that stream (until the test ends)
+
+
 class Scripted(kv_pb2_grpc.KvServiceServicer, admin_pb2_grpc.AdminServiceServicer):
     script = []
+    release_freezes = False  # ReleaseRegion never answers
+
+    def __init__(self):
+        self.thaw = threading.Event()
+        self._region_ids = itertools.count(1)
 
     def Load(self, requests, context):
         next(requests)  # the Start
-        yield from self.script
+        for message in self.script:
+            if message == FREEZE:
+                self.thaw.wait()
+                return
+            yield message
 
     def RegisterRegion(self, request, context):
-        return kv_pb2.RegisterRegionResponse(region_id="r-1", kind=kv_pb2.REGION_HOST_SHM, bytes=request.bytes,
-                                             shm_name=self.shm_name)
+        return kv_pb2.RegisterRegionResponse(region_id=f"r-{next(self._region_ids)}", kind=kv_pb2.REGION_HOST_SHM,
+                                             bytes=request.bytes, shm_name=self.shm_name)
+
+    def ReleaseRegion(self, request, context):
+        if self.release_freezes:
+            self.thaw.wait()
+        return kv_pb2.ReleaseRegionResponse()
 
     def Ping(self, request, context):
         return admin_pb2.PingResponse()
@@ -58,8 +80,10 @@ def hostile(tmp_path):
     socket = str(tmp_path / "hostile.sock")
     server.add_insecure_port("unix:" + socket)
     server.start()
+    servicer.socket = socket
     client = cake.Client(socket)
     yield servicer, client
+    servicer.thaw.set()
     client._channel.close()
     server.stop(0)
     os.unlink("/dev/shm" + servicer.shm_name)
@@ -109,3 +133,110 @@ def test_a_well_behaved_script_passes(hostile):
     with client.load(NS, tokens=list(range(4 * NS.chunk_tokens)), region=region) as load:
         assert load.wait_done(10).meeting_chunk == 2
         assert [e.chunk for e in load] == [3, 2]
+
+
+# --- a silent daemon -----------------------------------------------------------------------------------------------
+TIMEOUT_S = 0.5
+SLACK_S = 2.0  # a loaded machine's scheduling, well short of a wait without end
+
+
+def _within(seconds, call):
+    """call()'s result or exception, run on a thread of its own so that a wait without end fails the test instead of
+    hanging it; also the seconds it took."""
+    outcome = {}
+
+    def run():
+        started = time.monotonic()
+        try:
+            outcome["result"] = call()
+        except BaseException as error:  # noqa: B902 (what the call raised is what the test looks at)
+            outcome["error"] = error
+        outcome["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s"
+    return outcome
+
+
+def _silent_client(servicer):
+    return cake.Client(servicer.socket, timeout_s=TIMEOUT_S, load_timeout_s=TIMEOUT_S)
+
+
+SILENCES = {  # where the daemon falls silent, and the wait that meets it
+    "before the plan: plan": ([FREEZE], lambda load: load.plan),
+    "before the plan: iterating": ([FREEZE], lambda load: list(load)),
+    "before the plan: done": ([FREEZE], lambda load: load.wait_done()),
+    "after the plan: iterating": ([plan(), FREEZE], lambda load: list(load)),
+    "after the plan: done": ([plan(), FREEZE], lambda load: load.done),
+    "after the plan: a resident chunk": ([plan(), FREEZE], lambda load: load.wait_resident(0)),
+    "after a chunk: iterating": ([plan(), loaded(3), FREEZE], lambda load: [e.chunk for e in load]),
+    "a longer wait than the silence allows": ([plan(), FREEZE], lambda load: load.wait_done(600)),
+}
+
+
+@pytest.mark.parametrize("name", list(SILENCES))
+def test_a_silent_daemon_ends_every_wait_of_a_load_within_the_timeout(hostile, name):
+    servicer, _ = hostile
+    servicer.script, wait = SILENCES[name]
+    with _silent_client(servicer) as client:
+        region = client.register_region(8 * CHUNK)
+        load = client.load(NS, tokens=list(range(4 * NS.chunk_tokens)), region=region)
+        outcome = _within(TIMEOUT_S + SLACK_S, lambda: wait(load))
+        error = outcome.get("error")
+        assert isinstance(error, cake.DeadlineExceeded), outcome
+        assert isinstance(error, TimeoutError) and error.code == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "sent nothing" in error.message
+        # The load was given up on: every later wait fails at once, and leaving it does not wait again.
+        again = _within(SLACK_S, lambda: load.wait_done())
+        assert isinstance(again.get("error"), cake.CakeError) and again["seconds"] < TIMEOUT_S, again
+        assert _within(SLACK_S, load.close)["seconds"] < TIMEOUT_S
+
+
+def test_a_daemon_that_keeps_sending_is_waited_for_past_the_timeout(hostile):
+    """The timeout counts silence, not a load's length: each message from the daemon starts the count again."""
+    servicer, _ = hostile
+
+    class Slow(list):
+        def __iter__(self):
+            for message in super().__iter__():
+                time.sleep(TIMEOUT_S * 0.6)
+                yield message
+
+    servicer.script = Slow([plan(), loaded(3), loaded(2), loaded(1), loaded(0), done(0, 4)])
+    with _silent_client(servicer) as client:
+        region = client.register_region(8 * CHUNK)
+        with client.load(NS, tokens=list(range(4 * NS.chunk_tokens)), region=region) as load:
+            outcome = _within(10 * TIMEOUT_S + SLACK_S, lambda: [e.chunk for e in load])
+            assert outcome.get("result") == [3, 2, 1, 0], outcome
+            assert outcome["seconds"] > TIMEOUT_S * 2
+
+
+def test_release_against_a_silent_daemon_gives_up_within_the_timeout(hostile):
+    servicer, _ = hostile
+    servicer.script = [plan(), loaded(3), loaded(2), loaded(1), loaded(0), done(0, 4), FREEZE]  # never ends it
+    with _silent_client(servicer) as client:
+        region = client.register_region(8 * CHUNK)
+        load = client.load(NS, tokens=list(range(4 * NS.chunk_tokens)), region=region)
+        assert load.wait_done(10).meeting_chunk == 0
+        outcome = _within(TIMEOUT_S + SLACK_S + 5.0, load.release)  # + the cancel's own bounded join
+        assert isinstance(outcome.get("error"), cake.DeadlineExceeded), outcome
+        assert "within 0.5 s of Release" in outcome["error"].message
+        assert outcome["seconds"] < TIMEOUT_S + SLACK_S
+
+
+def test_releasing_regions_on_a_silent_daemon_gives_up_within_the_timeout(hostile):
+    servicer, _ = hostile
+    servicer.release_freezes = True
+    client = _silent_client(servicer)
+    region = client.register_region(8 * CHUNK)
+    outcome = _within(TIMEOUT_S + SLACK_S, lambda: client.release_region(region))
+    assert isinstance(outcome.get("error"), cake.DeadlineExceeded), outcome
+    assert region.closed  # unmapped here all the same
+    # Closing with several regions waits for one deadline, not one per region.
+    for _ in range(10):
+        client.register_region(8 * CHUNK)
+    outcome = _within(10 * TIMEOUT_S + SLACK_S, client.close)
+    assert "error" not in outcome, outcome
+    assert outcome["seconds"] < 5 * TIMEOUT_S, outcome  # one per region would be 10

@@ -5,6 +5,10 @@ the first short batch, reads keeping only the leading run of pages, writes judge
 real caked."""
 import hashlib
 import json
+import os
+import signal
+import threading
+import time
 
 import pytest
 import torch
@@ -288,6 +292,57 @@ def test_an_unreachable_or_refusing_daemon_is_a_miss_never_an_exception(fresh_da
     assert backend.batch_set_v1(keys, written) == [False, False]
     assert backend.batch_get_v1(keys, pool.alloc(PAGE)) == [False, False]  # wrong index count: refused, no raise
     assert backend.get_stats()["errors"] >= 3
+    backend.close()
+
+
+def test_a_silent_daemon_is_a_miss_within_the_timeout_and_holds_up_no_other_call(fresh_daemon):
+    """A daemon that stops answering (SIGSTOP: connected, alive, silent): each call is a miss within cake_timeout_s,
+    and a second read meanwhile waits for the read region no longer than cake_region_wait_s."""
+    timeout_s, region_wait_s = 2.0, 0.1
+    daemon = fresh_daemon()
+    backend = CakeHiCacheStorage(Config(extra(daemon, cake_timeout_s=timeout_s, cake_region_wait_s=region_wait_s)),
+                                 {})
+    pool = HostPool("page_first")
+    backend.register_mem_pool_host(pool)
+    keys = page_keys(tokens_of(2, seed=21))
+    written = pool.alloc(2 * PAGE)
+    pool.fill(written, seed=22)
+    assert controller_backup(backend, keys, written)  # cached: a read would find them
+    results = {}
+
+    def read(name):
+        started = time.monotonic()
+        results[name] = backend.batch_get_v1(keys, pool.alloc(2 * PAGE))
+        results[name + " s"] = time.monotonic() - started
+
+    os.kill(daemon.process.pid, signal.SIGSTOP)
+    try:
+        first = threading.Thread(target=read, args=("first",), daemon=True)
+        first.start()
+        started = time.monotonic()
+        # The first read takes the region before it calls the daemon.
+        while time.monotonic() - started < 5 and not backend._claims["get"].busy:
+            time.sleep(0.005)
+        second = threading.Thread(target=read, args=("second",), daemon=True)
+        second.start()
+        second.join(timeout_s)
+        assert not second.is_alive(), "the second read waited on the region the stuck one holds"
+        assert results["second"] == [False, False] and results["second s"] < region_wait_s + 1.0
+        first.join(timeout_s + 3)
+        assert not first.is_alive(), "the read on a silent daemon never gave up"
+        assert results["first"] == [False, False]
+        for call, miss in [(lambda: backend.batch_exists(keys), 0),
+                           (lambda: backend.batch_set_v1(keys, written), [False, False])]:
+            started = time.monotonic()
+            assert call() == miss
+            assert time.monotonic() - started < timeout_s + 2
+    finally:
+        os.kill(daemon.process.pid, signal.SIGCONT)
+    # Awake again, it serves as before, once it has dropped the loads given up on (their windows of the region).
+    deadline = time.monotonic() + 10
+    while controller_prefetch(backend, keys, pool)[:2] != (2, 2):
+        assert time.monotonic() < deadline, "the daemon never served the pages again"
+        time.sleep(0.1)
     backend.close()
 
 

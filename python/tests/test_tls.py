@@ -7,11 +7,13 @@ import socket
 import subprocess
 import textwrap
 import time
+from concurrent import futures
 
 import grpc
 import pytest
 
 import cake
+from cake._stubs import admin_pb2, admin_pb2_grpc
 from cake.testing import SpawnedDaemon
 from helpers import pattern, prompt, small_namespace
 
@@ -195,7 +197,7 @@ def test_plaintext_tcp_only_on_loopback_and_only_when_allowed(pki):
         roles = ["engine"]
     """)
     with SpawnedDaemon(["--dram-capacity-mib", "64"], config=config) as daemon:
-        with cake.Client(address=f"127.0.0.1:{port}", token=TOKEN) as client:
+        with cake.Client(address=f"127.0.0.1:{port}", token=TOKEN, allow_plaintext_token_on_loopback=True) as client:
             assert client.lookup(small_namespace("plain"), tokens=prompt(2)).total_chunks == 2
         with cake.Client(address=f"127.0.0.1:{port}") as anonymous:
             with pytest.raises(cake.CakeError) as refused:
@@ -204,6 +206,74 @@ def test_plaintext_tcp_only_on_loopback_and_only_when_allowed(pki):
         assert "plaintext, loopback only" in daemon.log()
     with pytest.raises(RuntimeError, match="loopback"):
         SpawnedDaemon([], config=config.replace("127.0.0.1", "0.0.0.0"))
+
+
+class _Eavesdropper(admin_pb2_grpc.AdminServiceServicer):
+    """A plaintext server that answers Ping and keeps every call's metadata: what anyone on the path would read."""
+
+    def __init__(self):
+        self.metadata = []
+
+    def Ping(self, request, context):
+        self.metadata.append(dict(context.invocation_metadata()))
+        return admin_pb2.PingResponse()
+
+
+@pytest.fixture
+def eavesdropper():
+    listener = _Eavesdropper()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(listener, server)
+    listener.port = server.add_insecure_port("0.0.0.0:0")
+    server.start()
+    yield listener
+    server.stop(0)
+
+
+def _non_loopback_address():
+    """This host's address on its way out (no packet is sent), or None on a host with loopback only."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = s.getsockname()[0]
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def _tokens_seen(listener):
+    return [m["authorization"] for m in listener.metadata if "authorization" in m]
+
+
+def test_a_token_never_travels_in_plaintext_to_another_address(eavesdropper, pki):
+    host = _non_loopback_address()
+    if host is None:
+        pytest.skip("this host has no address but loopback")
+    address = f"{host}:{eavesdropper.port}"
+    for credentials in ({"token": TOKEN}, {"token_file": pki("token-b")},
+                        {"token": TOKEN, "allow_plaintext_token_on_loopback": True}):  # the opt-in is loopback's only
+        with pytest.raises(cake.CakeError) as refused:
+            with cake.Client(address=address, connect_timeout_s=2, **credentials) as client:
+                client.ping()
+        assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "tls_ca_file" in refused.value.message and "not a loopback address" in refused.value.message
+    assert _tokens_seen(eavesdropper) == []
+    with cake.Client(address=address, connect_timeout_s=2) as anonymous:  # plaintext without a token: as before
+        anonymous.ping()
+
+
+def test_a_token_in_plaintext_on_loopback_only_with_the_explicit_opt_in(eavesdropper):
+    address = f"127.0.0.1:{eavesdropper.port}"
+    with pytest.raises(cake.CakeError) as refused:
+        with cake.Client(address=address, token=TOKEN, connect_timeout_s=2) as client:
+            client.ping()
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "allow_plaintext_token_on_loopback=True" in refused.value.message
+    assert _tokens_seen(eavesdropper) == []
+    with cake.Client(address=address, token=TOKEN, connect_timeout_s=2,
+                     allow_plaintext_token_on_loopback=True) as client:
+        client.ping()
+    assert _tokens_seen(eavesdropper) == [f"Bearer {TOKEN}"]
 
 
 def test_sighup_reloads_principals_and_tokens(pki, tmp_path):

@@ -4,7 +4,9 @@ the order vLLM's scheduler (v1/core/sched/scheduler.py at 00024d31) and model ru
 connector, against a real caked: misses, hits after a store, vLLM's own prefix hit, partial prefixes, None until
 the lookup is known, asynchronous completion, load errors leading to recomputation, every loaded token
 bit-exact."""
+import os
 import pickle
+import signal
 import threading
 import time
 import zlib
@@ -13,7 +15,7 @@ import pytest
 import torch
 
 from cake.testing import SpawnedDaemon
-from cake.vllm import CakeConnector, KVConnectorRole
+from cake.vllm import CakeConnector, CakeConnectorMetadata, KVConnectorRole, LoadSpec
 
 BLOCK, CHUNK = 16, 32          # a chunk is two of vLLM's blocks
 LAYERS, HEADS, DIM = 3, 4, 8  # every axis a different size, so a wrong index cannot round-trip; 12 KiB chunks
@@ -371,6 +373,89 @@ def test_an_unreachable_daemon_is_a_miss(fresh_daemon):
         assert engine.scheduler.get_num_new_matched_tokens(Request("x", prompt(3 * CHUNK, seed=61)), 0) == (0, False)
     finally:
         engine.worker._worker._pool.shutdown()
+
+
+def test_a_lookup_unanswered_past_the_timeout_is_a_miss(daemon):
+    gate = threading.Event()
+
+    class StuckClient:
+        """The scheduler's client, whose Lookup is stuck (queued behind lookups a silent daemon holds)."""
+
+        def __init__(self, real):
+            self.real = real
+
+        def lookup(self, *args, **kwargs):
+            gate.wait(30)
+            return self.real.lookup(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+    real = daemon.client()
+    engine = Engine(daemon, scheduler_client=StuckClient(real), cake_lookup_wait_s=0.01, cake_timeout_s=0.3)
+    try:
+        request = Request("r", prompt(2 * CHUNK + 1, seed=121))
+        assert engine.scheduler.get_num_new_matched_tokens(request, 0) == (None, False)  # asked; not known yet
+        time.sleep(0.4)
+        assert engine.scheduler.get_num_new_matched_tokens(request, 0) == (0, False)  # given up: vLLM computes
+        assert engine.scheduler._scheduler._lookups == {}
+    finally:
+        gate.set()
+        engine.close()
+        real.close()
+
+
+def _in_thread(call):
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_silent_daemon_is_recomputed_within_the_timeout_and_holds_up_no_other_load(fresh_daemon):
+    """A daemon that stops answering (SIGSTOP: connected, alive, silent): a load stuck on it gives up after
+    cake_timeout_s and its blocks become load errors vLLM recomputes; a second load meanwhile waits for the region no
+    longer than cake_region_wait_s; a lookup is a miss after the timeout."""
+    timeout_s, region_wait_s = 2.0, 0.1
+    daemon = fresh_daemon()
+    tokens = prompt(4 * CHUNK + 1, seed=111)
+    writer = Engine(daemon)
+    writer.serve("w", tokens)
+    writer.close()
+    engine = Engine(daemon, cake_timeout_s=timeout_s, cake_region_wait_s=region_wait_s, cake_lookup_wait_s=30.0)
+    worker = engine.worker._worker
+
+    def load(request_id):
+        """A synchronous load of the whole hit, as the model runner starts it for one step (each on its own thread
+        here: two steps' loads at once)."""
+        spec = LoadSpec(request_id, tokens[:4 * CHUNK], engine.pool.alloc(4 * CHUNK // BLOCK), 0, 4 * CHUNK,
+                        is_async=False)
+        return spec, lambda: worker.start_load_kv(CakeConnectorMetadata(loads=[spec]))
+
+    os.kill(daemon.process.pid, signal.SIGSTOP)
+    try:
+        first, run_first = load("first")
+        started = time.monotonic()
+        first_thread = _in_thread(run_first)
+        # The first load takes the region before it calls the daemon.
+        while time.monotonic() - started < 5 and not worker._region_claim.busy:
+            time.sleep(0.005)
+        second, run_second = load("second")
+        second_started = time.monotonic()
+        second_thread = _in_thread(run_second)
+        second_thread.join(timeout_s)
+        assert not second_thread.is_alive(), "the second load waited on the region the stuck one holds"
+        assert time.monotonic() - second_started < region_wait_s + 1.0  # the stuck one holds it for 2 s
+        assert worker.get_block_ids_with_load_errors() == set(second.block_ids)  # recomputed, not waited for
+        first_thread.join(timeout_s + 3)
+        assert not first_thread.is_alive(), "the load on a silent daemon never gave up"
+        assert worker.get_block_ids_with_load_errors() == set(first.block_ids)
+        # The scheduler's lookup: a miss after the timeout, however long vLLM was told to wait for it.
+        asked = time.monotonic()
+        assert engine.scheduler.get_num_new_matched_tokens(Request("r", tokens), 0) == (0, False)
+        assert time.monotonic() - asked < timeout_s + 2
+    finally:
+        os.kill(daemon.process.pid, signal.SIGCONT)
+    engine.close()
 
 
 def test_the_chunk_must_be_whole_blocks(daemon):
