@@ -23,16 +23,9 @@ ConnectionGate::Verdict ConnectionGate::Admit(int fd, const std::string& peer) {
     if (--per_peer_[it->second.peer] == 0) per_peer_.erase(it->second.peer);
     open_.erase(it);
   }
-  const auto full = [&] {
-    if (open_.size() >= max_connections_) return Verdict::kTotalCapReached;
-    if (auto it = per_peer_.find(peer); it != per_peer_.end() && it->second >= max_per_peer_) {
-      return Verdict::kPeerCapReached;
-    }
-    return Verdict::kAdmitted;
-  };
   // Only at a cap is it worth looking for connections gRPC closed since: an fstat per open connection.
-  if (full() != Verdict::kAdmitted) ForgetClosedLocked();
-  if (const Verdict verdict = full(); verdict != Verdict::kAdmitted) return verdict;
+  if (CapsLocked(peer) != Verdict::kAdmitted) ForgetClosedLocked();
+  if (const Verdict verdict = CapsLocked(peer); verdict != Verdict::kAdmitted) return verdict;
   open_[fd] = Open{peer, st.st_dev, st.st_ino};
   ++per_peer_[peer];
   return Verdict::kAdmitted;
@@ -66,6 +59,14 @@ bool ConnectionGate::AdmitOrClose(int fd, const std::string& peer, std::string_v
     }
   }
   return false;
+}
+
+ConnectionGate::Verdict ConnectionGate::CapsLocked(const std::string& peer) const {
+  if (open_.size() >= max_connections_) return Verdict::kTotalCapReached;
+  if (auto it = per_peer_.find(peer); it != per_peer_.end() && it->second >= max_per_peer_) {
+    return Verdict::kPeerCapReached;
+  }
+  return Verdict::kAdmitted;
 }
 
 void ConnectionGate::ForgetClosedLocked() {

@@ -44,6 +44,8 @@ class ConnectionGate {
   // connection; a socket's inode is unique while it is open, so (device, inode) tells a live connection from a
   // reused number.
   void ForgetClosedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether one more connection from `peer` fits under the caps, as counted now.
+  Verdict CapsLocked(const std::string& peer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct Open {
     std::string peer;
