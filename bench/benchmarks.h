@@ -236,8 +236,9 @@ absl::Status RunMixedBench(const MixedOptions& options);
 // lookups, Cake loads into a host region, inline loads, stores, cancelled loads and killed clients against a private
 // caked with DRAM, disk and Redis tiers, while a share of the chunks about to be read from disk or Redis is corrupted
 // and Redis is frozen now and then. Every loaded chunk is checked byte for byte; the daemon's RSS, TTFT, the load
-// slots and regions held at the end and the TTFT with a dead Redis against compute-only are reported. Fails on an
-// unexplained error, a load that is not bit-exact or a load slot held at the end, never on timing.
+// slots and regions held at the end and the TTFT with a dead Redis against compute-only are reported. Meanwhile idle
+// connections are held and new ones churned. Fails on an unexplained error, a load that is not bit-exact, a load
+// slot held at the end, or a connection the daemon refused, closed unasked or kept, never on timing.
 struct SoakOptions {
   CommonOptions common;  // --socket is refused: the bench freezes the daemon's Redis and reads the daemon's RSS
   uint32_t engines = 16;
@@ -249,6 +250,12 @@ struct SoakOptions {
   // waits it out at the end and fails on any region still held. 0 leaves the daemon's default (30 s) and does not
   // check.
   uint32_t region_lease_ms = 2000;
+  // Raw unix-socket connections opened before the engines start that send nothing, held for the whole run: the
+  // daemon must count them and must not close them (its idle timeout is set to outlast the run).
+  uint32_t idle_connections = 32;
+  // New connections a second while the engines run, half a fresh gRPC channel that sends one Ping and is dropped,
+  // half a raw connect closed at once; 0: none. Every Ping must be answered, and the connections must all go.
+  double churn_per_second = 50;
   uint32_t seed = 1;
 };
 absl::Status RunSoakBench(const SoakOptions& options);

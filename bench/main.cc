@@ -330,6 +330,17 @@ int main(int argc, char** argv) {
                    "limits.region_lease_ms of the bench's caked (killed clients' regions go after it); fail on regions "
                    "held at the end; 0: the daemon's default, unchecked")
       ->capture_default_str();
+  soak_command
+      ->add_option("--idle-connections", soak.idle_connections,
+                   "raw unix-socket connections that send nothing, held for the whole run")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 4096u));
+  soak_command
+      ->add_option("--churn-per-second", soak.churn_per_second,
+                   "new connections a second while the engines run: half a gRPC channel with one Ping, half a raw "
+                   "connect closed at once; 0: none")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
   soak_command->add_option("--seed", soak.seed, "the engines' random draws")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);

@@ -6,23 +6,32 @@
 // chunks the engines are about to read from disk or Redis (a payload byte of the chunk file; a byte of a Redis
 // value's part or header, or a whole part dropped), and it freezes Redis (SIGSTOP) for a few seconds every few
 // seconds. Every chunk a load reports loaded is checked byte for byte against the pattern of its (prompt, chunk).
+// Other peers share the socket with the engines: idle connections (--idle-connections) opened before the engines start
+// and held, speaking nothing, until the daemon stops, and connection churn (--churn-per-second): fresh gRPC channels
+// that send one Ping and are dropped, and raw connects closed at once.
 //
 // The engines are simulated: computing a chunk takes a fixed time (a sleep). TTFT is the time from LoadStart until
 // the engine holds the KV of the whole prompt: what it computed, what was loaded, the chunks failed reads left it,
 // and the uncached tail.
 //
-// After the engines stop: the daemon's load slots and regions still held, its RSS against the one after the
-// warm-up, its counters. Then the dead-remote phase: a Cake load of a prompt that only Redis holds, with Redis
-// frozen and then killed, against the same engine computing the prompt without the daemon.
+// After the engines stop: the daemon's load slots and regions still held, its RSS and its descriptors against the
+// ones after the warm-up, the connections it still counts open, its counters. Then the dead-remote phase: a Cake
+// load of a prompt that only Redis holds, with Redis frozen and then killed, against the same engine computing the
+// prompt without the daemon.
 //
-// Exits non-zero on an unexplained error (an outcome the protocol does not name for what the engine did), a loaded
-// chunk that is not bit-exact, a load slot or a region held at the end (once the idle timeout and the region lease,
-// --region-lease-ms, have run out), or a daemon that did not exit cleanly; never on timing.
+// Exits non-zero on an unexplained error (an outcome the protocol does not name for what the engine did; a churned
+// Ping that failed is one), a loaded chunk that is not bit-exact, a load slot or a region held at the end (once the
+// idle timeout and the region lease, --region-lease-ms, have run out), an idle connection the daemon closed, a
+// connection it refused (connections_refused), connections it still counts open at the end beyond the bench's own
+// (a leak: connections_open grew with the churn), or a daemon that did not exit cleanly; never on timing.
 //
 // The documented run is `cake-bench soak` (16 engines, 600 s, warm-up 60 s, 1% read errors); ctest runs 4 engines for
 // 8 s ("bench: soak runs clean for a few seconds") for correctness alone.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +59,8 @@
 #include "base/unique_fd.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
+#include "cake/v1/admin.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "storage/chunk_file.h"
 #include "storage/namespace.h"
 #include "storage/remote_codec.h"
@@ -104,6 +115,17 @@ constexpr auto kDeadRemoteComputePerChunk = std::chrono::microseconds(5000);
 constexpr uint32_t kDeadRemotePromptIndex = 1000;
 constexpr uint32_t kVanishingPromptIndex = 1001;
 constexpr size_t kExamplesKept = 8;
+// Every connection of the bench comes from one uid, one peer to the daemon (server.max_connections_per_peer): the
+// bench's own client, the engines' (a connection each at most: gRPC shares one among channels alike), the idle
+// connections, and this much room for what comes and goes (a killed client's, the churned ones not yet closed, a
+// few at a time). Past that, only connections the daemon kept after their peer left (a leak) get refused.
+constexpr uint32_t kConnectionSlack = 48;
+// What the daemon may take to notice a connection its peer closed, and to count one accepted.
+constexpr auto kConnectionSettle = std::chrono::seconds(10);
+// The daemon's default server.connection_idle_timeout_ms: the idle connections must outlive the run under it, and
+// the soak raises it for runs it would not cover (the closing itself is the integration suite's:
+// tests/integration/connection_flood_test.cc).
+constexpr uint64_t kDefaultConnectionIdleTimeoutMs = 600000;
 
 NamespaceSpec SoakNamespace() {
   NamespaceSpec ns;
@@ -430,6 +452,171 @@ struct Tally {
     ttft_ms.insert(ttft_ms.end(), o.ttft_ms.begin(), o.ttft_ms.end());
     for (const auto& [k, v] : o.killed_exits) killed_exits[k] += v;
   }
+};
+
+// The caked process's open descriptors (/proc/<pid>/fd), and how many of them are sockets.
+struct Descriptors {
+  uint64_t total = 0, sockets = 0;
+};
+
+Descriptors CountDescriptors(pid_t pid) {
+  Descriptors d;
+  std::error_code ec;
+  const std::filesystem::path dir = absl::StrCat("/proc/", pid, "/fd");
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    ++d.total;
+    std::error_code link_ec;
+    const std::filesystem::path target = std::filesystem::read_symlink(it->path(), link_ec);
+    if (!link_ec && absl::StartsWith(target.string(), "socket:")) ++d.sockets;
+  }
+  return d;
+}
+
+// A connection to the daemon's unix socket, speaking nothing yet; UNAVAILABLE when the connect fails.
+absl::StatusOr<UniqueFd> ConnectRaw(const std::string& socket_path) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return absl::UnavailableError(absl::StrCat("connect to ", socket_path, ": ", std::strerror(errno)));
+  }
+  return fd;
+}
+
+// Whether the daemon has closed `fd`, without waiting: what it sent (its HTTP/2 settings) is read and dropped.
+bool ClosedByDaemon(int fd) {
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n > 0) continue;
+    if (n == 0) return true;
+    if (errno == EINTR) continue;
+    return errno != EAGAIN && errno != EWOULDBLOCK;
+  }
+}
+
+// Peers that are not engines, all of this process's uid, so counted by the daemon against
+// server.max_connections_per_peer together with the engines' connections and the killed clients': idle connections
+// held from before the engines start until the daemon stops, and, while the engines run, new connections at a steady
+// rate from a thread of its own, alternately a fresh gRPC channel (a subchannel pool of its own, so a connection of
+// its own) that sends one Ping and is dropped, and a raw connect closed at once, every other one after half the
+// HTTP/2 preface. Every Ping must be answered and every connect accepted; the daemon must close what the churn
+// dropped (its connections_open returns to the bench's own long-lived ones) and none of the idle ones (the soak's
+// server.connection_idle_timeout_ms outlasts the run). The soak's caked has no TCP listener: unix socket only.
+class ConnectionPeers {
+ public:
+  struct Counts {
+    uint64_t pings = 0, pings_ok = 0, raw_connects = 0, raw_half_preface = 0;
+    std::vector<double> ping_ms;  // a fresh channel's connect and Ping
+  };
+
+  ConnectionPeers(std::string socket_path, double churn_per_second, Tally& errors)
+      : socket_path_(std::move(socket_path)), churn_per_second_(churn_per_second), errors_(errors) {}
+  ~ConnectionPeers() { StopChurn(); }
+
+  // Opens `n` idle connections; an error when the socket refuses one.
+  absl::Status OpenIdle(uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) {
+      absl::StatusOr<UniqueFd> fd = ConnectRaw(socket_path_);
+      if (!fd.ok()) {
+        return absl::UnavailableError(absl::StrCat("idle connection ", i, " of ", n, ": ", fd.status().message()));
+      }
+      idle_.push_back(std::move(*fd));
+    }
+    return absl::OkStatus();
+  }
+  size_t idle_held() const { return idle_.size(); }
+  // How many idle connections the daemon has closed so far.
+  uint32_t IdleClosedByDaemon() const {
+    uint32_t closed = 0;
+    for (const UniqueFd& fd : idle_) closed += ClosedByDaemon(fd.get()) ? 1 : 0;
+    return closed;
+  }
+
+  void StartChurn() {
+    if (churn_per_second_ > 0) thread_ = std::thread([this] { Churn(); });
+  }
+  // Joins the thread; a Ping in flight ends within its deadline. The failures go into the tally given at
+  // construction (read only after this).
+  void StopChurn() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  const Counts& counts() const { return counts_; }  // after StopChurn
+
+ private:
+  static constexpr auto kPingDeadline = std::chrono::seconds(30);
+
+  void Churn() {
+    const auto period =
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1 / churn_per_second_));
+    Clock::time_point next = Clock::now();
+    for (uint64_t i = 0;; ++i) {
+      if (i % 2 == 0) {
+        FreshChannelPing();
+      } else {
+        RawConnect(/*half_preface=*/i % 4 == 3);
+      }
+      // On schedule, but never a burst to catch up after a slow Ping.
+      next = std::max(next + period, Clock::now());
+      std::unique_lock lock(mu_);
+      if (cv_.wait_until(lock, next, [&] { return stopping_; })) return;
+    }
+  }
+
+  void FreshChannelPing() {
+    ++counts_.pings;
+    const Clock::time_point start = Clock::now();
+    grpc::Status status;
+    {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      auto channel = grpc::CreateCustomChannel(absl::StrCat("unix:", socket_path_),
+                                               grpc::InsecureChannelCredentials(), args);
+      auto stub = v1::AdminService::NewStub(channel);
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + kPingDeadline);
+      v1::PingResponse response;
+      status = stub->Ping(&context, v1::PingRequest(), &response);
+    }  // the channel, and with it the connection, dropped
+    if (status.ok()) {
+      ++counts_.pings_ok;
+      counts_.ping_ms.push_back(1e3 * SecondsSince(start));
+    } else {
+      errors_.Unexplained(absl::StrCat("churn: a fresh channel's Ping failed after ", SecondsSince(start), " s: ",
+                                       status.error_code(), " ", status.error_message()));
+    }
+  }
+
+  void RawConnect(bool half_preface) {
+    ++counts_.raw_connects;
+    absl::StatusOr<UniqueFd> fd = ConnectRaw(socket_path_);
+    if (!fd.ok()) {
+      errors_.Unexplained(absl::StrCat("churn: a raw connect failed: ", fd.status().message()));
+      return;
+    }
+    if (half_preface) {
+      static constexpr char kHalfPreface[] = "PRI * HTTP/2.0\r\n";  // of "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+      ++counts_.raw_half_preface;
+      [[maybe_unused]] const ssize_t n = ::send(fd->get(), kHalfPreface, sizeof(kHalfPreface) - 1, MSG_NOSIGNAL);
+    }
+  }  // closed here
+
+  const std::string socket_path_;
+  const double churn_per_second_;
+  Tally& errors_;  // the churn thread's own
+  std::vector<UniqueFd> idle_;
+  Counts counts_;  // the churn thread's, until it is joined
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
 };
 
 // One request of the simulated engine and what came of it.
@@ -1111,12 +1298,27 @@ absl::Status RunSoakBench(const SoakOptions& options) {
         "scripts/setup)");
   }
 
+  // This process holds the idle connections and the churn's beside the engines' own descriptors.
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < options.idle_connections + 1024u) {
+    nofile.rlim_cur = std::min<rlim_t>(nofile.rlim_max, options.idle_connections + 1024u);
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+
   // Declared first, so it goes last: every freeze is undone (the freezer's destructor) before it is stopped.
   CAKE_ASSIGN_OR_RETURN(auto redis, RedisServer::Start());
   CAKE_ASSIGN_OR_RETURN(auto scratch, ScratchDir::Create("cake-bench-soak"));
   const std::filesystem::path disk_root = scratch.path() / "disk";
   const std::string key_prefix = absl::StrCat("soak-", getpid(), ":");
+  // The connection caps sized to the bench's own peers (kConnectionSlack); the idle timeout the default, or longer
+  // than the run and its end when the default would not outlast them.
+  const uint32_t per_peer_connections = 1 + options.engines + options.idle_connections + kConnectionSlack;
+  const uint64_t connection_idle_timeout_ms =
+      std::min<uint64_t>(86400000, std::max<uint64_t>(kDefaultConnectionIdleTimeoutMs,
+                                                      static_cast<uint64_t>((options.seconds + 300) * 1000)));
   std::string config = absl::StrCat(
+      "[server]\nmax_connections = ", std::max<uint32_t>(1024, per_peer_connections),
+      "\nmax_connections_per_peer = ", per_peer_connections,
+      "\nconnection_idle_timeout_ms = ", connection_idle_timeout_ms, "\n",
       "[limits]\nmax_regions_per_client = ", kMaxRegionsPerClient, "\n",
       options.region_lease_ms > 0 ? absl::StrCat("region_lease_ms = ", options.region_lease_ms, "\n") : "",
       "[dram]\ncapacity_bytes = ", kDramBytes, "\n", "[disk]\nroot = \"", disk_root.string(),
@@ -1158,6 +1360,28 @@ absl::Status RunSoakBench(const SoakOptions& options) {
         WaitForCounter(client, "write_back_written", 2 * (pool_chunks + kVanishingChunks), std::chrono::seconds(30)));
   }
   CAKE_ASSIGN_OR_RETURN(auto stats_before, client.Stats());
+  if (!stats_before.contains("connections_open")) {
+    return absl::FailedPreconditionError("this caked does not count its connections (no connections_open in Stats)");
+  }
+  // The bench's own long-lived connections: its client's (the engines' share it, or come and go with them).
+  const uint64_t own_connections = Counter(stats_before, "connections_open");
+
+  // The idle connections, before the engines start; the daemon must count every one.
+  Tally connection_errors;  // the churn's: merged into the engines' tally once it is stopped
+  ConnectionPeers peers(target.socket_path, options.churn_per_second, connection_errors);
+  CAKE_RETURN_IF_ERROR(peers.OpenIdle(options.idle_connections));
+  uint64_t idle_counted_open = 0;
+  for (const Clock::time_point deadline = Clock::now() + kConnectionSettle;;) {
+    CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
+    idle_counted_open = Counter(stats, "connections_open");
+    if (idle_counted_open >= own_connections + peers.idle_held() || Clock::now() > deadline) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  if (idle_counted_open < own_connections + peers.idle_held()) {
+    return absl::InternalError(absl::StrCat("the daemon counts ", idle_counted_open, " connections open with ",
+                                            peers.idle_held(), " idle ones held beside the bench's ", own_connections,
+                                            " after ", Seconds(kConnectionSettle), " s"));
+  }
 
   RedisFreezer freezer(redis.pid(), options.seed);
   ReadFaults faults(options.read_error_rate, disk_root, redis, key_prefix, freezer);
@@ -1169,9 +1393,11 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   SoakWorld world(options, target.socket_path, prompts, faults, freezer, vanishing_engine, scratch.path(),
                   after(warmup_s));
 
-  std::printf("cake-bench soak: %u engines for %g s (warm-up %g s), caked pid %d, Redis %s, disk tier %s\n",
-              options.engines, options.seconds, warmup_s, caked_pid, redis.address().c_str(),
-              disk_root.string().c_str());
+  std::printf(
+      "cake-bench soak: %u engines for %g s (warm-up %g s), caked pid %d, Redis %s, disk tier %s; %zu idle "
+      "connections held (the daemon counts %llu open), %g new connections a second\n",
+      options.engines, options.seconds, warmup_s, caked_pid, redis.address().c_str(), disk_root.string().c_str(),
+      peers.idle_held(), static_cast<unsigned long long>(idle_counted_open), options.churn_per_second);
   std::fflush(stdout);
 
   std::vector<std::unique_ptr<SoakEngine>> engines;
@@ -1180,6 +1406,7 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   absl::Cleanup join_engines = [&] {
     world.stop = true;
     for (std::thread& t : threads) t.join();
+    peers.StopChurn();
     freezer.Stop();
   };
   freezer.Start();
@@ -1187,9 +1414,12 @@ absl::Status RunSoakBench(const SoakOptions& options) {
     engines.push_back(std::make_unique<SoakEngine>(static_cast<int>(i), world));
     threads.emplace_back([e = engines.back().get()] { e->Run(); });
   }
+  peers.StartChurn();
 
   // The soak: RSS sampled twice a second; a watchdog for calls that never return.
   MemorySample warm, end;
+  Descriptors fds_warm;
+  uint64_t connections_open_warm = 0;
   Rss rss_max;
   bool warm_sampled = false;
   std::string stuck;
@@ -1202,6 +1432,8 @@ absl::Status RunSoakBench(const SoakOptions& options) {
       if (auto sample = SampleMemory(client, caked_pid)) {
         warm = *sample;
         warm_sampled = true;
+        fds_warm = CountDescriptors(caked_pid);
+        if (auto stats = client.Stats(); stats.ok()) connections_open_warm = Counter(*stats, "connections_open");
       }
     }
     for (size_t i = 0; i < engines.size() && stuck.empty(); ++i) {
@@ -1214,11 +1446,13 @@ absl::Status RunSoakBench(const SoakOptions& options) {
     if (!stuck.empty()) break;
     if (Clock::now() >= next_progress) {
       if (auto sample = SampleMemory(client, caked_pid)) {
+        auto stats = client.Stats();
         std::printf(
-            "  %.0f s: caked RSS %.1f MiB (anon %.1f), less the regions it maps (%.1f MiB) %.1f MiB; Redis "
-            "frozen %d times\n",
+            "  %.0f s: caked RSS %.1f MiB (anon %.1f), less the regions it maps (%.1f MiB) %.1f MiB; %llu "
+            "descriptors, %llu connections open; Redis frozen %d times\n",
             SecondsSince(soak_start), Mib(sample->rss.total), Mib(sample->rss.anon), Mib(sample->region_bytes),
-            Mib(sample->own()), freezer.freezes());
+            Mib(sample->own()), static_cast<unsigned long long>(CountDescriptors(caked_pid).total),
+            static_cast<unsigned long long>(stats.ok() ? Counter(*stats, "connections_open") : 0), freezer.freezes());
         std::fflush(stdout);
       }
       next_progress += std::chrono::seconds(30);
@@ -1232,7 +1466,10 @@ absl::Status RunSoakBench(const SoakOptions& options) {
     end.rss = ReadRss(caked_pid);  // Status did not answer: the regions' bytes stay unknown (0)
     std::this_thread::sleep_for(milliseconds(100));
   }
-  if (!warm_sampled) warm = end;
+  if (!warm_sampled) {
+    warm = end;
+    fds_warm = CountDescriptors(caked_pid);
+  }
   if (!stuck.empty()) {
     // A call that never returns cannot be cancelled from here: killing the daemon ends it (and the run).
     const std::string log = target.spawned->log();
@@ -1244,6 +1481,7 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   const double soaked_s = SecondsSince(soak_start);
   Tally tally;
   for (auto& e : engines) tally.Merge(e->tally());
+  tally.Merge(connection_errors);
   if (!stuck.empty()) {
     tally.Unexplained(absl::StrCat("stuck: ", stuck));
     return absl::InternalError(absl::StrCat("soak failed: ", stuck));
@@ -1263,6 +1501,20 @@ absl::Status RunSoakBench(const SoakOptions& options) {
     std::this_thread::sleep_for(milliseconds(100));
   }
   const double reaped_after_s = SecondsSince(reap_start);
+  // The connections: every idle one still open, and nothing else counted open but the bench's own (the churn's, the
+  // engines' and the killed clients' all gone), once the daemon has had the time to notice the last closes.
+  const uint32_t idle_closed = peers.IdleClosedByDaemon();
+  const uint64_t connections_expected = own_connections + peers.idle_held() - idle_closed;
+  uint64_t connections_open_end = 0;
+  const Clock::time_point settle_start = Clock::now();
+  for (;;) {
+    CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
+    connections_open_end = Counter(stats, "connections_open");
+    if (connections_open_end <= connections_expected || Clock::now() - settle_start > kConnectionSettle) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  const double connections_settled_s = SecondsSince(settle_start);
+  const Descriptors fds_end = CountDescriptors(caked_pid);
   CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
   auto delta = [&](const std::string& name) { return Counter(stats, name) - Counter(stats_before, name); };
   const uint64_t regions_by_counters =
@@ -1309,6 +1561,9 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   const double ttft_p50 = Percentile(tally.ttft_ms, 50), ttft_p99 = Percentile(tally.ttft_ms, 99);
   const uint64_t killed_self_exit = tally.killed_exits.count(0) ? tally.killed_exits.at(0) : 0;
   const uint64_t killed_by_signal = tally.killed_exits.count(128 + SIGKILL) ? tally.killed_exits.at(128 + SIGKILL) : 0;
+  const ConnectionPeers::Counts& churn = peers.counts();
+  const uint64_t connections_refused = Counter(stats, "connections_refused");
+  const uint64_t connections_accepted = delta("connections_accepted");
 
   std::printf(
       "\ncake-bench soak: %u engines, %.0f s (warm-up %.0f s); DRAM %llu MiB, disk %llu MiB, Redis frozen %d "
@@ -1364,6 +1619,32 @@ absl::Status RunSoakBench(const SoakOptions& options) {
       world.vanishing_life_us.load() / 1e3, static_cast<unsigned long long>(killed_self_exit),
       static_cast<unsigned long long>(killed_by_signal),
       options.region_lease_ms > 0 ? "" : " (not enforced: no region lease set)");
+  std::printf(
+      "| idle connections held | %zu, raw on the unix socket, sending nothing, from before the engines to the "
+      "daemon's stop: counted (connections_open %llu -> %llu), %u closed by the daemon (idle timeout %.0f s) | "
+      "0 closed |\n",
+      peers.idle_held(), static_cast<unsigned long long>(own_connections),
+      static_cast<unsigned long long>(idle_counted_open), idle_closed, connection_idle_timeout_ms / 1e3);
+  std::printf(
+      "| connections churned | %llu: %llu fresh gRPC channels with one Ping (%llu answered; connect and Ping p50 "
+      "%.2f ms, p99 %.2f ms, worst %.2f ms), %llu raw connects closed at once (%llu after half the HTTP/2 "
+      "preface); the daemon accepted %llu connections over the soak, refused %llu (max_connections_per_peer %u) "
+      "| every Ping answered, 0 refused |\n",
+      static_cast<unsigned long long>(churn.pings + churn.raw_connects), static_cast<unsigned long long>(churn.pings),
+      static_cast<unsigned long long>(churn.pings_ok), Percentile(churn.ping_ms, 50), Percentile(churn.ping_ms, 99),
+      Max(churn.ping_ms), static_cast<unsigned long long>(churn.raw_connects),
+      static_cast<unsigned long long>(churn.raw_half_preface), static_cast<unsigned long long>(connections_accepted),
+      static_cast<unsigned long long>(connections_refused), per_peer_connections);
+  std::printf(
+      "| connections open at the end | %llu (the bench's own %llu and %llu idle; after %.1f s); %llu after the "
+      "warm-up | the bench's own and the idle ones |\n",
+      static_cast<unsigned long long>(connections_open_end), static_cast<unsigned long long>(own_connections),
+      static_cast<unsigned long long>(peers.idle_held() - idle_closed), connections_settled_s,
+      static_cast<unsigned long long>(connections_open_warm));
+  std::printf(
+      "| caked descriptors | %llu after the warm-up (%llu sockets), %llu at the end (%llu sockets) | no growth |\n",
+      static_cast<unsigned long long>(fds_warm.total), static_cast<unsigned long long>(fds_warm.sockets),
+      static_cast<unsigned long long>(fds_end.total), static_cast<unsigned long long>(fds_end.sockets));
   double frozen_ratio = 0, killed_ratio = 0;
   if (dead.ok()) {
     const double compute_s = Median(dead->compute_only_s);
@@ -1449,6 +1730,26 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   report.Set("active_loads_end", static_cast<double>(active_loads));
   report.Set("regions_end", static_cast<double>(regions));
   report.Set("killed_clients", static_cast<double>(world.killed_started.load()));
+  report.Set("idle_connections", static_cast<double>(peers.idle_held()));
+  report.Set("idle_connections_closed", idle_closed);
+  report.Set("connection_idle_timeout_ms", static_cast<double>(connection_idle_timeout_ms));
+  report.Set("churn_per_second", options.churn_per_second);
+  report.Set("churn_pings", static_cast<double>(churn.pings));
+  report.Set("churn_pings_ok", static_cast<double>(churn.pings_ok));
+  report.Set("churn_ping_p50_ms", Percentile(churn.ping_ms, 50));
+  report.Set("churn_ping_p99_ms", Percentile(churn.ping_ms, 99));
+  report.Set("churn_ping_max_ms", Max(churn.ping_ms));
+  report.Set("churn_raw_connects", static_cast<double>(churn.raw_connects));
+  report.Set("connections_accepted", static_cast<double>(connections_accepted));
+  report.Set("connections_refused", static_cast<double>(connections_refused));
+  report.Set("max_connections_per_peer", per_peer_connections);
+  report.Set("connections_own", static_cast<double>(own_connections));
+  report.Set("connections_open_warm", static_cast<double>(connections_open_warm));
+  report.Set("connections_open_end", static_cast<double>(connections_open_end));
+  report.Set("descriptors_warm", static_cast<double>(fds_warm.total));
+  report.Set("descriptors_end", static_cast<double>(fds_end.total));
+  report.Set("descriptor_sockets_warm", static_cast<double>(fds_warm.sockets));
+  report.Set("descriptor_sockets_end", static_cast<double>(fds_end.sockets));
   if (dead.ok()) {
     report.Set("dead_remote_compute_only_s", Median(dead->compute_only_s));
     report.Set("dead_remote_frozen_first_s", dead->frozen_first_s);
@@ -1474,8 +1775,25 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   if (options.region_lease_ms > 0 && regions > 0) {
     failures.push_back(absl::StrCat(regions, " regions still held after the lease"));
   }
+  if (idle_closed > 0) {
+    failures.push_back(
+        absl::StrCat(idle_closed, " of the ", peers.idle_held(), " idle connections closed by the daemon"));
+  }
+  if (connections_refused > 0) failures.push_back(absl::StrCat(connections_refused, " connections refused"));
+  // After the warm-up the daemon held the same long-lived descriptors and a few more that came and went; the churn
+  // alone opens thousands, so a descriptor kept per connection or per call would show far above this.
+  if (fds_end.total > fds_warm.total + kConnectionSlack) {
+    failures.push_back(absl::StrCat("caked holds ", fds_end.total, " descriptors at the end, ", fds_warm.total,
+                                    " after the warm-up"));
+  }
+  if (connections_open_end > connections_expected) {
+    failures.push_back(absl::StrCat(connections_open_end, " connections counted open at the end, not ",
+                                    connections_expected, ": connections kept after their peer left"));
+  }
   if (!failures.empty()) return absl::InternalError(absl::StrCat("soak failed: ", absl::StrJoin(failures, "; ")));
-  std::printf("\n  soak clean: no unexplained error, every loaded chunk exact, no load slot held\n");
+  std::printf(
+      "\n  soak clean: no unexplained error, every loaded chunk exact, no load slot held, every connection "
+      "accepted and none kept\n");
   return absl::OkStatus();
 }
 

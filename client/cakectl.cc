@@ -55,6 +55,11 @@ std::string StatusText(const cake::v1::StatusResponse& r) {
       "active loads:   %u%s\nregions:        %u (%s)\n",
       r.version(), r.pid(), Duration(r.uptime_s()), r.listen_address(), r.region_backend(), r.active_loads(),
       r.draining() ? " (draining: new loads refused)" : "", r.regions(), Bytes(r.region_bytes()));
+  if (r.regions_released_in_use() > 0) {
+    // Their memory is still mapped for live loads and counts against the region limits until those end.
+    absl::StrAppendFormat(&out, "                %u of them (%s) released, still in use by loads\n",
+                          r.regions_released_in_use(), Bytes(r.region_bytes_released_in_use()));
+  }
   for (const cake::v1::TierStatus& t : r.tiers()) {
     const double used = t.capacity_bytes() > 0 ? 100.0 * static_cast<double>(t.used_bytes()) /
                                                      static_cast<double>(t.capacity_bytes())
@@ -111,6 +116,10 @@ int main(int argc, char** argv) {
   auto* regions_release = regions->add_subcommand("release", "release a region whoever owns it");
   std::string release_id;
   regions_release->add_option("region_id", release_id, "the id `cakectl regions` shows")->required();
+  bool end_loads = false;
+  regions_release->add_flag("--end-loads", end_loads,
+                            "also end the loads still using it (their engines compute the rest), so its memory "
+                            "goes now");
   auto* loads = app.add_subcommand("loads", "the loads running now");
   loads->require_subcommand(0, 1);
   loads->add_subcommand("list", "the default");
@@ -202,11 +211,23 @@ int main(int argc, char** argv) {
   } else if (regions_release->parsed()) {
     cake::v1::ReleaseAnyRegionRequest request;
     request.set_region_id(release_id);
+    request.set_end_loads(end_loads);
     cake::v1::ReleaseAnyRegionResponse r;
     if (int rc = call("ReleaseAnyRegion", request, &r); rc != 0) return rc;
-    if (json) std::fputs(Json(r).c_str(), stdout);
-    else std::printf("released %s (%s) of %s%s\n", release_id.c_str(), Bytes(r.bytes()).c_str(),
-                     r.principal().empty() ? "" : (r.principal() + "/").c_str(), r.client_id().c_str());
+    if (json) {
+      std::fputs(Json(r).c_str(), stdout);
+    } else {
+      const std::string owner = r.principal().empty() ? r.client_id() : r.principal() + "/" + r.client_id();
+      std::printf("%s %s (%s) of %s\n", r.already_released() ? "already released:" : "released", release_id.c_str(),
+                  Bytes(r.bytes()).c_str(), owner.c_str());
+      if (end_loads) {
+        std::printf("%u loads using it ended; its memory goes once their last reads land\n", r.loads_ended());
+      } else if (r.loads_using() > 0) {
+        std::printf("%u loads still use it: it stays (and counts against the region limits) until they end; "
+                    "--end-loads ends them\n",
+                    r.loads_using());
+      }
+    }
   } else if (regions->parsed() || regions_list->parsed()) {
     cake::v1::ListRegionsResponse r;
     if (int rc = call("ListRegions", cake::v1::ListRegionsRequest(), &r); rc != 0) return rc;
@@ -216,8 +237,13 @@ int main(int argc, char** argv) {
       std::printf("%-34s %-24s %-5s %10s %7s %9s\n", "REGION", "OWNER", "KIND", "SIZE", "WINDOWS", "LEASE");
       for (const cake::v1::RegionSummary& g : r.regions()) {
         const std::string owner = g.principal().empty() ? g.client_id() : g.principal() + "/" + g.client_id();
+        // A released one has no lease left to show: what keeps it is its loads.
+        const std::string lease = g.released()
+                                      ? absl::StrFormat("released, in use by %u load%s", g.loads_using(),
+                                                        g.loads_using() == 1 ? "" : "s")
+                                      : Duration(g.lease_left_s());
         std::printf("%-34s %-24s %-5s %10s %7u %9s\n", g.region_id().c_str(), owner.c_str(), g.kind().c_str(),
-                    Bytes(g.bytes()).c_str(), g.windows(), Duration(g.lease_left_s()).c_str());
+                    Bytes(g.bytes()).c_str(), g.windows(), lease.c_str());
       }
       std::printf("%d regions\n", r.regions_size());
     }

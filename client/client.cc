@@ -687,8 +687,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   auto channel = grpc::CreateCustomChannel(target, credentials, args);
   if (!channel->WaitForConnected(deadline)) {
     return absl::UnavailableError(absl::StrCat("no daemon answers on ", target,
-                                               " (is caked running? is the address right? for TLS: do the "
-                                               "certificates match?)"));
+                                               " (is caked running? is the address right? does its access policy "
+                                               "name this user? for TLS: do the certificates match?)"));
   }
   return std::unique_ptr<Client>(new GrpcClient(std::move(channel), std::move(options.client_id)));
 }

@@ -69,6 +69,8 @@ if(CAKE_BUILD_PYTHON)
   endforeach()
   install(DIRECTORY ${CMAKE_BINARY_DIR}/python/cake/v1 DESTINATION ${CAKE_INSTALL_PYTHONDIR}/cake COMPONENT daemon
     FILES_MATCHING PATTERN "*.py")
+  install(FILES ${CMAKE_BINARY_DIR}/python/cake/_version.py DESTINATION ${CAKE_INSTALL_PYTHONDIR}/cake
+    COMPONENT daemon)  # cake.__version__, the daemon's
 endif()
 
 # Man pages from each program's --help (help2man), rebuilt when the program is. caked is a daemon: section 8.

@@ -178,4 +178,8 @@ absl::StatusOr<std::string> AccessPolicy::Tenant(const Caller& caller, const std
                                                   "\"; its tenants: ", absl::StrJoin(p.tenants, ", ")));
 }
 
+bool AccessPolicy::NamesUid(uid_t uid) const {
+  return single_tenant_ || by_uid_.contains(uid) || uid == 0 || uid == ::geteuid();
+}
+
 }  // namespace cake

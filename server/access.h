@@ -50,6 +50,7 @@ struct Caller {
   std::shared_ptr<const AccessPolicy> policy;  // the policy that named it, kept alive while the call needs it
   bool unix_socket = false;              // only unix callers can use regions (they map shared memory)
   uid_t uid = 0;                         // unix callers: whom their regions are shared with
+  PeerFacts peer;                        // what identified it, to ask a reloaded policy again (LoadTracker)
 };
 
 class AccessPolicy {
@@ -71,6 +72,11 @@ class AccessPolicy {
   // The tenant a request acts in: the one it names (which the principal must hold) or, when it names none, the
   // principal's first. PERMISSION_DENIED for a tenant the principal does not hold.
   static absl::StatusOr<std::string> Tenant(const Caller& caller, const std::string& requested);
+
+  // Whether a unix peer with `uid` would be named by Identify (any uid in single-user mode; otherwise one a
+  // principal names, root, or the daemon's own user). The socket closes a connection from any other uid at accept,
+  // before gRPC reads a byte of it.
+  bool NamesUid(uid_t uid) const;
 
  private:
   bool single_tenant_ = true;

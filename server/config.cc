@@ -289,6 +289,8 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   server.Unsigned("max_connections_per_peer", &c.max_connections_per_peer, 1, 1 << 20);
   server.Unsigned("connection_idle_timeout_ms", &c.connection_idle_timeout_ms, 100, 86400000);
   server.Unsigned("max_streams_per_connection", &c.max_streams_per_connection, 1, 1 << 16);
+  server.Unsigned("max_health_watches", &c.max_health_watches, 1, 1 << 20);
+  server.Unsigned("max_health_watches_per_peer", &c.max_health_watches_per_peer, 1, 1 << 20);
   TableReader tcp(root, "tcp");
   tcp.String("listen", &c.tcp_listen);
   tcp.String("tls_cert_file", &c.tls_cert_file);
@@ -305,6 +307,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
     return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
   }
   access.Skip("principal");  // read above: an array of tables
+  access.Bool("single_user", &c.access_single_user);
   TableReader limits(root, "limits");
   limits.Unsigned("max_prompt_tokens", &c.max_prompt_tokens, 1, uint64_t{1} << 32);
   limits.Unsigned("max_chunk_bytes", &c.max_chunk_bytes, 1, uint64_t{1} << 40);
@@ -316,6 +319,8 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   limits.Unsigned("max_regions", &c.max_regions, 1, kU32);
   limits.Unsigned("max_total_region_bytes", &c.max_total_region_bytes, 1, uint64_t{1} << 56);
   limits.Unsigned("max_concurrent_loads", &c.max_concurrent_loads, 1, 1 << 20);
+  limits.Unsigned("max_concurrent_loads_per_principal", &c.max_concurrent_loads_per_principal, 1, 1 << 20);
+  limits.Unsigned("max_concurrent_loads_per_client", &c.max_concurrent_loads_per_client, 1, 1 << 20);
   limits.Unsigned("region_lease_ms", &c.region_lease_ms, 100, 86400000);
   TableReader dram(root, "dram");
   dram.Unsigned("capacity_bytes", &c.dram_capacity_bytes, 1, uint64_t{1} << 50);
@@ -359,6 +364,7 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   loader.Unsigned("idle_timeout_ms", &c.load_idle_timeout_ms, 50, 86400000);
   loader.Unsigned("start_timeout_ms", &c.load_start_timeout_ms, 50, 86400000);
   loader.Unsigned("max_inline_bytes", &c.max_inline_bytes, 1 << 20, uint64_t{1} << 44);
+  loader.Unsigned("max_inline_bytes_per_principal", &c.max_inline_bytes_per_principal, 1 << 20, uint64_t{1} << 44);
   loader.Unsigned("io_threads", &c.io_threads, 1, 1024);
   loader.Word("arbiter", &c.arbiter, ParseArbiterOption);
   loader.Unsigned("arbiter_starvation_ms", &c.arbiter_starvation_ms, 1, 3600000);
@@ -413,11 +419,20 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
         "server.max_connections_per_peer (", c.max_connections_per_peer, ") exceeds server.max_connections (",
         c.max_connections, "): one peer could then hold every connection"));
   }
+  if (c.max_health_watches_per_peer > c.max_health_watches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "server.max_health_watches_per_peer (", c.max_health_watches_per_peer, ") exceeds server.max_health_watches (",
+        c.max_health_watches, "): one peer could then hold every health Watch stream"));
+  }
   if (c.default_chunk_tokens > c.max_chunk_tokens) {
     return absl::InvalidArgumentError("limits.default_chunk_tokens exceeds limits.max_chunk_tokens");
   }
   if (!c.remote_password.empty() && !c.remote_password_file.empty()) {
     return absl::InvalidArgumentError("set remote.password or remote.password_file, not both");
+  }
+  if (c.access_single_user && !c.principals.empty()) {
+    return absl::InvalidArgumentError(
+        "access.single_user = true and [[access.principal]] entries contradict each other: remove one");
   }
   static const std::set<std::string> kRoles = {"engine", "monitor", "admin"};
   for (const PrincipalConfig& p : c.principals) {
@@ -526,7 +541,9 @@ std::string FormatConfig(const DaemonConfig& c) {
                                     {"max_connections", static_cast<int64_t>(c.max_connections)},
                                     {"max_connections_per_peer", static_cast<int64_t>(c.max_connections_per_peer)},
                                     {"connection_idle_timeout_ms", static_cast<int64_t>(c.connection_idle_timeout_ms)},
-                                    {"max_streams_per_connection", static_cast<int64_t>(c.max_streams_per_connection)}});
+                                    {"max_streams_per_connection", static_cast<int64_t>(c.max_streams_per_connection)},
+                                    {"max_health_watches", static_cast<int64_t>(c.max_health_watches)},
+                                    {"max_health_watches_per_peer", static_cast<int64_t>(c.max_health_watches_per_peer)}});
   root.insert("tcp", toml::table{{"listen", c.tcp_listen},
                                  {"tls_cert_file", c.tls_cert_file},
                                  {"tls_key_file", c.tls_key_file},
@@ -548,6 +565,7 @@ std::string FormatConfig(const DaemonConfig& c) {
   }
   toml::table access;
   if (!principals.empty()) access.insert("principal", std::move(principals));
+  if (c.access_single_user) access.insert("single_user", true);
   root.insert("access", std::move(access));
   root.insert("limits", toml::table{{"max_prompt_tokens", Int(c.max_prompt_tokens)},
                                     {"max_chunk_bytes", Int(c.max_chunk_bytes)},
@@ -559,6 +577,10 @@ std::string FormatConfig(const DaemonConfig& c) {
                                     {"max_regions", static_cast<int64_t>(c.max_regions)},
                                     {"max_total_region_bytes", Int(c.max_total_region_bytes)},
                                     {"max_concurrent_loads", static_cast<int64_t>(c.max_concurrent_loads)},
+                                    {"max_concurrent_loads_per_principal",
+                                     static_cast<int64_t>(c.max_concurrent_loads_per_principal)},
+                                    {"max_concurrent_loads_per_client",
+                                     static_cast<int64_t>(c.max_concurrent_loads_per_client)},
                                     {"region_lease_ms", static_cast<int64_t>(c.region_lease_ms)}});
   root.insert("dram", toml::table{{"capacity_bytes", Int(c.dram_capacity_bytes)},
                                   {"read_gbps", c.dram_read_gbps},
@@ -596,6 +618,7 @@ std::string FormatConfig(const DaemonConfig& c) {
                                     {"idle_timeout_ms", static_cast<int64_t>(c.load_idle_timeout_ms)},
                                     {"start_timeout_ms", static_cast<int64_t>(c.load_start_timeout_ms)},
                                     {"max_inline_bytes", Int(c.max_inline_bytes)},
+                                    {"max_inline_bytes_per_principal", Int(c.max_inline_bytes_per_principal)},
                                     {"io_threads", static_cast<int64_t>(c.io_threads)},
                                     {"arbiter", ArbiterPolicyName(c.arbiter)},
                                     {"arbiter_starvation_ms", static_cast<int64_t>(c.arbiter_starvation_ms)}});

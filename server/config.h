@@ -45,6 +45,10 @@ struct DaemonConfig {
   // Calls open at once on one connection: twice limits.max_concurrent_loads, so one engine channel can carry every
   // load the daemon runs beside its lookups and stores.
   uint32_t max_streams_per_connection = 512;
+  // Health Watch streams (grpc.health.v1.Health/Watch, which anyone who reaches a listener may open) served at once
+  // and per peer (as for connections); one past either is refused with RESOURCE_EXHAUSTED. Check has no cap.
+  uint32_t max_health_watches = 256;
+  uint32_t max_health_watches_per_peer = 8;
   // [tcp] engines on other hosts: TLS, inline bytes only. Empty listen: no TCP listener.
   std::string tcp_listen;              // "host:port"
   std::string tls_cert_file;           // the daemon's certificate chain (PEM)
@@ -59,6 +63,8 @@ struct DaemonConfig {
   uint32_t metrics_max_namespace_series = 64;  // (tenant, model) label pairs; past it, loads count as "other"
   // [access] who may do what. No principals: one trusted user (every peer on the socket may do everything).
   std::vector<PrincipalConfig> principals;
+  // Says single-user mode (no principals) is meant: a reload that drops every principal is refused without it.
+  bool access_single_user = false;
   // [limits]
   uint64_t max_prompt_tokens = 1u << 20;
   uint64_t max_chunk_bytes = uint64_t{1} << 30;
@@ -70,6 +76,10 @@ struct DaemonConfig {
   uint32_t max_regions = 1024;                            // all clients together
   uint64_t max_total_region_bytes = uint64_t{512} << 30;  // all clients together
   uint32_t max_concurrent_loads = 256;
+  // Of those, what one principal (in single-user mode: one local uid) and one client of a principal may run at
+  // once, so no caller can hold every slot by keeping its loads alive. Above max_concurrent_loads: no finer cap.
+  uint32_t max_concurrent_loads_per_principal = 192;
+  uint32_t max_concurrent_loads_per_client = 128;
   // A region lives this long after its owner last named it (RenewRegion, Load, Store); then, once no load uses
   // it, it is released: a client that died or hangs cannot hold its memory forever.
   uint32_t region_lease_ms = 30000;
@@ -120,6 +130,9 @@ struct DaemonConfig {
   uint32_t load_start_timeout_ms = 60000;
   // Chunk bytes all inline loads together may hold, read and not yet handed to gRPC; past it, their reads wait.
   uint64_t max_inline_bytes = uint64_t{512} << 20;
+  // Of that, what one principal's inline loads may hold, so one caller that reads slowly cannot make every other
+  // caller's inline loads wait. Past it, that principal's reads wait (nothing is refused).
+  uint64_t max_inline_bytes_per_principal = uint64_t{384} << 20;
   uint32_t max_load_window = 64;
   uint32_t io_threads = 4;
   ArbiterPolicy arbiter = ArbiterPolicy::kShortestRemaining;

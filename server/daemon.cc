@@ -24,38 +24,95 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
 #include "grpcpp/server_builder.h"
+#include "server/tcp_authentication.h"
 #include "server/tier_factory.h"
 #include "spdlog/spdlog.h"
 
 namespace cake {
 
-uint64_t LoadTracker::TryAdd(uint32_t max_loads, std::function<void()> cancel,
-                             std::function<std::optional<LoadSummary>()> describe) {
+absl::StatusOr<uint64_t> LoadTracker::TryAdd(const LoadCaps& caps, LoadOwner owner, CancelFn cancel,
+                                             std::function<std::optional<LoadSummary>()> describe) {
   MutexLock lock(&mu_);
-  if (loads_.size() >= max_loads) return 0;
+  if (loads_.size() >= caps.total) {
+    return absl::ResourceExhaustedError(absl::StrCat("the daemon is running limits.max_concurrent_loads (", caps.total,
+                                                     ") loads; retry shortly"));
+  }
+  uint32_t& principal_loads = per_principal_[owner.fairness_key];
+  if (principal_loads >= caps.per_principal) {
+    if (principal_loads == 0) per_principal_.erase(owner.fairness_key);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        owner.fairness_key, " is running limits.max_concurrent_loads_per_principal (", caps.per_principal,
+        ") loads; end one, or retry shortly"));
+  }
+  auto client_key = std::make_pair(owner.fairness_key, owner.client_id);
+  uint32_t& client_loads = per_client_[client_key];
+  if (client_loads >= caps.per_client) {
+    if (client_loads == 0) per_client_.erase(client_key);
+    if (principal_loads == 0) per_principal_.erase(owner.fairness_key);
+    return absl::ResourceExhaustedError(absl::StrCat("client \"", owner.client_id,
+                                                     "\" is running limits.max_concurrent_loads_per_client (",
+                                                     caps.per_client, ") loads; end one, or retry shortly"));
+  }
+  ++principal_loads;
+  ++client_loads;
   const uint64_t ticket = next_++;
-  loads_.emplace(ticket, Live{std::move(cancel), std::move(describe)});
+  loads_.emplace(ticket, Live{std::move(owner), std::move(cancel), std::move(describe)});
   return ticket;
 }
 
 void LoadTracker::Remove(uint64_t ticket) {
   MutexLock lock(&mu_);
-  loads_.erase(ticket);
+  auto it = loads_.find(ticket);
+  if (it == loads_.end()) return;
+  const LoadOwner& owner = it->second.owner;
+  if (auto p = per_principal_.find(owner.fairness_key); p != per_principal_.end() && --p->second == 0) {
+    per_principal_.erase(p);
+  }
+  if (auto c = per_client_.find(std::make_pair(owner.fairness_key, owner.client_id));
+      c != per_client_.end() && --c->second == 0) {
+    per_client_.erase(c);
+  }
+  loads_.erase(it);
 }
 
-void LoadTracker::CancelAll() {
-  std::vector<std::function<void()>> cancels;
+size_t LoadTracker::CancelIf(const std::function<std::optional<absl::Status>(const LoadOwner&)>& verdict) {
+  std::vector<std::pair<CancelFn, absl::Status>> cancels;
   {
     MutexLock lock(&mu_);
-    for (auto& [ticket, live] : loads_) cancels.push_back(live.cancel);
+    for (auto& [ticket, live] : loads_) {
+      if (std::optional<absl::Status> why = verdict(live.owner)) cancels.emplace_back(live.cancel, std::move(*why));
+    }
   }
   // Outside the lock: a cancelled load leaves the tracker on its way out.
-  for (auto& cancel : cancels) cancel();
+  for (auto& [cancel, why] : cancels) cancel(why);
+  return cancels.size();
+}
+
+void LoadTracker::CancelAll(const absl::Status& why) {
+  CancelIf([&](const LoadOwner&) -> std::optional<absl::Status> { return why; });
+}
+
+size_t LoadTracker::CancelUsingRegion(const std::string& region_id, const absl::Status& why) {
+  return CancelIf([&](const LoadOwner& owner) -> std::optional<absl::Status> {
+    if (owner.region_id != region_id) return std::nullopt;
+    return why;
+  });
+}
+
+size_t LoadTracker::CancelRevoked(const AccessPolicy& policy) {
+  return CancelIf([&](const LoadOwner& owner) -> std::optional<absl::Status> {
+    absl::StatusOr<Caller> now = policy.Identify(owner.peer);
+    if (now.ok() && now->principal->name == owner.principal && now->principal->Has(Role::kEngine)) {
+      return std::nullopt;
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the daemon's access policy was reloaded and no longer lets ", owner.principal.empty() ? "this caller" : owner.principal,
+        " load; the load is ended: compute the rest of the prompt"));
+  });
 }
 
 uint32_t LoadTracker::active() const {
@@ -173,9 +230,19 @@ void DecideCudaRegions(const DaemonConfig& config, DaemonState& state) {
 // The TCP listener's credentials: TLS from the config's files, re-read every tcp.tls_reload_s (certificates
 // rotate without a restart). With a client CA, a client certificate is verified when presented (and names the
 // principal); a client without one must bring a bearer token, which every call's check demands. Plaintext only where
-// ValidateConfig allowed it (a loopback address, explicitly).
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const DaemonConfig& config) {
-  if (config.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+// ValidateConfig allowed it (a loopback address, explicitly). Either way a call that identifies no principal is
+// refused on its headers (TcpCallGate), before gRPC reads its message.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const DaemonConfig& config,
+                                                                        const DaemonState& state) {
+  // The policy as it is when each call comes: SIGHUP may replace it.
+  auto call_gate = std::make_shared<TcpCallGate>([&state] { return state.access(); });
+  if (config.tls_cert_file.empty()) {
+    // gRPC's "local" credentials: plaintext on the wire, as insecure ones (clients connect as before; ValidateConfig
+    // kept the listener on a loopback address), but unlike those they run the call gate.
+    std::shared_ptr<grpc::ServerCredentials> credentials = grpc::experimental::LocalServerCredentials(LOCAL_TCP);
+    credentials->SetAuthMetadataProcessor(call_gate);
+    return credentials;
+  }
   // Read once now so a missing file or a key others may read stops start-up with a message, rather than fail
   // every handshake later.
   if (auto key = ReadSecretFile(config.tls_key_file, "the TLS key (tcp.tls_key_file)"); !key.ok()) return key.status();
@@ -194,7 +261,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const Da
   } else {
     options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   }
-  return grpc::experimental::TlsServerCredentials(options);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::experimental::TlsServerCredentials(options);
+  credentials->SetAuthMetadataProcessor(call_gate);
+  return credentials;
 }
 
 }  // namespace
@@ -231,16 +300,23 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   d->connection_gate_ = std::make_unique<ConnectionGate>(
       max_connections, std::min(config.max_connections_per_peer, max_connections));
   d->state_->connection_gate = d->connection_gate_.get();
-  // gRPC's standard health service (grpc.health.v1.Health: grpcurl, Kubernetes gRPC probes) and server reflection.
-  // Both answer without the access checks: they say whether the daemon serves and what its API is, nothing more.
-  grpc::EnableDefaultHealthCheckService(true);
+  // The standard health service (grpc.health.v1.Health: grpcurl, Kubernetes gRPC probes, cakectl health), our own
+  // rather than gRPC's default, whose Watch streams have no cap and never end; and server reflection. Both answer
+  // without the access checks: they say whether the daemon serves and what its API is, nothing more.
+  d->health_service_ = std::make_unique<HealthService>(
+      HealthService::Limits{config.max_health_watches, config.max_health_watches_per_peer},
+      [state = d->state_.get()](const grpc::CallbackServerContext& context) {
+        return GatePeerOfCall(context.peer(), state->unix_connections);
+      },
+      std::vector<std::string>{"cake.v1.KvService", "cake.v1.AdminService"});
+  d->state_->health = d->health_service_.get();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   // The TCP port is accepted by the daemon too (TcpListener), so that its connections pass the same gate; gRPC
   // runs the handshake (TLS) on what it is handed.
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> tcp_acceptor;
   if (!config.tcp_listen.empty()) {
-    auto credentials = TcpCredentials(config);
+    auto credentials = TcpCredentials(config, *d->state_);
     if (!credentials.ok()) return credentials.status();
     auto tcp_listener = TcpListener::Bind(config.tcp_listen);
     if (!tcp_listener.ok()) return tcp_listener.status();
@@ -258,6 +334,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
   builder.RegisterService(d->kv_service_.get());
   builder.RegisterService(d->admin_service_.get());
+  builder.RegisterService(d->health_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(NewRpcMetricsInterceptor(d->state_->rpc_metrics));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -274,14 +351,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     return absl::UnavailableError(absl::StrCat("could not start serving", config.tcp_listen.empty() ? "" : " on ",
                                                config.tcp_listen, " (see the gRPC error above)"));
   }
-  d->state_->health = d->server_->GetHealthCheckService();
-  if (d->state_->health != nullptr) {
-    // "" is the whole server; probes may also name the service they need.
-    for (const char* service : {"cake.v1.KvService", "cake.v1.AdminService"}) {
-      d->state_->health->SetServingStatus(service, true);
-    }
-    d->state_->health->SetServingStatus(true);
-  }
   if (!config.metrics_listen.empty()) {
     // Before serving: a port that cannot be bound fails the start, not a later scrape.
     auto metrics = MetricsEndpoint::Start(config.metrics_listen, *d->state_);
@@ -290,7 +359,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     d->state_->metrics_address = d->metrics_->address();
     spdlog::info("Prometheus metrics on http://{}/metrics", d->metrics_->address());
   }
-  d->unix_listener_->Serve(d->server_.get(), d->connection_gate_.get());
+  // A uid the current policy (SIGHUP may replace it) does not name is refused at accept.
+  d->unix_listener_->Serve(d->server_.get(), d->connection_gate_.get(),
+                           [state = d->state_.get()](uid_t uid) { return state->access()->NamesUid(uid); });
   if (d->tcp_listener_ != nullptr) {
     d->tcp_acceptor_ = std::move(tcp_acceptor);
     d->tcp_listener_->Serve(d->tcp_acceptor_.get(), d->connection_gate_.get());
@@ -316,21 +387,33 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   return d;
 }
 
-absl::Status Daemon::ReloadAccess(const std::vector<PrincipalConfig>& principals) {
+absl::Status Daemon::ReloadAccess(const std::vector<PrincipalConfig>& principals, bool single_user_explicit) {
   DaemonConfig next = state_->config;
   next.principals = principals;
+  next.access_single_user = single_user_explicit;
   CAKE_RETURN_IF_ERROR(ValidateConfig(next));
   CAKE_ASSIGN_OR_RETURN(AccessPolicy policy, AccessPolicy::FromConfig(next));
+  // A config that lost its [[access.principal]] entries (a bad edit, a template without them) would hand every
+  // local user every role and tenant: only an explicit access.single_user = true may mean that.
+  if (policy.single_tenant() && !state_->access()->single_tenant() && !single_user_explicit) {
+    return absl::FailedPreconditionError(
+        "the reloaded config names no [[access.principal]], which would let every local user do everything; the "
+        "principals stay as they were (set access.single_user = true to mean single-user mode)");
+  }
   auto replacement = std::make_shared<const AccessPolicy>(std::move(policy));
   spdlog::info("reloaded {}", replacement->Describe());
-  state_->ReplaceAccess(std::move(replacement));
+  state_->ReplaceAccess(replacement);
+  // Loads already running were admitted under the old policy: those of a caller it no longer names end now.
+  if (const size_t ended = state_->loads.CancelRevoked(*replacement); ended > 0) {
+    spdlog::warn("reload: {} running loads of callers the new policy no longer lets load were ended", ended);
+  }
   return absl::OkStatus();
 }
 
 absl::Status Daemon::Reload(const DaemonConfig& next) {
   CAKE_RETURN_IF_ERROR(ValidateConfig(next));
   const DaemonConfig before = state_->effective_config();
-  CAKE_RETURN_IF_ERROR(ReloadAccess(next.principals));
+  CAKE_RETURN_IF_ERROR(ReloadAccess(next.principals, next.access_single_user));
   DaemonConfig applied = before;
   applied.principals = next.principals;
   if (next.log_level != before.log_level) {
@@ -432,10 +515,12 @@ void Daemon::Stop() {
   StopHousekeeping();
   spdlog::info("stopping: {} live loads cancelled, {} regions released", state_->loads.active(),
                state_->regions.count());
-  if (state_->health != nullptr) state_->health->SetServingStatus(false);
+  // Health Watch streams are told NOT_SERVING and finished now: the server's Shutdown below would otherwise wait
+  // the whole grace period for them (they never end by themselves).
+  health_service_->Shutdown();
   unix_listener_->Stop();  // no new connections; gRPC's shutdown below ends the ones it has
   if (tcp_listener_ != nullptr) tcp_listener_->Stop();
-  state_->loads.CancelAll();
+  state_->loads.CancelAll(absl::CancelledError("the daemon is stopping; compute the rest of the prompt"));
   // A cancelled load's read asleep under a read cap (however small) must not hold its I/O thread past the stop.
   state_->tiers.Interrupt();
   const auto grace = std::chrono::duration_cast<std::chrono::nanoseconds>(

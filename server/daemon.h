@@ -38,9 +38,11 @@ class Daemon {
   absl::Status CheckServing(std::chrono::milliseconds timeout) const;
 
   // Replaces who may do what with `principals` (the config file's [access], read again on SIGHUP; token files are
-  // read again too). Every later call is checked against the new policy, those already running finish under the
-  // old. A configuration that does not validate keeps the old policy and is the error.
-  absl::Status ReloadAccess(const std::vector<PrincipalConfig>& principals);
+  // read again too). Every later call is checked against the new policy; running loads of a caller it no longer
+  // lets load are ended (PERMISSION_DENIED), other calls already running finish. A configuration that does not
+  // validate keeps the old policy and is the error, as is one that names no principal while the old did, unless
+  // `single_user_explicit` (access.single_user) says single-user mode is meant.
+  absl::Status ReloadAccess(const std::vector<PrincipalConfig>& principals, bool single_user_explicit = false);
 
   // SIGHUP: applies what `next` (the file and flags, read again) changes among what may change while serving:
   // [access] (ReloadAccess), server.log_level, and the read caps of tiers started with one. Any other change is
@@ -64,6 +66,7 @@ class Daemon {
   std::unique_ptr<DaemonState> state_;
   std::unique_ptr<KvServiceImpl> kv_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
+  std::unique_ptr<HealthService> health_service_;
   std::unique_ptr<ConnectionGate> connection_gate_;
   std::unique_ptr<UnixListener> unix_listener_;  // before server_: stops handing it connections first
   std::unique_ptr<TcpListener> tcp_listener_;

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "absl/container/flat_hash_map.h"
 #include "base/mutex.h"
 #include "cuda/cuda_backend.h"
@@ -19,6 +18,7 @@
 #include "server/access.h"
 #include "server/config.h"
 #include "server/counters.h"
+#include "server/health_service.h"
 #include "server/inline_budget.h"
 #include "server/load_metrics.h"
 #include "server/region_registry.h"
@@ -45,25 +45,58 @@ struct LoadSummary {
   double age_s = 0;
 };
 
+// Whose a live load is: what admission counts it against, and what can end it early (an operator's release of
+// its region, a reload that revokes its principal).
+struct LoadOwner {
+  // Who is counted for fairness: the principal's name, or in single-user mode (one principal for every local
+  // user) the peer's uid as "uid N", so one local user cannot hold every slot either.
+  std::string fairness_key;
+  std::string client_id;  // the client's own word: only a finer split within one principal
+  std::string region_id;  // empty for inline loads
+  PeerFacts peer;         // as the daemon saw the caller at Start, to ask a reloaded policy again
+  std::string principal;  // the name the policy gave the caller at Start
+};
+
+// How many loads run at once: all together, per principal (fairness key) and per client of one principal.
+struct LoadCaps {
+  uint32_t total = 256;
+  uint32_t per_principal = 256;
+  uint32_t per_client = 256;
+};
+
 // Live loads, so a stopping daemon can cancel them, Status can count them and an operator can list them.
 class LoadTracker {
  public:
-  // Returns a ticket, or 0 when max_concurrent_loads are already running. Both callbacks may be called from any
-  // thread, never under the tracker's lock, until Remove; `describe` answers nullopt for a load that is ending.
-  uint64_t TryAdd(uint32_t max_loads, std::function<void()> cancel,
-                  std::function<std::optional<LoadSummary>()> describe = nullptr);
+  // A load ended from outside is told why; it finishes its stream with that status.
+  using CancelFn = std::function<void(const absl::Status& why)>;
+  // Returns a ticket, or RESOURCE_EXHAUSTED naming the cap (limits.max_concurrent_loads, ..._per_principal,
+  // ..._per_client) that is full. Both callbacks may be called from any thread, never under the tracker's lock,
+  // until Remove; `describe` answers nullopt for a load that is ending.
+  absl::StatusOr<uint64_t> TryAdd(const LoadCaps& caps, LoadOwner owner, CancelFn cancel,
+                                  std::function<std::optional<LoadSummary>()> describe = nullptr);
   void Remove(uint64_t ticket);
-  void CancelAll();
+  // Ends every load for which `verdict` answers a status (never called under the tracker's lock... the verdict is;
+  // it must not call back into the tracker). Returns how many.
+  size_t CancelIf(const std::function<std::optional<absl::Status>(const LoadOwner&)>& verdict);
+  void CancelAll(const absl::Status& why);
+  // Ends the loads whose window lies in `region_id` (cakectl regions release --end-loads).
+  size_t CancelUsingRegion(const std::string& region_id, const absl::Status& why);
+  // After a reload: ends the loads whose caller the new policy no longer names as the same principal with the
+  // engine role (a revoked token, a uid taken off a principal).
+  size_t CancelRevoked(const AccessPolicy& policy);
   uint32_t active() const;
   std::vector<LoadSummary> List() const;
 
  private:
   struct Live {
-    std::function<void()> cancel;
+    LoadOwner owner;
+    CancelFn cancel;
     std::function<std::optional<LoadSummary>()> describe;
   };
   mutable Mutex mu_;
   absl::flat_hash_map<uint64_t, Live> loads_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> per_principal_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::pair<std::string, std::string>, uint32_t> per_client_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
@@ -144,7 +177,7 @@ struct DaemonState {
   LoadMetrics load_metrics{config.metrics_max_namespace_series};
   RpcMetrics rpc_metrics;
   std::string metrics_address;  // the Prometheus endpoint's "host:port" (empty: none); set once, at start
-  InlineBudget inline_budget{config.max_inline_bytes};  // before the pools: queued reads hold loads that use it
+  InlineBudget inline_budget{config.max_inline_bytes, config.max_inline_bytes_per_principal};  // before the pools: queued reads hold loads that use it
   LoadTracker loads;
   ComputeModels compute_models;
   // Device regions: whether this daemon serves them (cuda.enabled, the build, a device), why not otherwise, and
@@ -160,7 +193,7 @@ struct DaemonState {
   std::atomic<bool> drain_exit_when_idle{false};
   std::atomic<bool> stopping{false};         // Daemon::Stop began: long background jobs (Verify) end early
   std::atomic<bool> verify_running{false};   // one Verify at a time
-  grpc::HealthCheckServiceInterface* health = nullptr;  // gRPC's standard health service (set once, at start)
+  HealthService* health = nullptr;  // grpc.health.v1.Health, served by the daemon (set once, at start)
   int tcp_port = 0;  // the TCP listener's port (tcp.listen may ask for port 0: any)
   // Calls that wait on a networked tier (Lookups that reach Redis, Status and Stats with a remote tier, Evict of
   // it): here rather than on gRPC's threads, which Ping and every other call need, or the I/O threads, which

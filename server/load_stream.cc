@@ -49,7 +49,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
   // The window lease ends with the session, once no read can still land in it.
   ~LoadSession() {
-    if (inline_held_chunks_ > 0) state_.inline_budget.Give(inline_held_chunks_ * chunk_bytes_);
+    if (inline_held_chunks_ > 0) state_.inline_budget.Give(inline_held_chunks_ * chunk_bytes_, fairness_key_);
   }
 
   // From the stream's first moment: a client that opens it and sends no Start (the Python client keeps one stream
@@ -243,6 +243,26 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     io_only_requested_ = start.mode() == v1::LoadStart::MODE_IO_ONLY;
     hint_first_chunk_s_ = start.compute_first_chunk_s();
     hint_growth_s_ = start.compute_growth_s();
+    // Admitted here, before any tier is asked: a caller past its caps costs the daemon no lookup.
+    fairness_key_ = caller_->policy->single_tenant() && caller_->unix_socket ? absl::StrCat("uid ", caller_->uid)
+                                                                             : caller_->principal->name;
+    LoadOwner owner{fairness_key_, client_id_, inline_ ? std::string() : region_ask_.region_id, caller_->peer,
+                    caller_->principal->name};
+    // A stopping daemon, an operator's release of the region or a revoking reload ends the stream itself (with
+    // the reason) rather than cancel the context: the weak reference is safe whenever it runs, even after the RPC
+    // is gone.
+    CAKE_ASSIGN_OR_RETURN(
+        ticket_, state_.loads.TryAdd(
+                     LoadCaps{config.max_concurrent_loads, config.max_concurrent_loads_per_principal,
+                              config.max_concurrent_loads_per_client},
+                     std::move(owner),
+                     [weak = weak_from_this()](const absl::Status& why) {
+                       if (auto self = weak.lock()) self->Cancel(why);
+                     },
+                     [weak = weak_from_this()]() -> std::optional<LoadSummary> {
+                       auto self = weak.lock();
+                       return self ? self->Describe() : std::nullopt;
+                     }));
     started_ = Clock::now();
     last_progress_at_ = started_;
     phase_ = Phase::kLookingUp;
@@ -272,10 +292,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     Pump();
   }
 
-  // Admits the load, reserves its window of the region and plans the split for the `tiers` that hold the cached
+  // Reserves the (admitted) load's window of the region and plans the split for the `tiers` that hold the cached
   // prefix; sends the Plan and issues the first reads.
   absl::Status PlanLocked(std::vector<TierKind> tiers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const DaemonConfig& config = state_.config;
     tiers_ = std::move(tiers);
     const uint32_t cached = static_cast<uint32_t>(tiers_.size());
     uint32_t lowest_loadable = 0;
@@ -285,22 +304,6 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       lowest_loadable = cached - static_cast<uint32_t>(fit);
       CAKE_ASSIGN_OR_RETURN(lease_, state_.regions.ReserveWindow(region_ask_.owner, region_ask_.region_id,
                                                                  region_ask_.offset, fit * chunk_bytes_));
-    }
-    // A stopping daemon ends the stream itself (CANCELLED) rather than cancel the context: the weak reference
-    // is safe whenever it runs, even after the RPC is gone.
-    ticket_ = state_.loads.TryAdd(
-        config.max_concurrent_loads,
-        [weak = weak_from_this()] {
-          if (auto self = weak.lock())
-            self->Cancel(absl::CancelledError("the daemon is stopping; compute the rest of the prompt"));
-        },
-        [weak = weak_from_this()]() -> std::optional<LoadSummary> {
-          auto self = weak.lock();
-          return self ? self->Describe() : std::nullopt;
-        });
-    if (ticket_ == 0) {
-      return absl::ResourceExhaustedError(absl::StrCat("the daemon is running limits.max_concurrent_loads (",
-                                                       config.max_concurrent_loads, ") loads; retry shortly"));
     }
     // Region offsets stay relative to what the window fits; chunks the engine holds are not loaded, as if it had
     // reported them computed before the first read.
@@ -426,9 +429,12 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
       if (inline_ && cursor_->in_flight() + outbox_.size() >= window_) return;
       if (inline_ && inline_held_chunks_ <= InlineChunksLiveLocked()) {
         if (waiting_inline_room_) return;
-        if (!state_.inline_budget.TakeOrWait(chunk_bytes_, [weak = weak_from_this()] {
-              if (auto self = weak.lock()) self->OnInlineRoom();
-            })) {
+        if (!state_.inline_budget.TakeOrWait(
+                chunk_bytes_,
+                [weak = weak_from_this()] {
+                  if (auto self = weak.lock()) self->OnInlineRoom();
+                },
+                fairness_key_)) {
           waiting_inline_room_ = true;
           Bump(state_.counters.inline_reads_waited);
           return;
@@ -477,6 +483,13 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     return verdict.issue;
   }
 
+  // Before arming a new alarm: every older one but the newest is dropped (destroying an alarm cancels it, and its
+  // callback, called with fired=false, does nothing). The newest may be the one whose callback is arming the next,
+  // so it stays until the one after; a long load holds two alarms of each kind, not one per timer it ever set.
+  static void KeepOnlyNewestAlarm(std::vector<std::unique_ptr<grpc::Alarm>>& alarms) {
+    if (alarms.size() > 1) alarms.erase(alarms.begin(), alarms.end() - 1);
+  }
+
   // Ends the load once its client has been silent for loader.idle_timeout_ms: no message from it and none of
   // ours read. Checked when the timeout could first have passed, then again at each later point it could.
   // Each call starts a new watch; an alarm of an older one does nothing when it fires.
@@ -486,6 +499,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   }
   void RearmIdleWatchLocked(std::chrono::nanoseconds after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // A new alarm each time: one may be armed from inside another's callback (see ArmRecheckLocked).
+    KeepOnlyNewestAlarm(idle_alarms_);
     idle_alarms_.push_back(std::make_unique<grpc::Alarm>());
     idle_alarms_.back()->Set(std::chrono::system_clock::now() +
                                  std::chrono::duration_cast<std::chrono::system_clock::duration>(after),
@@ -527,11 +541,12 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   }
 
   // Calls IssueReadsLocked again in `seconds` (once: a re-check already armed stays as it is). Each re-check gets
-  // an alarm of its own, kept until the load ends: one may be armed from inside another's callback, where setting
-  // that same alarm again would replace the callback that is running.
+  // a new alarm: one may be armed from inside another's callback, where setting that same alarm again would
+  // replace the callback that is running.
   void ArmRecheckLocked(double seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (recheck_armed_ || phase_ != Phase::kLoading) return;
     recheck_armed_ = true;
+    KeepOnlyNewestAlarm(rechecks_);
     rechecks_.push_back(std::make_unique<grpc::Alarm>());
     const auto delay = std::chrono::duration_cast<std::chrono::system_clock::duration>(
         std::chrono::duration<double>(std::max(seconds, 0.0)));
@@ -721,14 +736,16 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     // What the budget lent for chunks that are gone (written, failed, dropped) goes back first; never under mu_,
     // since giving back wakes other loads, which take their own locks.
     uint64_t spare_bytes = 0;
+    std::string holder;
     {
       MutexLock lock(&mu_);
       if (const uint64_t live = InlineChunksLiveLocked(); inline_held_chunks_ > live) {
         spare_bytes = (inline_held_chunks_ - live) * chunk_bytes_;
         inline_held_chunks_ = live;
+        holder = fairness_key_;
       }
     }
-    if (spare_bytes > 0) state_.inline_budget.Give(spare_bytes);
+    if (spare_bytes > 0) state_.inline_budget.Give(spare_bytes, holder);
     LoadReactor* reactor = nullptr;
     v1::LoadResponse* to_write = nullptr;
     std::optional<grpc::Status> to_finish;
@@ -807,6 +824,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   std::vector<std::unique_ptr<grpc::Alarm>> rechecks_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<grpc::Alarm>> idle_alarms_ ABSL_GUARDED_BY(mu_);
   uint64_t idle_watch_ ABSL_GUARDED_BY(mu_) = 0;  // the current idle watch (ArmIdleWatchLocked)
+  // Whom admission and the inline budget count this load against (LoadOwner::fairness_key); set at Start.
+  std::string fairness_key_ ABSL_GUARDED_BY(mu_);
   Clock::time_point last_client_activity_ ABSL_GUARDED_BY(mu_);
   bool recheck_armed_ ABSL_GUARDED_BY(mu_) = false;
   bool learned_ ABSL_GUARDED_BY(mu_) = false;  // observed_compute_ handed to state_.compute_models

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
@@ -172,19 +173,36 @@ void CollectDaemon(const DaemonState& state, Families& out) {
   out.Single("cake_draining", "1 while drained (new loads refused, health NOT_SERVING)", MetricType::Gauge,
              state.draining ? 1 : 0);
   out.Single("cake_loads_active", "Loads running now", MetricType::Gauge, state.loads.active());
-  out.Single("cake_regions", "Registered regions", MetricType::Gauge, static_cast<double>(state.regions.count()));
-  out.Single("cake_region_bytes", "Bytes of registered regions", MetricType::Gauge,
-             static_cast<double>(state.regions.total_bytes()));
+  const RegionRegistry::Totals regions = state.regions.totals();
+  out.Single("cake_regions", "Registered regions (released ones live loads still use included)", MetricType::Gauge,
+             static_cast<double>(regions.regions));
+  out.Single("cake_region_bytes", "Bytes of registered regions (released ones live loads still use included)",
+             MetricType::Gauge, static_cast<double>(regions.bytes));
+  out.Single("cake_region_bytes_released_in_use",
+             "Of cake_region_bytes: regions released while live loads use them, counted until those loads end",
+             MetricType::Gauge, static_cast<double>(regions.released_in_use_bytes));
   out.Single("cake_inline_bytes_held", "Bytes of inline chunk payloads waiting to be sent", MetricType::Gauge,
              static_cast<double>(state.inline_budget.held()));
   if (ConnectionGate* gate = state.connection_gate; gate != nullptr) {
     out.Single("cake_connections_open", "Connections served now (unix and TCP)", MetricType::Gauge, gate->open());
     auto& connections = out.Family("cake_connections_total",
                                    "Connections accepted, by outcome (refused: past server.max_connections or "
-                                   "server.max_connections_per_peer, closed at accept)",
+                                   "server.max_connections_per_peer, closed at accept; unnamed_uid: from a uid no "
+                                   "principal names, closed at accept)",
                                    MetricType::Counter);
     Families::Add(connections, {{"outcome", "admitted"}}, static_cast<double>(gate->admitted()));
     Families::Add(connections, {{"outcome", "refused"}}, static_cast<double>(gate->refused()));
+    if (state.unix_connections != nullptr) {
+      Families::Add(connections, {{"outcome", "unnamed_uid"}},
+                    static_cast<double>(state.unix_connections->refused_unnamed()));
+    }
+  }
+  if (state.health != nullptr) {
+    out.Single("cake_health_watches_open", "Health Watch streams open now", MetricType::Gauge,
+               state.health->watches_open());
+    out.Single("cake_health_watches_refused_total",
+               "Health Watch streams refused past server.max_health_watches or server.max_health_watches_per_peer",
+               MetricType::Counter, static_cast<double>(state.health->watches_refused()));
   }
   auto& queue = out.Family("cake_io_queue_depth", "Reads queued for an I/O thread, by pool (network: remote tier)",
                            MetricType::Gauge);
@@ -243,15 +261,27 @@ class RpcMetricsInterceptor final : public grpc::experimental::Interceptor {
   std::string_view method_;
 };
 
+// Whether "package.Service/Method" is a method of a service linked into this daemon (its own, health,
+// reflection): every one has its descriptor in the generated pool.
+bool IsServedMethod(std::string_view method) {
+  const size_t slash = method.find('/');
+  if (slash == std::string_view::npos || method.size() > 256) return false;
+  std::string full_name(method);
+  full_name[slash] = '.';
+  return google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(full_name) != nullptr;
+}
+
 class RpcMetricsInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   explicit RpcMetricsInterceptorFactory(RpcMetrics& metrics) : metrics_(metrics) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
     // "/cake.v1.KvService/Lookup" → "cake.v1.KvService/Lookup"; the name lives as long as the server.
     const char* method = info->method();
-    if (method == nullptr) method = "unknown";
+    if (method == nullptr) method = "";
     if (*method == '/') ++method;
-    return new RpcMetricsInterceptor(metrics_, method);
+    // The path is the caller's word: a name no service of this daemon has (anyone can send thousands before
+    // being identified) is counted as "unimplemented", so invented names never take the label slots.
+    return new RpcMetricsInterceptor(metrics_, IsServedMethod(method) ? method : "unimplemented");
   }
 
  private:

@@ -9,6 +9,18 @@
 #include "cuda/cuda_backend.h"
 
 namespace cake {
+namespace {
+
+// For a refusal at a limit: how much of what is held is released regions that live loads still keep mapped, so
+// the caller (or its operator) knows that releasing more will not help, and what will.
+std::string ReleasedInUseNote(uint32_t regions, uint64_t bytes) {
+  if (regions == 0) return "";
+  return absl::StrCat("; of these, ", regions, " region(s) (", bytes,
+                      " bytes) are released but still in use by live loads, and count until those loads end "
+                      "(cakectl regions release ID --end-loads ends them)");
+}
+
+}  // namespace
 
 absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const RegionOwner& owner, uint64_t bytes,
                                                                     Placement placement) {
@@ -21,21 +33,32 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const Region
   }
   {
     MutexLock lock(&mu_);
-    uint32_t held = 0;
-    for (const auto& [id, e] : regions_) held += e.owner == owner;
+    uint32_t held = 0, held_released = 0;
+    uint64_t held_released_bytes = 0;
+    for (const auto& [id, e] : regions_) {
+      if (!(e.owner == owner)) continue;
+      ++held;
+      if (e.released) {
+        ++held_released;
+        held_released_bytes += e.region->size();
+      }
+    }
     if (held >= limits_.max_regions_per_client) {
       return absl::ResourceExhaustedError(absl::StrCat("client ", owner.ToString(), " already holds ", held,
-                                                       " regions (limits.max_regions_per_client); release one"));
+                                                       " regions (limits.max_regions_per_client); release one",
+                                                       ReleasedInUseNote(held_released, held_released_bytes)));
     }
     if (regions_.size() + pending_regions_ >= limits_.max_regions) {
       return absl::ResourceExhaustedError(absl::StrCat("the daemon holds ", regions_.size() + pending_regions_,
                                                        " regions for all clients (limits.max_regions); retry once "
-                                                       "some are released"));
+                                                       "some are released",
+                                                       ReleasedInUseNote(released_in_use_, released_in_use_bytes_)));
     }
     if (held_bytes_ + pending_bytes_ + bytes > limits_.max_total_region_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "a region of ", bytes, " bytes would take all clients' regions past ", limits_.max_total_region_bytes,
-          " bytes (limits.max_total_region_bytes); ", held_bytes_ + pending_bytes_, " are held"));
+          " bytes (limits.max_total_region_bytes); ", held_bytes_ + pending_bytes_, " are held",
+          ReleasedInUseNote(released_in_use_, released_in_use_bytes_)));
     }
     ++pending_regions_;
     pending_bytes_ += bytes;
@@ -54,8 +77,9 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const Region
 absl::StatusOr<RegionRegistry::Entry*> RegionRegistry::FindOwned(const RegionOwner& owner,
                                                                  const std::string& region_id) {
   auto it = regions_.find(region_id);
-  // Another principal's region answers as if it did not exist: its id must reveal nothing to this caller.
-  if (it == regions_.end() || it->second.owner.principal != owner.principal) {
+  // Another principal's region answers as if it did not exist: its id must reveal nothing to this caller. A
+  // released one is gone for its owner too, though loads that reserved their windows before go on using it.
+  if (it == regions_.end() || it->second.released || it->second.owner.principal != owner.principal) {
     return absl::NotFoundError(
         absl::StrCat("region \"", region_id, "\" is not registered (never was, or was released)"));
   }
@@ -67,13 +91,29 @@ absl::StatusOr<RegionRegistry::Entry*> RegionRegistry::FindOwned(const RegionOwn
   return &it->second;
 }
 
+std::shared_ptr<Region> RegionRegistry::ReleaseEntry(absl::flat_hash_map<std::string, Entry>::iterator it) {
+  Entry& e = it->second;
+  if (!e.windows.empty()) {
+    // Its memory stays mapped for the loads, so it stays counted: else releasing regions under live loads and
+    // registering new ones would hold any amount of memory under the limits.
+    if (!e.released) {
+      e.released = true;
+      ++released_in_use_;
+      released_in_use_bytes_ += e.region->size();
+    }
+    return nullptr;
+  }
+  std::shared_ptr<Region> last_ref = std::move(e.region);
+  held_bytes_ -= last_ref->size();
+  regions_.erase(it);
+  return last_ref;
+}
+
 absl::Status RegionRegistry::Release(const RegionOwner& owner, const std::string& region_id) {
   std::shared_ptr<Region> last_ref;  // destroyed outside the lock: unmapping can take a while
   MutexLock lock(&mu_);
-  CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(owner, region_id));
-  last_ref = std::move(entry->region);
-  held_bytes_ -= last_ref->size();
-  regions_.erase(region_id);
+  CAKE_RETURN_IF_ERROR(FindOwned(owner, region_id).status());
+  last_ref = ReleaseEntry(regions_.find(region_id));
   return absl::OkStatus();
 }
 
@@ -82,8 +122,10 @@ std::vector<RegionRegistry::Listed> RegionRegistry::List() const {
   MutexLock lock(&mu_);
   const TimePoint now = clock_->Now();
   for (const auto& [id, e] : regions_) {
+    const double lease_left_s =
+        e.released ? 0.0 : std::max(0.0, std::chrono::duration<double>(e.lease_ends - now).count());
     out.push_back(Listed{e.owner, id, e.region->backend(), e.region->size(), static_cast<uint32_t>(e.windows.size()),
-                         std::max(0.0, std::chrono::duration<double>(e.lease_ends - now).count())});
+                         lease_left_s, e.released});
   }
   std::sort(out.begin(), out.end(), [](const Listed& a, const Listed& b) {
     return std::tie(a.owner.principal, a.owner.client_id, a.region_id) <
@@ -92,15 +134,15 @@ std::vector<RegionRegistry::Listed> RegionRegistry::List() const {
   return out;
 }
 
-absl::StatusOr<RegionRegistry::Expired> RegionRegistry::ReleaseAny(const std::string& region_id) {
+absl::StatusOr<RegionRegistry::ReleasedByOperator> RegionRegistry::ReleaseAny(const std::string& region_id) {
   std::shared_ptr<Region> last_ref;  // destroyed outside the lock: unmapping can take a while
   MutexLock lock(&mu_);
   auto it = regions_.find(region_id);
   if (it == regions_.end()) return absl::NotFoundError(absl::StrCat("no region ", region_id));
-  last_ref = std::move(it->second.region);
-  Expired released{it->second.owner, region_id, last_ref->size()};
-  held_bytes_ -= released.bytes;
-  regions_.erase(it);
+  const Entry& e = it->second;
+  ReleasedByOperator released{e.owner, region_id, e.region->size(), static_cast<uint32_t>(e.windows.size()),
+                              e.released};
+  last_ref = ReleaseEntry(it);
   return released;
 }
 
@@ -153,23 +195,32 @@ std::vector<RegionRegistry::Expired> RegionRegistry::ReleaseExpired() {
   MutexLock lock(&mu_);
   for (auto it = regions_.begin(); it != regions_.end();) {
     Entry& e = it->second;
+    // A released region has windows, so it waits here for its last one.
     if (e.lease_ends > now || !e.windows.empty()) {
       ++it;
       continue;
     }
     released.push_back(Expired{e.owner, it->first, e.region->size()});
-    held_bytes_ -= e.region->size();
-    last_refs.push_back(std::move(e.region));
-    regions_.erase(it++);
+    last_refs.push_back(ReleaseEntry(it++));
   }
   return released;
 }
 
 void RegionRegistry::EndLease(const std::string& region_id, uint64_t lease_id) {
+  std::shared_ptr<Region> released_ref;  // dropped outside the lock (the lease itself holds another)
   MutexLock lock(&mu_);
   auto it = regions_.find(region_id);
   if (it == regions_.end()) return;
-  it->second.windows.erase(lease_id);
+  Entry& e = it->second;
+  e.windows.erase(lease_id);
+  if (e.released) {
+    if (!e.windows.empty()) return;
+    // Its last load ended: the memory goes, and the room it held under the limits with it.
+    --released_in_use_;
+    released_in_use_bytes_ -= e.region->size();
+    released_ref = ReleaseEntry(it);
+    return;
+  }
   // The load kept its region alive however long it ran; its owner gets a whole lease from its end.
   it->second.lease_ends = std::max(it->second.lease_ends, clock_->Now() + limits_.lease);
 }
@@ -195,6 +246,8 @@ void RegionRegistry::Clear() {
     MutexLock lock(&mu_);
     doomed.swap(regions_);
     held_bytes_ = 0;
+    released_in_use_ = 0;
+    released_in_use_bytes_ = 0;
   }
 }
 
@@ -206,6 +259,11 @@ size_t RegionRegistry::count() const {
 uint64_t RegionRegistry::total_bytes() const {
   MutexLock lock(&mu_);
   return held_bytes_;
+}
+
+RegionRegistry::Totals RegionRegistry::totals() const {
+  MutexLock lock(&mu_);
+  return Totals{regions_.size(), held_bytes_, released_in_use_, released_in_use_bytes_};
 }
 
 }  // namespace cake

@@ -66,14 +66,16 @@ class RegionRegistry {
   };
   // Creates a region owned by `owner`. INVALID_ARGUMENT for a size of 0 or over the limit,
   // RESOURCE_EXHAUSTED when the client holds too many, all clients together hold too many or too many bytes, or
-  // memory runs out.
+  // memory runs out. Released regions that live loads still use count as held (their memory is).
   absl::StatusOr<Registered> Register(const RegionOwner& owner, uint64_t bytes, Placement placement = {});
   // NOT_FOUND: unknown id, or another principal's (whose regions' existence is none of this caller's business).
-  // PERMISSION_DENIED: another client's of the same principal. Loads still using it keep its memory alive
-  // until they end; the name disappears at once.
+  // PERMISSION_DENIED: another client's of the same principal. The id is unusable at once; a region live loads
+  // still use stays, released, in the counts against the limits and in List until the last of them ends (its
+  // memory is mapped until then, so releasing it must not make room for another).
   absl::Status Release(const RegionOwner& owner, const std::string& region_id);
 
-  // Frees a window when the load that reserved it ends (and its last read has landed).
+  // Frees a window when the load that reserved it ends (and its last read has landed); the last window of a
+  // released region takes the region with it.
   class WindowLease {
    public:
     WindowLease() = default;
@@ -112,9 +114,18 @@ class RegionRegistry {
   // Releases every region whose lease has run out and that no live load is using (a load's window keeps its
   // region: the owner is evidently alive; the lease runs again from the load's end). Returns what it released.
   std::vector<Expired> ReleaseExpired();
-  // An operator's release (cakectl regions release): whoever owns it. NOT_FOUND for an unknown id. Says whose it
-  // was; loads using it keep its memory until they end, as with Release.
-  absl::StatusOr<Expired> ReleaseAny(const std::string& region_id);
+
+  struct ReleasedByOperator {
+    RegionOwner owner;
+    std::string region_id;
+    uint64_t bytes;
+    // Live loads whose windows keep it: it stays counted and listed until they end (or are ended).
+    uint32_t loads_using;
+    bool already_released;  // by its owner or an operator, before this call
+  };
+  // An operator's release (cakectl regions release): whoever owns it, as with Release otherwise. NOT_FOUND for an
+  // unknown id. A region already released but still in use answers again, so an operator can end its loads.
+  absl::StatusOr<ReleasedByOperator> ReleaseAny(const std::string& region_id);
 
   // What an operator sees of one region (cakectl regions): never its memory.
   struct Listed {
@@ -122,15 +133,24 @@ class RegionRegistry {
     std::string region_id;
     RegionBackend backend;
     uint64_t bytes;
-    uint32_t windows;  // live loads' windows in it
-    double lease_left_s;
+    uint32_t windows;  // live loads' windows in it: one per load
+    double lease_left_s;  // 0 for a released one
+    bool released;  // by its owner or an operator; still in use by `windows` loads
   };
   std::vector<Listed> List() const;
 
   // Drops every region (daemon stop).
   void Clear();
+  // Every region counted against the limits, released ones still in use included.
   size_t count() const;
   uint64_t total_bytes() const;
+  struct Totals {
+    size_t regions;
+    uint64_t bytes;
+    size_t released_in_use;  // of `regions`: released, kept by live loads
+    uint64_t released_in_use_bytes;
+  };
+  Totals totals() const;
 
  private:
   struct Window {
@@ -141,8 +161,15 @@ class RegionRegistry {
     std::shared_ptr<Region> region;
     absl::flat_hash_map<uint64_t, Window> windows;  // by window lease id
     TimePoint lease_ends;
+    // Its owner or an operator released it while loads used it: the id answers NOT_FOUND to its owner, the region
+    // waits for its last window to end. A released region always has a window.
+    bool released = false;
   };
   absl::StatusOr<Entry*> FindOwned(const RegionOwner& owner, const std::string& region_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Erases the region now when no load uses it (handing back its last reference, to be dropped outside the
+  // lock), or marks it released.
+  std::shared_ptr<Region> ReleaseEntry(absl::flat_hash_map<std::string, Entry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLease(const std::string& region_id, uint64_t lease_id);
 
@@ -155,7 +182,9 @@ class RegionRegistry {
   // pass them together.
   uint32_t pending_regions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // released regions in use included
+  uint32_t released_in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t released_in_use_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cake

@@ -73,4 +73,13 @@ absl::Status CheckClientId(const std::string& client_id) {
   return absl::OkStatus();
 }
 
+uint64_t LookupRequestLimit(const DaemonConfig& config) { return 4 * config.max_prompt_tokens + (uint64_t{1} << 20); }
+
+absl::Status CheckRequestBytes(const google::protobuf::MessageLite& request, const char* method, uint64_t limit) {
+  const size_t bytes = request.ByteSizeLong();
+  if (bytes <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat("a ", method, " request is ", bytes, " bytes; ", method,
+                                                   " takes at most ", limit, " (only Store carries bulk)"));
+}
+
 }  // namespace cake

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "cake/v1/kv.pb.h"
+#include "google/protobuf/message_lite.h"
 #include "grpcpp/support/status.h"
 #include "server/config.h"
 #include "storage/namespace.h"
@@ -25,5 +26,15 @@ absl::StatusOr<std::vector<ChunkKey>> PromptKeys(const Namespace& ns, const v1::
                                                  const DaemonConfig& config);
 
 absl::Status CheckClientId(const std::string& client_id);
+
+// Per-method receive limits. gRPC (1.51) has one receive limit for a whole server (server.max_message_bytes, which
+// an inline Store's chunks need) and applies no per-method limit on a server, so a call that carries no bulk is
+// checked here, after gRPC has read it: RESOURCE_EXHAUSTED naming the method and its limit. This keeps calls that
+// need kilobytes from carrying (or being used to push) bulk; what gRPC buffers before a handler runs is bounded by
+// the transport quota and by refusing unidentified callers before their message is read (docs/security.md).
+inline constexpr uint64_t kSmallRequestBytes = 64 << 10;  // Ping, Status, Stats, region calls: ids and numbers
+// A Lookup's prompt: 4 bytes per token (fixed32) up to limits.max_prompt_tokens, and room for the namespace.
+uint64_t LookupRequestLimit(const DaemonConfig& config);
+absl::Status CheckRequestBytes(const google::protobuf::MessageLite& request, const char* method, uint64_t limit);
 
 }  // namespace cake

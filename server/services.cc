@@ -9,11 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "grpc/grpc_security_constants.h"
 #include "grpcpp/security/auth_context.h"
 #include "base/mutex.h"
 #include "server/load_stream.h"
 #include "server/requests.h"
+#include "server/tcp_authentication.h"
 #include "spdlog/spdlog.h"
 
 namespace cake {
@@ -99,7 +99,10 @@ absl::StatusOr<Caller> IdentifyCaller(const grpc::CallbackServerContext& context
   std::shared_ptr<const AccessPolicy> policy = state.access();
   auto identified = [&](const PeerFacts& facts) -> absl::StatusOr<Caller> {
     auto caller = policy->Identify(facts);
-    if (caller.ok()) caller->policy = policy;
+    if (caller.ok()) {
+      caller->policy = policy;
+      caller->peer = facts;
+    }
     return caller;
   };
   PeerFacts facts;
@@ -111,30 +114,7 @@ absl::StatusOr<Caller> IdentifyCaller(const grpc::CallbackServerContext& context
     }
     return identified(facts);
   }
-  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-  bool tls = false;
-  if (auth != nullptr) {
-    for (const grpc::string_ref& type : auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME)) {
-      // "tls" from the TLS credentials the listener uses; "ssl" from gRPC's older SSL credentials.
-      const std::string_view security(type.data(), type.size());
-      tls |= security == "tls" || security == GRPC_SSL_TRANSPORT_SECURITY_TYPE;
-    }
-    if (tls) {
-      for (const char* property : {GRPC_X509_SAN_PROPERTY_NAME, GRPC_X509_CN_PROPERTY_NAME}) {
-        for (const grpc::string_ref& value : auth->FindPropertyValues(property)) {
-          facts.certificate_identities.emplace_back(value.data(), value.size());
-        }
-      }
-    }
-  }
-  facts.transport = tls ? PeerFacts::Transport::kTls : PeerFacts::Transport::kPlaintextLoopback;
-  const auto& metadata = context.client_metadata();
-  if (auto it = metadata.find("authorization"); it != metadata.end()) {
-    constexpr std::string_view kBearer = "Bearer ";
-    const std::string_view value(it->second.data(), it->second.size());
-    if (value.substr(0, kBearer.size()) == kBearer) facts.bearer_token = std::string(value.substr(kBearer.size()));
-  }
-  return identified(facts);
+  return identified(TcpPeerFacts(context.auth_context().get(), context.client_metadata()));
 }
 
 absl::StatusOr<Namespace> CallerNamespace(const Caller& caller, const v1::Namespace& proto, const DaemonConfig& config) {
@@ -148,6 +128,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
                                                         v1::RegisterRegionResponse* response) {
   auto caller = Authorize(context, state_, Role::kEngine, "RegisterRegion");
   if (!caller.ok()) return Reply(context, caller.status());
+  if (auto s = CheckRequestBytes(*request, "RegisterRegion", kSmallRequestBytes); !s.ok()) return Reply(context, s);
   if (auto s = CheckRegionsReachable(*caller); !s.ok()) return Reply(context, s);
   if (auto s = CheckClientId(request->client_id()); !s.ok()) return Reply(context, s);
   if (request->kind() != v1::REGION_AUTO && request->kind() != v1::REGION_HOST_SHM &&
@@ -208,6 +189,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::ReleaseRegion(grpc::CallbackServerConte
                                                        v1::ReleaseRegionResponse* response) {
   auto caller = Authorize(context, state_, Role::kEngine, "ReleaseRegion");
   if (!caller.ok()) return Reply(context, caller.status());
+  if (auto s = CheckRequestBytes(*request, "ReleaseRegion", kSmallRequestBytes); !s.ok()) return Reply(context, s);
   if (auto s = CheckClientId(request->client_id()); !s.ok()) return Reply(context, s);
   const RegionOwner owner(caller->principal->name, request->client_id());
   absl::Status status = state_.regions.Release(owner, request->region_id());
@@ -223,6 +205,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::RenewRegion(grpc::CallbackServerContext
                                                      v1::RenewRegionResponse* response) {
   auto caller = Authorize(context, state_, Role::kEngine, "RenewRegion");
   if (!caller.ok()) return Reply(context, caller.status());
+  if (auto s = CheckRequestBytes(*request, "RenewRegion", kSmallRequestBytes); !s.ok()) return Reply(context, s);
   if (auto s = CheckClientId(request->client_id()); !s.ok()) return Reply(context, s);
   absl::Status status =
       state_.regions.Renew(RegionOwner(caller->principal->name, request->client_id()), request->region_id());
@@ -235,6 +218,9 @@ grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* con
   Bump(state_.counters.lookups);
   auto caller = Authorize(context, state_, Role::kEngine, "Lookup");
   if (!caller.ok()) return Reply(context, caller.status());
+  if (auto s = CheckRequestBytes(*request, "Lookup", LookupRequestLimit(state_.config)); !s.ok()) {
+    return Reply(context, s);
+  }
   auto ns = CallerNamespace(*caller, request->namespace_(), state_.config);
   if (!ns.ok()) return Reply(context, ns.status());
   auto keys = PromptKeys(*ns, request->prompt(), state_.config);
@@ -361,10 +347,11 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
   return reactor;
 }
 
-grpc::ServerUnaryReactor* AdminServiceImpl::Ping(grpc::CallbackServerContext* context, const v1::PingRequest*,
+grpc::ServerUnaryReactor* AdminServiceImpl::Ping(grpc::CallbackServerContext* context, const v1::PingRequest* request,
                                                  v1::PingResponse*) {
   // Any identified caller may ask whether the daemon answers.
-  return Reply(context, IdentifyCaller(*context, state_).status());
+  if (auto caller = IdentifyCaller(*context, state_); !caller.ok()) return Reply(context, caller.status());
+  return Reply(context, CheckRequestBytes(*request, "Ping", kSmallRequestBytes));
 }
 
 // Runs `fill` (which may ask every tier) and finishes the call: on a network-call thread when some tier waits on
@@ -385,11 +372,12 @@ grpc::ServerUnaryReactor* AdminServiceImpl::AskEveryTier(grpc::CallbackServerCon
   return reactor;
 }
 
-grpc::ServerUnaryReactor* AdminServiceImpl::Status(grpc::CallbackServerContext* context, const v1::StatusRequest*,
-                                                   v1::StatusResponse* response) {
+grpc::ServerUnaryReactor* AdminServiceImpl::Status(grpc::CallbackServerContext* context,
+                                                   const v1::StatusRequest* request, v1::StatusResponse* response) {
   if (auto caller = Authorize(context, state_, Role::kMonitor, "Status"); !caller.ok()) {
     return Reply(context, caller.status());
   }
+  if (auto s = CheckRequestBytes(*request, "Status", kSmallRequestBytes); !s.ok()) return Reply(context, s);
   return AskEveryTier(context, [this, response] { FillStatus(response); });
 }
 
@@ -409,17 +397,21 @@ void AdminServiceImpl::FillStatus(v1::StatusResponse* response) {
     t->set_read_limit_gbps(entry->tier->read_cap_gbps());
   }
   response->set_active_loads(state_.loads.active());
-  response->set_regions(static_cast<uint32_t>(state_.regions.count()));
-  response->set_region_bytes(state_.regions.total_bytes());
+  const RegionRegistry::Totals region_totals = state_.regions.totals();
+  response->set_regions(static_cast<uint32_t>(region_totals.regions));
+  response->set_region_bytes(region_totals.bytes);
+  response->set_regions_released_in_use(static_cast<uint32_t>(region_totals.released_in_use));
+  response->set_region_bytes_released_in_use(region_totals.released_in_use_bytes);
   response->set_draining(state_.draining);
   response->set_metrics_address(state_.metrics_address);
 }
 
-grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* context, const v1::StatsRequest*,
-                                                  v1::StatsResponse* response) {
+grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* context,
+                                                  const v1::StatsRequest* request, v1::StatsResponse* response) {
   if (auto caller = Authorize(context, state_, Role::kMonitor, "Stats"); !caller.ok()) {
     return Reply(context, caller.status());
   }
+  if (auto s = CheckRequestBytes(*request, "Stats", kSmallRequestBytes); !s.ok()) return Reply(context, s);
   return AskEveryTier(context, [this, response] { FillStats(response); });
 }
 
@@ -430,6 +422,13 @@ void AdminServiceImpl::FillStats(v1::StatsResponse* response) {
     (*response->mutable_counters())["connections_open"] = gate->open();
     (*response->mutable_counters())["connections_accepted"] = gate->admitted();
     (*response->mutable_counters())["connections_refused"] = gate->refused();
+  }
+  if (state_.unix_connections != nullptr) {
+    (*response->mutable_counters())["connections_refused_unnamed_uid"] = state_.unix_connections->refused_unnamed();
+  }
+  if (state_.health != nullptr) {
+    (*response->mutable_counters())["health_watches_open"] = state_.health->watches_open();
+    (*response->mutable_counters())["health_watches_refused"] = state_.health->watches_refused();
   }
   for (const auto& entry : state_.tiers.tiers()) {
     const TierUsage usage = entry->tier->Usage();
@@ -542,7 +541,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Drain(grpc::CallbackServerContext* c
   const bool draining = !request->resume();
   state_.drain_exit_when_idle = draining && request->exit_when_idle();
   state_.draining = draining;
-  if (state_.health != nullptr) state_.health->SetServingStatus(!draining);
+  if (state_.health != nullptr) state_.health->SetServing(!draining);
   response->set_active_loads(state_.loads.active());
   response->set_draining(draining);
   spdlog::info("{}: {} loads running{}", draining ? "draining (new loads refused, health NOT_SERVING)" : "resumed",
@@ -566,6 +565,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListRegions(grpc::CallbackServerCont
     out->set_bytes(r.bytes);
     out->set_windows(r.windows);
     out->set_lease_left_s(r.lease_left_s);
+    out->set_released(r.released);
+    out->set_loads_using(r.windows);
   }
   return Reply(context, absl::OkStatus());
 }
@@ -584,8 +585,21 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ReleaseAnyRegion(grpc::CallbackServe
   response->set_principal(released->owner.principal);
   response->set_client_id(released->owner.client_id);
   response->set_bytes(released->bytes);
-  Bump(state_.counters.regions_released);
-  spdlog::warn("an operator released a region of {} ({} bytes)", released->owner.ToString(), released->bytes);
+  response->set_loads_using(released->loads_using);
+  response->set_already_released(released->already_released);
+  if (!released->already_released) Bump(state_.counters.regions_released);
+  // Outside the registry's lock: each load's end drops its window, which takes that lock.
+  const size_t ended =
+      request->end_loads()
+          ? state_.loads.CancelUsingRegion(
+                request->region_id(),
+                absl::CancelledError("an operator released the region this load lands in (cakectl regions "
+                                     "release --end-loads); compute the rest of the prompt"))
+          : 0;
+  response->set_loads_ended(static_cast<uint32_t>(ended));
+  spdlog::warn("an operator released a region of {} ({} bytes{}): {} loads were using it, {} of them ended",
+               released->owner.ToString(), released->bytes, released->already_released ? ", already released" : "",
+               released->loads_using, ended);
   return Reply(context, absl::OkStatus());
 }
 

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -55,8 +56,9 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::stri
 
 UnixListener::~UnixListener() { Stop(); }
 
-void UnixListener::Serve(grpc::Server* server, ConnectionGate* gate) {
-  thread_ = std::thread([this, server, gate] { AcceptLoop(server, gate); });
+void UnixListener::Serve(grpc::Server* server, ConnectionGate* gate, UidAdmission may_connect) {
+  thread_ = std::thread(
+      [this, server, gate, may_connect = std::move(may_connect)] { AcceptLoop(server, gate, may_connect); });
 }
 
 void UnixListener::Stop() {
@@ -67,13 +69,18 @@ void UnixListener::Stop() {
   listen_fd_ = UniqueFd();
 }
 
-void UnixListener::AcceptLoop(grpc::Server* server, ConnectionGate* gate) {
+void UnixListener::AcceptLoop(grpc::Server* server, ConnectionGate* gate, const UidAdmission& may_connect) {
   RunAcceptLoop(listen_fd_.get(), stop_fd_.get(), "unix socket", [&](int fd) {
     ucred cred{};
     socklen_t cred_len = sizeof(cred);
     struct stat st {};
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0 || ::fstat(fd, &st) != 0) {
       ::close(fd);
+      return;
+    }
+    // Before gRPC owns it: once it does, it reads (and buffers) a whole request before any handler can refuse it.
+    if (may_connect && !may_connect(cred.uid)) {
+      RefuseUnnamed(fd, cred.uid);
       return;
     }
     // Per uid: the kernel's word for who is on the other end, which a peer cannot vary as it can a TCP port.
@@ -86,6 +93,17 @@ void UnixListener::AcceptLoop(grpc::Server* server, ConnectionGate* gate) {
     // gRPC owns the descriptor from here on and closes it when the connection ends.
     grpc::AddInsecureChannelFromFd(server, fd);
   });
+}
+
+void UnixListener::RefuseUnnamed(int fd, uid_t uid) {
+  ::close(fd);
+  const uint64_t refused = refused_unnamed_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (const auto now = std::chrono::steady_clock::now(); now - last_refusal_warning_ > std::chrono::seconds(10)) {
+    last_refusal_warning_ = now;
+    spdlog::warn("a connection on the unix socket from uid {} closed at accept: no [[access.principal]] names that "
+                 "uid (name it in unix_uids or unix_users, then reload; {} refused in all)",
+                 uid, refused);
+  }
 }
 
 std::optional<UnixPeer> UnixListener::PeerOf(std::string_view grpc_peer) const {

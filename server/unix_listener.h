@@ -7,7 +7,10 @@
 #include <sys/types.h>
 #include <sys/un.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,9 +43,13 @@ class UnixListener {
   static absl::StatusOr<std::unique_ptr<UnixListener>> Bind(const std::string& path, uint32_t mode);
   ~UnixListener();
 
+  // Whether a peer of this uid may connect at all (the access policy names it), asked afresh for every connection.
+  using UidAdmission = std::function<bool(uid_t)>;
   // Accepts on a thread of its own, handing every connection `gate` admits (all, when null) to `server` (built with
-  // no listening port). Peers are counted per uid.
-  void Serve(grpc::Server* server, ConnectionGate* gate = nullptr);
+  // no listening port). Peers are counted per uid. A connection from a uid `may_connect` refuses is closed at
+  // accept, before gRPC reads anything from it: a caller no principal names cannot make the daemon buffer a single
+  // message.
+  void Serve(grpc::Server* server, ConnectionGate* gate = nullptr, UidAdmission may_connect = nullptr);
   // Stops accepting and joins the thread; connections already handed over stay gRPC's. Idempotent.
   void Stop();
 
@@ -51,10 +58,14 @@ class UnixListener {
   std::optional<UnixPeer> PeerOf(std::string_view grpc_peer) const;
 
   uint64_t accepted() const;
+  // Connections closed at accept because `may_connect` refused their uid.
+  uint64_t refused_unnamed() const { return refused_unnamed_.load(std::memory_order_relaxed); }
 
  private:
   UnixListener() = default;
-  void AcceptLoop(grpc::Server* server, ConnectionGate* gate);
+  void AcceptLoop(grpc::Server* server, ConnectionGate* gate, const UidAdmission& may_connect);
+  // Closes `fd`, counts it, and warns at most every 10 s naming the uid and what the operator can do.
+  void RefuseUnnamed(int fd, uid_t uid);
 
   struct Connection {
     UnixPeer peer;
@@ -69,6 +80,8 @@ class UnixListener {
   // its entry is its own; a later connection on the same number replaces the entry.
   absl::flat_hash_map<int, Connection> connections_ ABSL_GUARDED_BY(mu_);
   uint64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> refused_unnamed_{0};
+  std::chrono::steady_clock::time_point last_refusal_warning_;  // accept thread only
 };
 
 }  // namespace cake

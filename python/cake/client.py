@@ -181,17 +181,23 @@ class StoreResult:
     already_cached: int   # already in DRAM; not written again
 
 
+def _repeated(field):
+    """protobuf 7 has only FieldDescriptor.is_repeated; Debian's 4.21 (the 3.21 release) only .label."""
+    is_repeated = getattr(field, "is_repeated", None)
+    return is_repeated if is_repeated is not None else field.label == field.LABEL_REPEATED
+
+
 def _to_dict(message):
     """A message as a dict of plain Python values (protobuf's JSON printer would turn uint64 into strings)."""
     out = {}
     for field in message.DESCRIPTOR.fields:
         value = getattr(message, field.name)
         if field.message_type is not None:
-            if field.label == field.LABEL_REPEATED:
+            if _repeated(field):
                 value = [_to_dict(v) for v in value]
             else:
                 value = _to_dict(value)
-        elif field.label == field.LABEL_REPEATED:
+        elif _repeated(field):
             value = list(value)
         out[field.name] = value
     return out
@@ -294,8 +300,8 @@ class Client:
         except grpc.FutureTimeoutError:
             self._raw_channel.close()
             raise CakeError(grpc.StatusCode.UNAVAILABLE,
-                            f"no daemon answers on {target} (is caked running? is the address right? "
-                            "for TLS: do the certificates match?)") from None
+                            f"no daemon answers on {target} (is caked running? is the address right? does its "
+                            "access policy name this user? for TLS: do the certificates match?)") from None
         self._kv = kv_pb2_grpc.KvServiceStub(self._channel)
         self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
         self._regions = {}

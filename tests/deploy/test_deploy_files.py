@@ -54,6 +54,7 @@ EXPORTED_FAMILIES = {
     "cake_loads_active": "gauge",
     "cake_regions": "gauge",
     "cake_region_bytes": "gauge",
+    "cake_region_bytes_released_in_use": "gauge",
     "cake_io_queue_depth": "gauge",
     "cake_write_back_queued_bytes": "gauge",
     "cake_inline_bytes_held": "gauge",

@@ -151,4 +151,19 @@ TEST_CASE("access: configuration mistakes stop start-up", "[access]") {
   CHECK_THAT(std::string(AccessPolicy::FromConfig(twice).status().message()), Catch::Contains("named by two"));
 }
 
+TEST_CASE("access: NamesUid is what the socket admits at accept", "[access]") {
+  auto single = AccessPolicy::FromConfig(DefaultConfig());
+  REQUIRE(single.ok());
+  CHECK(single->NamesUid(kStrangerUid));  // single-user mode: every local user
+  DaemonConfig config = DefaultConfig();
+  config.principals.push_back(PrincipalConfig{"engine-a", {kEngineUid}, {}, {}, "", {"a"}, {"engine"}});
+  auto policy = AccessPolicy::FromConfig(config);
+  REQUIRE(policy.ok());
+  for (uid_t uid : {kEngineUid, uid_t{0}, ::geteuid(), kStrangerUid}) {
+    INFO("uid " << uid);
+    CHECK(policy->NamesUid(uid) == policy->Identify(UnixPeerWithUid(uid)).ok());
+  }
+  CHECK_FALSE(policy->NamesUid(kStrangerUid));
+}
+
 }  // namespace cake

@@ -66,6 +66,9 @@ TEST_CASE("config: defaults", "[config]") {
   CHECK(c.max_region_bytes == uint64_t{64} << 30);
   CHECK(c.max_regions_per_client == 64);
   CHECK(c.max_concurrent_loads == 256);
+  CHECK(c.max_concurrent_loads_per_principal == 192);
+  CHECK(c.max_concurrent_loads_per_client == 128);
+  CHECK_FALSE(c.access_single_user);
   CHECK(c.dram_capacity_bytes == uint64_t{4} << 30);
   CHECK(c.dram_read_gbps == 0);
   CHECK(c.load_window == 4);
@@ -99,6 +102,8 @@ log_level = "debug"
 
 [limits]
 max_concurrent_loads = 8
+max_concurrent_loads_per_principal = 6
+max_concurrent_loads_per_client = 4
 
 [dram]
 capacity_bytes = 1073741824
@@ -109,6 +114,7 @@ promotion_queue_bytes = 1048576
 [loader]
 window = 8
 io_threads = 2
+max_inline_bytes_per_principal = 2097152
 
 [keys]
 secret = "s3cret"
@@ -120,6 +126,9 @@ secret = "s3cret"
   CHECK(c->shutdown_grace_s == 2);
   CHECK(c->log_level == "debug");
   CHECK(c->max_concurrent_loads == 8);
+  CHECK(c->max_concurrent_loads_per_principal == 6);
+  CHECK(c->max_concurrent_loads_per_client == 4);
+  CHECK(c->max_inline_bytes_per_principal == 2u << 20);
   CHECK(c->dram_capacity_bytes == uint64_t{1} << 30);
   CHECK(c->dram_read_gbps == 12.5);
   CHECK(c->dram_prefault);
@@ -319,6 +328,10 @@ roles = ["admin"]
   CHECK(c->principals[0].unix_uids == std::vector<uint32_t>{1001, 1002});
   CHECK(c->principals[0].tenants == std::vector<std::string>{"a", "shared"});
   CHECK(c->principals[1].unix_users == std::vector<std::string>{"root"});
+  // Single-user mode said outright cannot stand beside principals.
+  DaemonConfig both = *c;
+  both.access_single_user = true;
+  CHECK_THAT(std::string(ValidateConfig(both).message()), Catch::Contains("contradict"));
   CHECK(ValidateConfig(*c).ok());
   CHECK(DefaultConfig().principals.empty());
   CHECK(DefaultConfig().tcp_listen.empty());
@@ -442,6 +455,24 @@ TEST_CASE("config: metrics.listen must be host:port", "[config]") {
   DaemonConfig c = DefaultConfig();
   c.metrics_listen = "[::1]:0";
   CHECK(ValidateConfig(c).ok());
+}
+
+TEST_CASE("config: health Watch caps, in all and per peer", "[config]") {
+  CHECK(DefaultConfig().max_health_watches == 256);
+  CHECK(DefaultConfig().max_health_watches_per_peer == 8);
+  auto c = Load("[server]\nmax_health_watches = 16\nmax_health_watches_per_peer = 2\n");
+  REQUIRE(c.ok());
+  CHECK(c->max_health_watches == 16);
+  CHECK(c->max_health_watches_per_peer == 2);
+  CHECK_THAT(FormatConfig(*c), Catch::Contains("max_health_watches_per_peer = 2"));
+  auto zero = Load("[server]\nmax_health_watches = 0\n");
+  CHECK(zero.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(zero.status().message()), Catch::Contains("server.max_health_watches"));
+  DaemonConfig one_peer_takes_all = DefaultConfig();
+  one_peer_takes_all.max_health_watches_per_peer = one_peer_takes_all.max_health_watches + 1;
+  const absl::Status s = ValidateConfig(one_peer_takes_all);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(s.message()), Catch::Contains("server.max_health_watches_per_peer"));
 }
 
 }  // namespace cake

@@ -86,11 +86,158 @@ TEST_CASE("region registry: a region released during a load keeps its memory unt
   std::shared_ptr<Region> region = lease->region();
   r->region.reset();
   REQUIRE(registry.Release("engine", r->region_id).ok());
-  CHECK(registry.count() == 0);  // the name is gone at once
+  // The name is gone for its owner at once; the memory still counts while the load maps it.
+  CHECK(registry.Get("engine", r->region_id).status().code() == absl::StatusCode::kNotFound);
+  CHECK(registry.count() == 1);
+  CHECK(registry.total_bytes() == 4096);
   std::memset(region->host_data(), 0x5a, 4096);  // the load's last read still lands in mapped memory
   CHECK(static_cast<unsigned char>(region->host_data()[4095]) == 0x5a);
   region.reset();
-  { RegionRegistry::WindowLease ended = std::move(*lease); }  // ending a lease on a released region is harmless
+  { RegionRegistry::WindowLease ended = std::move(*lease); }  // the load ended: the region goes with it
+  CHECK(registry.count() == 0);
+  CHECK(registry.total_bytes() == 0);
+}
+
+// Issue 31 row 3: releasing regions under live loads and registering new ones held any amount of memory under the
+// caps, invisible to every count.
+TEST_CASE("region registry: a released region still in use counts against every cap until its last load ends",
+          "[regions]") {
+  RegionRegistry::Limits limits = SmallLimits();
+  limits.max_regions_per_client = 8;
+  limits.max_regions = 8;
+  limits.max_total_region_bytes = 3 * 4096;
+  RegionRegistry registry(limits);
+  auto first = registry.Register("engine", 2 * 4096);
+  REQUIRE(first.ok());
+  auto load = registry.ReserveWindow("engine", first->region_id, 0, 4096);
+  REQUIRE(load.ok());
+  REQUIRE(registry.Release("engine", first->region_id).ok());
+
+  const auto past_the_cap = registry.Register("engine", 2 * 4096);
+  CHECK(past_the_cap.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(past_the_cap.status().message()), Catch::Contains("limits.max_total_region_bytes"));
+  CHECK_THAT(std::string(past_the_cap.status().message()),
+             Catch::Contains("released but still in use by live loads") && Catch::Contains("--end-loads"));
+  CHECK(registry.count() == 1);
+  CHECK(registry.total_bytes() == 2 * 4096);
+  const RegionRegistry::Totals totals = registry.totals();
+  CHECK(totals.regions == 1);
+  CHECK(totals.bytes == 2 * 4096);
+  CHECK(totals.released_in_use == 1);
+  CHECK(totals.released_in_use_bytes == 2 * 4096);
+
+  const auto listed = registry.List();
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].region_id == first->region_id);
+  CHECK(listed[0].released);
+  CHECK(listed[0].windows == 1);
+  CHECK(listed[0].lease_left_s == 0);
+
+  // Its owner cannot use it again, nor release it twice.
+  CHECK(registry.Get("engine", first->region_id).status().code() == absl::StatusCode::kNotFound);
+  CHECK(registry.Size("engine", first->region_id).status().code() == absl::StatusCode::kNotFound);
+  CHECK(registry.Renew("engine", first->region_id).code() == absl::StatusCode::kNotFound);
+  CHECK(registry.ReserveWindow("engine", first->region_id, 4096, 4096).status().code() ==
+        absl::StatusCode::kNotFound);
+  CHECK(registry.Release("engine", first->region_id).code() == absl::StatusCode::kNotFound);
+  CHECK(registry.count() == 1);
+
+  *load = RegionRegistry::WindowLease();  // the load ends
+  CHECK(registry.count() == 0);
+  CHECK(registry.total_bytes() == 0);
+  CHECK(registry.totals().released_in_use == 0);
+  CHECK(registry.totals().released_in_use_bytes == 0);
+  CHECK(registry.List().empty());
+  CHECK(registry.Register("engine", 2 * 4096).ok());  // room again
+}
+
+TEST_CASE("region registry: released regions in use count against max_regions and the client's own cap",
+          "[regions]") {
+  RegionRegistry::Limits limits = SmallLimits();
+  limits.max_regions_per_client = 1;
+  limits.max_regions = 2;
+  RegionRegistry registry(limits);
+  auto a = registry.Register("a", 4096);
+  REQUIRE(a.ok());
+  auto a_load = registry.ReserveWindow("a", a->region_id, 0, 4096);
+  REQUIRE(a_load.ok());
+  REQUIRE(registry.Release("a", a->region_id).ok());
+  const auto own_cap = registry.Register("a", 4096);
+  CHECK(own_cap.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(own_cap.status().message()),
+             Catch::Contains("limits.max_regions_per_client") && Catch::Contains("released but still in use"));
+
+  auto b = registry.Register("b", 4096);  // another client's own cap is its own
+  REQUIRE(b.ok());
+  auto b_load = registry.ReserveWindow("b", b->region_id, 0, 4096);
+  REQUIRE(b_load.ok());
+  REQUIRE(registry.Release("b", b->region_id).ok());
+  const auto all_clients = registry.Register("c", 4096);
+  CHECK(all_clients.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(all_clients.status().message()),
+             Catch::Contains("limits.max_regions") && Catch::Contains("2 region(s)"));
+
+  *a_load = RegionRegistry::WindowLease();
+  CHECK(registry.count() == 1);
+  CHECK(registry.Register("a", 4096).ok());
+  CHECK(registry.Register("c", 4096).status().code() == absl::StatusCode::kResourceExhausted);  // b's load lives
+  *b_load = RegionRegistry::WindowLease();
+  CHECK(registry.Register("c", 4096).ok());
+}
+
+TEST_CASE("region registry: a released region stays until its last load, not its first, ends", "[regions]") {
+  RegionRegistry registry(SmallLimits());
+  auto r = registry.Register("engine", 2 * 4096);
+  REQUIRE(r.ok());
+  auto first = registry.ReserveWindow("engine", r->region_id, 0, 4096);
+  auto second = registry.ReserveWindow("engine", r->region_id, 4096, 4096);
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  REQUIRE(registry.Release("engine", r->region_id).ok());
+  *first = RegionRegistry::WindowLease();
+  REQUIRE(registry.List().size() == 1);
+  CHECK(registry.List()[0].windows == 1);
+  CHECK(registry.totals().released_in_use == 1);
+  *second = RegionRegistry::WindowLease();
+  CHECK(registry.count() == 0);
+  CHECK(registry.totals().released_in_use == 0);
+}
+
+TEST_CASE("region registry: an expired lease never takes a released region its loads still use", "[regions][lease]") {
+  FakeClock clock;
+  RegionRegistry::Limits limits = SmallLimits();
+  limits.lease = std::chrono::milliseconds(1000);
+  limits.max_total_region_bytes = 4096;
+  RegionRegistry registry(limits, &clock);
+  auto r = registry.Register("engine", 4096);
+  REQUIRE(r.ok());
+  auto load = registry.ReserveWindow("engine", r->region_id, 0, 4096);
+  REQUIRE(load.ok());
+  REQUIRE(registry.Release("engine", r->region_id).ok());
+  clock.Advance(std::chrono::milliseconds(5000));
+  CHECK(registry.ReleaseExpired().empty());  // neither dropped from the counts nor reported released twice
+  CHECK(registry.count() == 1);
+  CHECK(registry.Register("engine", 4096).status().code() == absl::StatusCode::kResourceExhausted);
+  *load = RegionRegistry::WindowLease();
+  // Gone with its load, not a lease later: its owner released it.
+  CHECK(registry.count() == 0);
+  CHECK(registry.ReleaseExpired().empty());
+  CHECK(registry.Register("engine", 4096).ok());
+}
+
+TEST_CASE("region registry: Clear drops released regions in use too", "[regions]") {
+  RegionRegistry registry(SmallLimits());
+  auto r = registry.Register("engine", 4096);
+  REQUIRE(r.ok());
+  auto load = registry.ReserveWindow("engine", r->region_id, 0, 4096);
+  REQUIRE(load.ok());
+  REQUIRE(registry.Release("engine", r->region_id).ok());
+  registry.Clear();
+  CHECK(registry.totals().regions == 0);
+  CHECK(registry.totals().released_in_use == 0);
+  CHECK(registry.totals().released_in_use_bytes == 0);
+  *load = RegionRegistry::WindowLease();  // a load that outlives the registry's contents ends harmlessly
+  CHECK(registry.total_bytes() == 0);
 }
 
 TEST_CASE("region registry: caps over every client bound clients that rotate their ids", "[regions]") {
@@ -193,11 +340,48 @@ TEST_CASE("region registry: an operator lists every owner's regions and releases
   REQUIRE(released.ok());
   CHECK(released->owner == RegionOwner("team-b", "engine-2"));
   CHECK(released->bytes >= 8192);
-  CHECK(registry.count() == 1);
+  CHECK(released->loads_using == 1);
+  CHECK_FALSE(released->already_released);
   CHECK(registry.Get(RegionOwner("team-b", "engine-2"), b->region_id).status().code() ==
         absl::StatusCode::kNotFound);
   CHECK(lease->region() != nullptr);  // the live load keeps its memory
+  CHECK(registry.count() == 2);       // and the region its place under the caps
+  const auto after = registry.List();
+  REQUIRE(after.size() == 2);
+  CHECK(after[1].released);
+  CHECK(after[1].windows == 1);
+
+  // Again on the released region (so an operator can end its loads): answered, still counted.
+  auto again = registry.ReleaseAny(b->region_id);
+  REQUIRE(again.ok());
+  CHECK(again->already_released);
+  CHECK(again->loads_using == 1);
+  CHECK(again->owner == RegionOwner("team-b", "engine-2"));
+  CHECK(registry.totals().released_in_use == 1);
+
+  *lease = RegionRegistry::WindowLease();  // its load ends
+  CHECK(registry.count() == 1);
   CHECK(registry.ReleaseAny(b->region_id).status().code() == absl::StatusCode::kNotFound);
+
+  auto idle = registry.ReleaseAny(a->region_id);  // no load uses it: gone at once
+  REQUIRE(idle.ok());
+  CHECK(idle->loads_using == 0);
+  CHECK(registry.count() == 0);
+  CHECK(registry.total_bytes() == 0);
+}
+
+TEST_CASE("region registry: an operator's release of a region its owner released finds its loads", "[regions]") {
+  RegionRegistry registry(SmallLimits());
+  auto r = registry.Register("engine", 4096);
+  REQUIRE(r.ok());
+  auto load = registry.ReserveWindow("engine", r->region_id, 0, 4096);
+  REQUIRE(load.ok());
+  REQUIRE(registry.Release("engine", r->region_id).ok());
+  auto released = registry.ReleaseAny(r->region_id);
+  REQUIRE(released.ok());
+  CHECK(released->already_released);
+  CHECK(released->loads_using == 1);
+  CHECK(released->bytes == 4096);
 }
 
 }  // namespace cake

@@ -1,0 +1,49 @@
+#include "server/tcp_authentication.h"
+
+#include <string>
+#include <string_view>
+
+#include "grpc/grpc_security_constants.h"
+#include "server/requests.h"
+
+namespace cake {
+
+PeerFacts TcpPeerFacts(const grpc::AuthContext* auth, const std::multimap<grpc::string_ref, grpc::string_ref>& headers) {
+  PeerFacts facts;
+  bool tls = false;
+  if (auth != nullptr) {
+    for (const grpc::string_ref& type : auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME)) {
+      // "tls" from the TLS credentials the listener uses; "ssl" from gRPC's older SSL credentials.
+      const std::string_view security(type.data(), type.size());
+      tls |= security == "tls" || security == GRPC_SSL_TRANSPORT_SECURITY_TYPE;
+    }
+    if (tls) {
+      for (const char* property : {GRPC_X509_SAN_PROPERTY_NAME, GRPC_X509_CN_PROPERTY_NAME}) {
+        for (const grpc::string_ref& value : auth->FindPropertyValues(property)) {
+          facts.certificate_identities.emplace_back(value.data(), value.size());
+        }
+      }
+    }
+  }
+  facts.transport = tls ? PeerFacts::Transport::kTls : PeerFacts::Transport::kPlaintextLoopback;
+  if (auto it = headers.find("authorization"); it != headers.end()) {
+    constexpr std::string_view kBearer = "Bearer ";
+    const std::string_view value(it->second.data(), it->second.size());
+    if (value.substr(0, kBearer.size()) == kBearer) facts.bearer_token = std::string(value.substr(kBearer.size()));
+  }
+  return facts;
+}
+
+grpc::Status TcpCallGate::Process(const InputMetadata& headers, grpc::AuthContext* context, OutputMetadata*,
+                                  OutputMetadata*) {
+  // gRPC hands the pseudo-headers over too: the path says which method is called.
+  if (auto path = headers.find(":path"); path != headers.end()) {
+    const std::string_view method(path->second.data(), path->second.size());
+    for (std::string_view open_to_all : {"/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/"}) {
+      if (method.substr(0, open_to_all.size()) == open_to_all) return grpc::Status::OK;
+    }
+  }
+  return ToGrpcStatus(policy_()->Identify(TcpPeerFacts(context, headers)).status());
+}
+
+}  // namespace cake

@@ -1,0 +1,101 @@
+// LoadTracker: admission under the total, per-principal and per-client caps, and ending loads from outside (an
+// operator's region release, a reload that revokes their caller).
+#include <catch2/catch.hpp>
+
+#include "server/daemon_state.h"
+
+namespace cake {
+namespace {
+
+PeerFacts UnixPeer(uid_t uid) {
+  PeerFacts facts;
+  facts.transport = PeerFacts::Transport::kUnix;
+  facts.uid = uid;
+  return facts;
+}
+
+LoadOwner Owner(std::string principal, std::string client, std::string region = "", uid_t uid = 61001) {
+  return LoadOwner{principal, std::move(client), std::move(region), UnixPeer(uid), principal};
+}
+
+// A load that records the status it was ended with.
+struct Recorded {
+  std::vector<absl::Status> ended;
+  LoadTracker::CancelFn Cancel() {
+    return [this](const absl::Status& why) { ended.push_back(why); };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("load tracker: the total, per-principal and per-client caps each refuse naming themselves",
+          "[load-tracker]") {
+  LoadTracker tracker;
+  const LoadCaps caps{5, 3, 2};
+  Recorded r;
+  REQUIRE(tracker.TryAdd(caps, Owner("a", "x"), r.Cancel()).ok());
+  const auto second = tracker.TryAdd(caps, Owner("a", "x"), r.Cancel());
+  REQUIRE(second.ok());
+  auto refused = tracker.TryAdd(caps, Owner("a", "x"), r.Cancel());
+  CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("max_concurrent_loads_per_client (2)"));
+  REQUIRE(tracker.TryAdd(caps, Owner("a", "y"), r.Cancel()).ok());
+  refused = tracker.TryAdd(caps, Owner("a", "z"), r.Cancel());
+  CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::Contains("a is running limits.max_concurrent_loads_per_principal (3)"));
+  // Another principal is not held back by the first one's loads, only by the total.
+  REQUIRE(tracker.TryAdd(caps, Owner("b", "x"), r.Cancel()).ok());
+  REQUIRE(tracker.TryAdd(caps, Owner("b", "y"), r.Cancel()).ok());
+  refused = tracker.TryAdd(caps, Owner("c", "x"), r.Cancel());
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("limits.max_concurrent_loads (5)"));
+  CHECK(tracker.active() == 5);
+  // A refused add holds nothing; an ended load's slot is its principal's and client's again.
+  tracker.Remove(*second);
+  CHECK(tracker.active() == 4);
+  CHECK(tracker.TryAdd(caps, Owner("a", "x"), r.Cancel()).ok());
+  CHECK(r.ended.empty());
+}
+
+TEST_CASE("load tracker: an operator's release ends exactly the loads in that region, with its reason",
+          "[load-tracker]") {
+  LoadTracker tracker;
+  const LoadCaps caps{8, 8, 8};
+  Recorded in_region, elsewhere, inline_load;
+  REQUIRE(tracker.TryAdd(caps, Owner("a", "x", "r-1"), in_region.Cancel()).ok());
+  REQUIRE(tracker.TryAdd(caps, Owner("a", "x", "r-1"), in_region.Cancel()).ok());
+  REQUIRE(tracker.TryAdd(caps, Owner("a", "x", "r-2"), elsewhere.Cancel()).ok());
+  REQUIRE(tracker.TryAdd(caps, Owner("a", "x", ""), inline_load.Cancel()).ok());
+  CHECK(tracker.CancelUsingRegion("r-1", absl::CancelledError("released")) == 2);
+  REQUIRE(in_region.ended.size() == 2);
+  CHECK(in_region.ended[0].message() == "released");
+  CHECK(elsewhere.ended.empty());
+  CHECK(inline_load.ended.empty());
+  CHECK(tracker.CancelUsingRegion("r-unknown", absl::CancelledError("")) == 0);
+}
+
+TEST_CASE("load tracker: a reloaded policy ends the loads of callers it no longer lets load", "[load-tracker]") {
+  DaemonConfig config;
+  PrincipalConfig kept{.name = "kept", .unix_uids = {61001}, .tenants = {"a"}, .roles = {"engine"}};
+  PrincipalConfig demoted{.name = "demoted", .unix_uids = {61002}, .tenants = {"b"}, .roles = {"monitor"}};
+  PrincipalConfig renamed{.name = "renamed", .unix_uids = {61003}, .tenants = {"c"}, .roles = {"engine"}};
+  config.principals = {kept, demoted, renamed};
+  auto policy = AccessPolicy::FromConfig(config);
+  REQUIRE(policy.ok());
+
+  LoadTracker tracker;
+  const LoadCaps caps{8, 8, 8};
+  Recorded still_engine, now_monitor, now_other_name, unknown_uid;
+  REQUIRE(tracker.TryAdd(caps, Owner("kept", "x", "", 61001), still_engine.Cancel()).ok());
+  REQUIRE(tracker.TryAdd(caps, Owner("demoted", "x", "", 61002), now_monitor.Cancel()).ok());
+  REQUIRE(tracker.TryAdd(caps, Owner("was-named", "x", "", 61003), now_other_name.Cancel()).ok());
+  REQUIRE(tracker.TryAdd(caps, Owner("gone", "x", "", 61009), unknown_uid.Cancel()).ok());
+  CHECK(tracker.CancelRevoked(*policy) == 3);
+  CHECK(still_engine.ended.empty());
+  for (const Recorded* r : {&now_monitor, &now_other_name, &unknown_uid}) {
+    REQUIRE(r->ended.size() == 1);
+    CHECK(r->ended[0].code() == absl::StatusCode::kPermissionDenied);
+  }
+}
+
+}  // namespace cake
