@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/tcp_listener.h"
 #include "server/unix_listener.h"
 #include "spdlog/spdlog.h"
 
@@ -28,7 +29,7 @@ std::string GatePeerOfCall(std::string_view grpc_peer, const UnixListener* unix_
       address = address.substr(open.size(), address.size() - open.size() - close.size());
     }
   }
-  return std::string(address);
+  return NetworkPeerKey(address);
 }
 
 // One Watch stream. The service tells it the newest status (Notify) and, at a stop, to end (End), from any

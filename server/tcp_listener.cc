@@ -17,7 +17,7 @@
 namespace cake {
 namespace {
 
-// The peer's address without its port: what the per-peer cap counts (a client picks its ports freely).
+// The peer as the per-peer cap counts it (a client picks its ports freely, and a host may hold many addresses).
 std::string PeerAddress(int fd) {
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
@@ -30,10 +30,34 @@ std::string PeerAddress(int fd) {
   } else {
     return "unknown";
   }
+  return NetworkPeerKey(text);
+}
+
+std::string IPv4PeerKey(const in_addr& v4) {
+  if ((ntohl(v4.s_addr) >> 24) == 127) return "loopback";
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &v4, text, sizeof(text));
   return text;
 }
 
 }  // namespace
+
+std::string NetworkPeerKey(std::string_view address) {
+  const std::string text(address);
+  in_addr v4{};
+  if (::inet_pton(AF_INET, text.c_str(), &v4) == 1) return IPv4PeerKey(v4);
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, text.c_str(), &v6) != 1) return text;
+  if (IN6_IS_ADDR_V4MAPPED(&v6)) {
+    std::memcpy(&v4.s_addr, &v6.s6_addr[12], sizeof(v4.s_addr));
+    return IPv4PeerKey(v4);
+  }
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return "loopback";
+  std::memset(&v6.s6_addr[8], 0, 8);
+  char prefix[INET6_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET6, &v6, prefix, sizeof(prefix));
+  return std::string(prefix) + "/64";
+}
 
 absl::StatusOr<ListeningTcpSocket> ListenOnTcp(const std::string& address, const char* key) {
   const size_t colon = address.rfind(':');
@@ -97,7 +121,7 @@ TcpListener::~TcpListener() { Stop(); }
 void TcpListener::Serve(grpc::experimental::ExternalConnectionAcceptor* acceptor, ConnectionGate* gate) {
   thread_ = std::thread([this, acceptor, gate] {
     RunAcceptLoop(listen_fd_.get(), stop_fd_.get(), "TCP port", [&](int fd) {
-      if (!gate->AdmitOrClose(fd, PeerAddress(fd), "TCP port")) return;
+      if (!gate->AdmitOrClose(fd, PeerAddress(fd), "TCP port", ConnectionGate::Origin::kNetwork)) return;
       grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
       connection.listener_fd = listen_fd_.get();
       connection.fd = fd;  // gRPC's from here on: it closes it when the connection ends

@@ -27,6 +27,11 @@ struct ListeningTcpSocket {
 };
 absl::StatusOr<ListeningTcpSocket> ListenOnTcp(const std::string& address, const char* key);
 
+// What the per-peer cap counts a TCP peer as, from its address without the port: the address itself, except where
+// one host holds many: every loopback address (127.0.0.0/8, ::1) is the local host, "loopback"; an IPv6 address
+// counts by its /64 ("2001:db8:1:2::/64"), which one host may fill; an IPv4-mapped one as the IPv4 address.
+std::string NetworkPeerKey(std::string_view address);
+
 class TcpListener {
  public:
   // Binds and listens on `address` ("host:port", "[v6]:port"; port 0: any free one). Accepting starts with Serve.

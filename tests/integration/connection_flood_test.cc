@@ -1,7 +1,8 @@
 // Nobody who can connect can use up the daemon's descriptors: connections past a peer's cap or the daemon's are
 // closed at accept (counted), connections that sit idle or never finish their handshake are closed, and while
-// another local user floods the socket and the TCP port with idle connections at four times the daemon's
-// descriptor limit, an engine is still answered and the daemon stays alive and small.
+// another local user floods the socket and the TLS port with idle connections, TLS connections without
+// credentials and health Watch streams, each at four times the daemon's descriptor limit, an engine is still
+// answered, the daemon stays alive and small, and it stops cleanly.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -10,6 +11,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,11 +19,18 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <sstream>
 
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/integration/fixture.h"
+#include "tests/integration/flood_helpers.h"
 
 using namespace cake;
 using namespace cake::testing;
+using grpc::health::v1::Health;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
 
 namespace {
 
@@ -101,11 +110,16 @@ uint64_t StatsCounter(RawStubs& raw, const std::string& name) {
   return it->second;
 }
 
-// A config of `text` plus who may call: this user on the socket (an engine), and a TCP caller with a token (a TCP
-// listener needs someone who may use it).
-std::string TempConfig(const std::string& text) {
+// A fresh folder for a config (and certificates).
+std::string TempDir() {
   char dir[] = "/tmp/cake-flood-XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
+  return dir;
+}
+
+// A config in `dir` of `text` plus who may call: this user on the socket (an engine), and a TCP caller with a
+// token (a TCP listener needs someone who may use it).
+std::string ConfigIn(const std::string& dir, const std::string& text) {
   const std::string token = WriteFile(dir, "token", "flood-test-token\n");
   std::filesystem::permissions(token, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   return WriteFile(dir, "caked.toml",
@@ -114,6 +128,8 @@ std::string TempConfig(const std::string& text) {
                        "[[access.principal]]\nname = \"remote\"\ntoken_file = \"" + token +
                        "\"\ntenants = [\"*\"]\nroles = [\"engine\", \"monitor\"]\n");
 }
+
+std::string TempConfig(const std::string& text) { return ConfigIn(TempDir(), text); }
 
 // caked under a descriptor limit of `limit` (soft and hard: caked raises its soft limit to the hard one).
 std::string CakedUnderDescriptorLimit(const std::string& dir, int limit) {
@@ -176,12 +192,13 @@ TEST_CASE("one peer's connections past max_connections_per_peer are closed at ac
   std::filesystem::remove_all(std::filesystem::path(config).parent_path());
 }
 
-TEST_CASE("an idle-connection flood at 4x the descriptor limit leaves the daemon alive and an engine answered") {
+TEST_CASE("a flood of idle connections, unauthenticated TLS connections and health Watch streams at 4x the "
+          "descriptor limit leaves the daemon alive, small and stoppable, and an engine answered") {
   if (::geteuid() != 0) {
     WARN("skipped: the flood comes from a second local user, which needs root to become");
     return;
   }
-  // This process holds the flood's connections too.
+  // This process holds the idle connections, and the attacker's tool (which inherits the limit) the rest.
   rlimit own{};
   ::getrlimit(RLIMIT_NOFILE, &own);
   own.rlim_cur = own.rlim_max;
@@ -189,13 +206,18 @@ TEST_CASE("an idle-connection flood at 4x the descriptor limit leaves the daemon
   REQUIRE(own.rlim_cur >= 3000);
 
   constexpr int kDescriptorLimit = 256;
-  constexpr int kFlood = 4 * kDescriptorLimit;  // per listener
+  constexpr int kFlood = 4 * kDescriptorLimit;  // of each kind
+  constexpr int kWatchConnections = 8;          // the Watch streams are spread over these
+  constexpr int kPerPeer = 64;                  // server.max_connections_per_peer's default
   const int port = FreeLoopbackPort();
-  // Idle and handshake timeouts far beyond the test: the attacker holds everything it got for the whole test.
-  const std::string config = TempConfig(
-      "[server]\nsocket_mode = 0o666\nconnection_idle_timeout_ms = 600000\n[tcp]\nlisten = \"127.0.0.1:" +
-      std::to_string(port) + "\"\nallow_plaintext_loopback = true\nhandshake_timeout_ms = 600000\n");
-  const std::string dir = std::filesystem::path(config).parent_path();
+  // A TLS port, whose callers name themselves with a token. Idle and handshake timeouts far beyond the test: the
+  // attacker holds everything it got for the whole test.
+  const std::string dir = TempDir();
+  MakeCertificates(dir);
+  const std::string config = ConfigIn(
+      dir, "[server]\nsocket_mode = 0o666\nconnection_idle_timeout_ms = 600000\n[tcp]\nlisten = \"127.0.0.1:" +
+               std::to_string(port) + "\"\ntls_cert_file = \"" + dir + "/server.pem\"\ntls_key_file = \"" + dir +
+               "/server.key\"\nhandshake_timeout_ms = 600000\n");
   auto started = SpawnedDaemon::Start(CakedUnderDescriptorLimit(dir, kDescriptorLimit), {"--config", config});
   REQUIRE(started.ok());
   SpawnedDaemon daemon = std::move(*started);
@@ -206,13 +228,61 @@ TEST_CASE("an idle-connection flood at 4x the descriptor limit leaves the daemon
   RawStubs raw(daemon);
   const uint64_t rss_before = RssKib(daemon.pid());
 
-  // The attacker: another uid, every connection it can open, on the socket and from 127.0.0.2 on the port, held
-  // until the test ends. Raw system calls only between fork and _exit.
+  // The attacker, uid 65534, named by no principal, all at once:
+  //  - from 127.0.0.3, health Watch streams over kWatchConnections connections, then connections that finish the
+  //    TLS and HTTP/2 handshakes without credentials and call nothing: cake_flood_peer, which holds them all and
+  //    answers nothing, not even the stop's GOAWAY ping;
+  //  - then idle connections on the socket, and from 127.0.0.2 on the port (which never start their TLS
+  //    handshake), opened with raw system calls (nothing else is safe between fork and _exit).
+  // Both are killed however the test ends (they hold everything until then).
+  struct KillOnExit {
+    std::vector<pid_t> pids;
+    ~KillOnExit() {
+      for (pid_t pid : pids) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } attackers;
+  int peer_out[2];
+  REQUIRE(::pipe(peer_out) == 0);
+  const std::string port_arg = std::to_string(port), flood_arg = std::to_string(kFlood),
+                    watch_connections_arg = std::to_string(kWatchConnections);
+  const auto flood_started = Clock::now();
+  const pid_t peer = ::fork();
+  REQUIRE(peer >= 0);
+  if (peer == 0) {
+    ::dup2(peer_out[1], 1);
+    ::close(peer_out[0]);
+    ::close(peer_out[1]);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+    ::execl(CAKE_FLOOD_PEER_PATH, CAKE_FLOOD_PEER_PATH, "127.0.0.1", port_arg.c_str(), "127.0.0.3", flood_arg.c_str(),
+            flood_arg.c_str(), watch_connections_arg.c_str(), static_cast<char*>(nullptr));
+    ::_exit(3);
+  }
+  attackers.pids.push_back(peer);
+  ::close(peer_out[1]);
+  // The tool's one line: "ready handshakes=N handshakes_refused=N watches=N watches_refused=N watch_connections=N".
+  std::string peer_line;
+  for (const auto deadline = Clock::now() + std::chrono::seconds(60);
+       peer_line.find('\n') == std::string::npos && Clock::now() < deadline;) {
+    pollfd p{peer_out[0], POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buffer[512];
+    const ssize_t n = ::read(peer_out[0], buffer, sizeof(buffer));
+    if (n <= 0) break;
+    peer_line.append(buffer, static_cast<size_t>(n));
+  }
+  const double flood_s = std::chrono::duration<double>(Clock::now() - flood_started).count();
+  INFO("cake_flood_peer said: " << peer_line);
+  REQUIRE(peer_line.rfind("ready ", 0) == 0);
+  // Then the idle connections, once the Watch and TLS connections hold the loopback peer's share: every TCP
+  // connection from this host counts as the one peer "loopback", so these from 127.0.0.2 are all closed at accept.
   int ready[2];
   REQUIRE(::pipe(ready) == 0);
-  const pid_t attacker = ::fork();
-  REQUIRE(attacker >= 0);
-  if (attacker == 0) {
+  const pid_t idler = ::fork();
+  REQUIRE(idler >= 0);
+  if (idler == 0) {
     ::close(ready[0]);
     if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
     int opened = 0;
@@ -222,10 +292,19 @@ TEST_CASE("an idle-connection flood at 4x the descriptor limit leaves the daemon
     ::pause();
     ::_exit(0);
   }
+  attackers.pids.push_back(idler);
   ::close(ready[1]);
-  int attacker_connects = 0;
-  REQUIRE(::read(ready[0], &attacker_connects, sizeof(attacker_connects)) == sizeof(attacker_connects));
+  int idle_connects = 0;
+  REQUIRE(::read(ready[0], &idle_connects, sizeof(idle_connects)) == sizeof(idle_connects));
   ::close(ready[0]);
+  std::map<std::string, int> tls;
+  {
+    std::istringstream fields(peer_line.substr(6));
+    for (std::string field; fields >> field;) {
+      const size_t eq = field.find('=');
+      if (eq != std::string::npos) tls[field.substr(0, eq)] = std::stoi(field.substr(eq + 1));
+    }
+  }
   // Let the daemon accept (and refuse) the whole backlog.
   std::this_thread::sleep_for(std::chrono::seconds(1));
 
@@ -242,45 +321,89 @@ TEST_CASE("an idle-connection flood at 4x the descriptor limit leaves the daemon
   REQUIRE(region.ok());
   for (uint32_t i = 0; i < 4; ++i) FillChunk(region->data() + i * 16 * kSmallBytesPerToken, 16 * kSmallBytesPerToken, 7, i);
   store_ms = MillisecondsOf([&] { CHECK(client->Store(ns, PromptRef{tokens, {}}, 0, 4, *region, 0).ok()); });
-  // An engine on the TCP port, from its own address.
-  auto tcp_channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
-  auto tcp_admin = v1::AdminService::NewStub(tcp_channel);
-  double tcp_ping_ms = 0;
+  // A probe on the socket: Check answered, and a Watch of its own served (the attacker's 8 are its address's).
+  auto health =
+      Health::NewStub(grpc::CreateChannel("unix:" + daemon.socket_path(), grpc::InsecureChannelCredentials()));
+  double check_ms = 0, watch_ms = 0;
   {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    context.AddMetadata("authorization", "Bearer flood-test-token");
-    v1::PingResponse pong;
-    tcp_ping_ms = MillisecondsOf([&] { CHECK(tcp_admin->Ping(&context, v1::PingRequest(), &pong).ok()); });
+    HealthCheckResponse response;
+    check_ms = MillisecondsOf([&] { CHECK(health->Check(&context, HealthCheckRequest(), &response).ok()); });
+    CHECK(response.status() == HealthCheckResponse::SERVING);
   }
+  {
+    grpc::ClientContext context;
+    HealthCheckResponse response;
+    std::unique_ptr<grpc::ClientReader<HealthCheckResponse>> watch;
+    watch_ms = MillisecondsOf([&] {
+      watch = health->Watch(&context, HealthCheckRequest());
+      CHECK(watch->Read(&response));
+    });
+    CHECK(response.status() == HealthCheckResponse::SERVING);
+    context.TryCancel();
+    watch->Finish();
+  }
+  // A TCP engine on this host would share the loopback peer's share, which the attacker holds: local engines use
+  // the socket, which keeps a quarter of server.max_connections that no TCP peer can take.
   const uint64_t open = StatsCounter(raw, "connections_open");
   // The flood's uid is named by no principal: its socket connections are closed at accept before the caps count
   // them (connections_refused_unnamed_uid); the TCP ones pass the gate's caps.
   const uint64_t refused =
       StatsCounter(raw, "connections_refused") + StatsCounter(raw, "connections_refused_unnamed_uid");
+  // The probe's Watch is gone once the daemon has seen its cancel.
+  CHECK(Eventually([&] { return StatsCounter(raw, "health_watches_open") == 8; }));
+  const uint64_t watches_open = StatsCounter(raw, "health_watches_open");
+  const uint64_t watches_refused = StatsCounter(raw, "health_watches_refused");
   const uint64_t rss_after = RssKib(daemon.pid());
+
   // The figures docs/reliability.md quotes (run with -s to see them).
-  INFO("attacker connects " << attacker_connects << ", open " << open << ", refused " << refused);
-  std::cout << "flood of " << 2 * kFlood << " idle connections at a descriptor limit of " << kDescriptorLimit
-            << ": attacker's connects that succeeded " << attacker_connects << "; daemon serves " << open
-            << ", refused " << refused << "; engine Ping " << ping_ms << " ms, Lookup " << lookup_ms
-            << " ms, RegisterRegion " << register_ms << " ms, Store " << store_ms << " ms, TCP Ping " << tcp_ping_ms
-            << " ms; RSS " << rss_before / 1024 << " -> " << rss_after / 1024 << " MiB\n";
-  // The attacker holds at most its cap on each listener (64 by default); the rest was closed at accept.
-  CHECK(open <= 64 * 2 + 8);
-  CHECK(refused >= 2 * kFlood - 2 * 64 - 8);
+  std::cout << "flood at a descriptor limit of " << kDescriptorLimit << ", from uid 65534 (" << flood_s
+            << " s to open): " << kFlood << " idle connections on the socket and " << kFlood
+            << " from 127.0.0.2 on the TLS port (" << idle_connects << " connects succeeded); from 127.0.0.3 "
+            << kFlood << " Watch streams over " << kWatchConnections << " connections (" << tls["watch_connections"]
+            << " established, " << tls["watches"] << " streams served, " << tls["watches_refused"]
+            << " refused) and " << kFlood << " TLS connections without credentials (" << tls["handshakes"]
+            << " finished the TLS and HTTP/2 handshakes, " << tls["handshakes_refused"]
+            << " closed at accept). Daemon: " << open << " connections served, " << refused
+            << " refused; Watch streams " << watches_open << " open, " << watches_refused
+            << " refused. Engine on the socket: Ping " << ping_ms << " ms, Lookup " << lookup_ms
+            << " ms, RegisterRegion " << register_ms << " ms, Store " << store_ms << " ms, health Check " << check_ms
+            << " ms, its own Watch's first status " << watch_ms << " ms. RSS " << rss_before / 1024 << " -> " << rss_after / 1024 << " MiB\n";
+  // The attacker holds at most the loopback peer's cap (64 by default), whatever addresses it connects from; the
+  // rest was closed at accept; the engine's are a few.
+  CHECK(open <= kPerPeer + 8);
+  CHECK(refused >= static_cast<uint64_t>(3 * kFlood + kWatchConnections - kPerPeer));
+  CHECK(tls["watch_connections"] == kWatchConnections);
+  CHECK(tls["handshakes"] >= 1);
+  CHECK(tls["handshakes"] + tls["watch_connections"] <= kPerPeer);
+  CHECK(tls["handshakes"] + tls["handshakes_refused"] == kFlood);
+  // Watch streams: server.max_health_watches_per_peer (8) of them served, the rest refused.
+  CHECK(tls["watches"] == 8);
+  CHECK(tls["watches_refused"] == kFlood - 8);
+  CHECK(watches_open == 8);
+  CHECK(watches_refused >= static_cast<uint64_t>(kFlood - 8));
   // Generous bounds: these are answered, not timed; the machine is shared. The figures are printed above.
   CHECK(ping_ms < 2000);
   CHECK(lookup_ms < 2000);
   CHECK(register_ms < 2000);
   CHECK(store_ms < 2000);
+  CHECK(check_ms < 2000);
+  CHECK(watch_ms < 2000);
   CHECK(rss_after < rss_before + 128 * 1024);
   CHECK(::kill(daemon.pid(), 0) == 0);
 
-  ::kill(attacker, SIGKILL);
-  int status = 0;
-  ::waitpid(attacker, &status, 0);
-  CHECK(daemon.Stop() == 0);
+  // A stop, with the attacker still holding everything: the Watch streams are ended at once; connections that
+  // never answer the goodbye are closed after the grace period (server.shutdown_grace_s, 5 s).
+  const auto stopping = Clock::now();
+  const int stop_status = daemon.Stop();
+  const double stop_s = std::chrono::duration<double>(Clock::now() - stopping).count();
+  std::cout << "stop with the flood held: " << stop_s << " s, exit status " << stop_status << "\n";
+  CHECK(stop_status == 0);
+  CHECK(stop_s < 15);
+  CHECK(daemon.log().find("health: 8 Watch streams ended") != std::string::npos);
+
+  ::close(peer_out[0]);
   std::filesystem::remove_all(dir);
 }
 

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "tests/integration/fixture.h"
+#include "tests/integration/flood_helpers.h"
 
 using namespace cake;
 using namespace cake::testing;
@@ -114,20 +115,6 @@ void PingUntil(const std::string& target, const std::string& ca_pem, const std::
     if (ms > out.slowest_ms) out.slowest_ms = ms;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-}
-
-// A CA and a server certificate for 127.0.0.1, made with openssl.
-void MakeCertificates(const std::string& dir) {
-  const std::string ec = "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1";
-  const std::string in = "cd " + dir + " && ";
-  REQUIRE(Run(in + ec + " -out ca.key").exit_code == 0);
-  REQUIRE(Run(in + "openssl req -x509 -new -key ca.key -out ca.pem -days 2 -subj /CN=cake-test-ca").exit_code == 0);
-  REQUIRE(Run(in + ec + " -out server.key && chmod 600 server.key").exit_code == 0);
-  REQUIRE(Run(in + "openssl req -new -key server.key -out server.csr -subj /CN=localhost").exit_code == 0);
-  WriteFile(dir, "server.ext", "subjectAltName=DNS:localhost,IP:127.0.0.1\n");
-  REQUIRE(Run(in + "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem "
-                   "-days 2 -extfile server.ext")
-              .exit_code == 0);
 }
 
 // Runs cake_large_pings against `target` while an engine pings `engine_target`; returns the tool's output.
