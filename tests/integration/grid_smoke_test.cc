@@ -44,10 +44,12 @@ TEST_CASE("cake-bench grid runs a few cells and Cake is never far behind the bet
                  << oracle[i]);
     CHECK(oracle[i] > 0);
     CHECK(oracle[i] <= std::min(compute[i], io[i]) * 1.05);  // the oracle is a lower bound, up to timing noise
-    // A smoke check, not a figure (section 5 of docs/benchmarks.md has those): 30% and 20 ms of room for a busy
+    // A smoke check, not a figure (section 5 of docs/benchmarks.md has those): 50% and 30 ms of room for a busy
     // or instrumented build (ASan) on cells that last tens of milliseconds, on the median of 3 runs per cell as
-    // the bench reports it (one run alone failed once, 0.129 s against 0.074, beside a parallel clang build).
-    CHECK(cake[i] <= std::min(compute[i], io[i]) * 1.3 + 0.02);
+    // the bench reports it (with 30% and 20 ms it failed twice: one run alone, 0.129 s against 0.074, beside a
+    // parallel clang build; once beside pip installs). A Cake that did not overlap at all would take the sum,
+    // about twice the better baseline in the balanced cells, which this still catches.
+    CHECK(cake[i] <= std::min(compute[i], io[i]) * 1.5 + 0.03);
   }
   CHECK(result.output.find("Cake's speedup over I/O-only / over compute-only") != std::string::npos);
 }
