@@ -36,18 +36,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // A connected socket that sends nothing; -1 when the connect itself fails. `source` binds the local address first
 // (a TCP peer is counted by its address; 127.0.0.0/8 is all loopback).
 int ConnectUnix(const std::string& path) {

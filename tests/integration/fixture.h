@@ -2,7 +2,11 @@
 // prompts whose KV bytes follow a pattern every test can check byte for byte.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -127,6 +131,19 @@ inline v1::LoadRequest StartOf(const NamespaceSpec& ns, const std::vector<uint32
   start->set_region_offset(offset);
   start->set_mode(mode);
   return request;
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago, for a daemon's listener.
+inline int FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
 }
 
 // Polls until pred() holds or `bound` (10 s) passes; the bound only turns a bug into a failure instead of a hang.

@@ -22,18 +22,6 @@ using grpc::health::v1::HealthCheckResponse;
 
 namespace {
 
-int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // `text` plus a principal that may use a plaintext TCP listener (one needs someone who could use it); the test
 // process is root or the daemon's own user, the implicit operator.
 std::string TempConfig(const std::string& text) {

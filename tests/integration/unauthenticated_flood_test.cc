@@ -25,18 +25,6 @@ namespace {
 
 constexpr const char* kToken = "flood-test-token-0123456789";
 
-int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // The daemon's peak resident memory since its peak was last reset (MiB).
 uint64_t PeakRssMib(pid_t pid) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
