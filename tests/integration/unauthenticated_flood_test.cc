@@ -249,8 +249,12 @@ TEST_CASE("a known caller's Ping past its per-method limit is refused naming the
   }
   CHECK_THAT(output, Catch::Contains("Ping takes at most 65536"));
   // docs/operations.md: about transport_memory_bytes plus four of the largest messages (measured 97 to 119 MiB
-  // here); the room above that is for a busy shared machine.
+  // here); the room above that is for a busy shared machine. Not under AddressSanitizer (scripts/sanitize builds
+  // the daemon and this test alike): its allocator holds freed blocks in quarantine and adds shadow memory, so
+  // the daemon's RSS there (165 -> 425 MiB measured) says nothing about gRPC's quota.
+#if !defined(__SANITIZE_ADDRESS__)
   CHECK(peak_after < peak_before + 64 + 6 * 16);
+#endif
   CHECK(engine.answered > 0);
   std::filesystem::remove_all(dir);
 }
