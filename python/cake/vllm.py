@@ -25,8 +25,13 @@ What it does:
   Chunks that fail to load become load errors on their blocks, which vLLM recomputes.
 - Stores: when a request finishes, the scheduler holds its blocks (request_finished returns True) and the worker
   gathers the prompt's full chunks out of them into the region and Stores them, then reports the request as sent.
-- Cake's split (compute the front while the back loads) needs a scheduler hook stock vLLM lacks; docs/engines.md
-  describes it. This connector loads the cached suffix I/O-only, which stock vLLM supports.
+- Cake's split (compute the front while the back loads): with "cake_split": true in kv_connector_extra_config
+  and vLLM's scheduler class cake.vllm_scheduler.CakeScheduler (CakeAsyncScheduler under async scheduling), an
+  eligible request computes forward from vLLM's local hit while a cake-mode load fills a window of the worker's
+  split region from the tail; the scheduler jumps the request over what every rank holds and the worker splices
+  those rows into the blocks before the step's forward (cake/vllm_split.py, cake/split.py). Without the scheduler
+  class, or for requests the split does not take, the connector loads the cached suffix I/O-only, which stock vLLM
+  supports.
 - A silent daemon never stalls vLLM: every call to it has a deadline (cake_timeout_s, 30 s), after which the
   lookup is a miss and the load's blocks are load errors vLLM recomputes; a load or store that finds the region in
   use waits for it at most cake_region_wait_s (1 s) and then does the same, so one call stuck on the daemon holds up
@@ -44,6 +49,8 @@ from cake.client import Client
 from cake.layout import ChunkLayout
 from cake.namespace import Namespace
 from cake.regions import RegionClaim
+from cake.split import SplitConfig, _flag
+from cake.vllm_split import SplitScheduler, SplitWorker
 
 try:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
@@ -79,17 +86,21 @@ class LoadSpec:
 
 @dataclass
 class StoreSpec:
-    """One finished request's store: the prompt's computed full chunks and the blocks holding them."""
+    """One finished request's store: the prompt's computed full chunks and the blocks holding them. ranges: the
+    chunk ranges [first, end) to store (None: all of tokens' full chunks); a split request stores only the chunks
+    it computed, not those spliced in from the cache."""
     request_id: str
     tokens: list
     block_ids: list
     model_id: str = ""
+    ranges: list = None
 
 
 @dataclass
 class CakeConnectorMetadata(KVConnectorMetadata):
     loads: list = field(default_factory=list)
     stores: list = field(default_factory=list)
+    split: object = None  # cake.vllm_split.SplitMetadata, in split mode on steps with something to do
 
 
 def _extra(vllm_config):
@@ -181,6 +192,13 @@ class _SchedulerSide:
         self._loads = []
         self._stores = []
         self._lock = threading.Lock()
+        # Split mode: the book of split loads, which cake.vllm_scheduler's mixin binds to (and jumps by).
+        self.split = None
+        if _flag(extra.get("cake_split", False)):
+            world = int(getattr(vllm_config.parallel_config, "tensor_parallel_size", 1) or 1)
+            self.split = SplitScheduler(SplitConfig.from_extra(extra, block_size=self.block_size, world_size=world),
+                                        speculative=getattr(vllm_config, "speculative_config", None) is not None)
+        self.block_ids_of = None  # the connector sets it: vLLM's KVCacheManager.get_block_ids
 
     def _lookup(self, ns, tokens):
         try:
@@ -218,6 +236,8 @@ class _SchedulerSide:
             cached_chunks = future.result(timeout=self.lookup_wait_s)
         except concurrent.futures.TimeoutError:
             return None, False  # not known yet: vLLM asks again on a later step
+        if self.split is not None and self.split.admit(request, ns, num_computed_tokens, cached_chunks):
+            return 0, False  # the engine computes from its local hit; the split's load starts when it runs
         # No more than the worker's region holds past vLLM's own hit.
         cached_chunks = min(cached_chunks, num_computed_tokens // chunk + self.region_chunks)
         cached = cached_chunks * chunk
@@ -256,6 +276,8 @@ class _SchedulerSide:
         with self._lock:
             meta = CakeConnectorMetadata(loads=self._loads, stores=self._stores)
             self._loads, self._stores = [], []
+        if self.split is not None:
+            meta.split = self.split.build(scheduler_output, self.block_ids_of)
         return meta
 
     def shutdown(self):
@@ -269,18 +291,23 @@ class _SchedulerSide:
             self._lookups.pop(request.request_id, None)
             self._lookup_started.pop(request.request_id, None)
             self._matched.pop(request.request_id, None)
+        ranges = self.split.finished(request) if self.split is not None else None
         if "WAITING" in str(getattr(request, "status", "")):
             return False, None  # never ran: its blocks hold nothing of it (and vLLM frees them its own way)
         ns = _request_namespace(self.ns, request)
         tokens = list(request.prompt_token_ids or [])
+        chunk = self.ns.chunk_tokens
         computed = min(len(tokens), int(getattr(request, "num_computed_tokens", 0) or 0))
-        full = computed // self.ns.chunk_tokens * self.ns.chunk_tokens
+        if ranges is None:
+            ranges = [(0, computed // chunk)] if computed >= chunk else []
+        ranges = [(first, end) for first, end in ranges if end > first]
+        full = max((end for _, end in ranges), default=0) * chunk
         blocks_needed = full // self.block_size
         if ns is None or full == 0 or len(block_ids) < blocks_needed:
             return False, None
         with self._lock:
             self._stores.append(StoreSpec(request.request_id, tokens[:full], list(block_ids[:blocks_needed]),
-                                          ns.model_id))
+                                          ns.model_id, [tuple(r) for r in ranges]))
         return True, None
 
 
@@ -348,6 +375,9 @@ class _WorkerSide:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cake-transfer")
         self._lock = threading.Lock()
         self._recved, self._sent, self._errors = set(), set(), set()
+        self.split_enabled = _flag(extra.get("cake_split", False))
+        self.split_region_chunks = int(extra.get("cake_split_region_chunks", self.region_chunks))
+        self.split = None  # SplitWorker, made with the KV caches
 
     def register_kv_caches(self, kv_caches):
         self.layers = [_PagedLayer(name, cache) for name, cache in kv_caches.items()]
@@ -367,11 +397,20 @@ class _WorkerSide:
         kind = "auto" if self.device.type == "cuda" else "host"
         self.region = self.client.register_region(self.region_chunks * self.ns.chunk_bytes, kind=kind,
                                                   device=self.device.index or 0)
+        if self.split_enabled:
+            # The split's loads run while the engine computes, several at once, each in a window of its own: a
+            # region of their own, so an I/O-only load or a store never waits behind them.
+            split_region = self.client.register_region(self.split_region_chunks * self.ns.chunk_bytes, kind=kind,
+                                                       device=self.device.index or 0)
+            self.split = SplitWorker(self.client, self.ns, split_region, self.ns.tp_rank, self.block_size,
+                                     self.layers, self.device,
+                                     lambda index: self._chunk_view(index, split_region))
 
-    def _chunk_view(self, index):
+    def _chunk_view(self, index, region=None):
         from cake.layout import _TORCH
         import torch
-        flat = self.region.torch()[index * self.ns.chunk_bytes:(index + 1) * self.ns.chunk_bytes]
+        region = region or self.region
+        flat = region.torch()[index * self.ns.chunk_bytes:(index + 1) * self.ns.chunk_bytes]
         return flat.view(getattr(torch, _TORCH[self.ns.dtype])).view(self.layout.shape)
 
     def _slots(self, block_ids, first, last):
@@ -440,10 +479,12 @@ class _WorkerSide:
             with self._region_claim.claimed(self.region_wait_s) as claimed:
                 if not claimed:
                     raise TimeoutError(f"the region stayed in use by another transfer for {self.region_wait_s} s")
-                for start in range(0, len(spec.tokens), chunk * self.region_chunks):
-                    count = min(self.region_chunks, (len(spec.tokens) - start) // chunk)
-                    for i in range(count):
-                        lo = start + i * chunk
+                ranges = spec.ranges or [(0, len(spec.tokens) // chunk)]
+                batches = [(first, min(end, first + self.region_chunks)) for lo, end in ranges
+                           for first in range(lo, end, self.region_chunks)]
+                for first, end in batches:
+                    for i in range(end - first):
+                        lo = (first + i) * chunk
                         blocks, offsets = self._slots(spec.block_ids, lo, lo + chunk)
                         view = self._chunk_view(i)
                         for layer_index, layer in enumerate(self.layers):
@@ -451,8 +492,8 @@ class _WorkerSide:
                             view[layer_index, 0].copy_(k)
                             view[layer_index, 1].copy_(v)
                     self._sync()  # the gather has written the region before the daemon reads it
-                    self.client.store(self._spec_namespace(spec), tokens=spec.tokens, first_chunk=start // chunk,
-                                      chunk_count=count, region=self.region)
+                    self.client.store(self._spec_namespace(spec), tokens=spec.tokens, first_chunk=first,
+                                      chunk_count=end - first, region=self.region)
         except Exception as error:  # anything: the blocks must still be given back
             log.warning("caked store of request %s failed (the cache stays without it): %s", spec.request_id, error)
         finally:
@@ -462,6 +503,9 @@ class _WorkerSide:
     def start_load_kv(self, metadata):
         if metadata is None:
             return
+        if self.split is not None:
+            # Splices first: vLLM runs this step's forward on those blocks right after (has_sync_kv_loads).
+            self.split.apply(getattr(metadata, "split", None), self._namespace_of)
         for spec in metadata.stores:
             self._pool.submit(self._store, spec)
         for spec in metadata.loads:
@@ -479,9 +523,21 @@ class _WorkerSide:
     def get_block_ids_with_load_errors(self):
         with self._lock:
             errors, self._errors = self._errors, set()
+        if self.split is not None:
+            errors |= self.split.load_errors()
         return errors
 
+    def build_connector_worker_meta(self):
+        return None if self.split is None else self.split.meta()
+
+    def _namespace_of(self, model_id):
+        import dataclasses
+        return self.ns if not model_id or model_id == self.ns.model_id else dataclasses.replace(self.ns,
+                                                                                             model_id=model_id)
+
     def shutdown(self):
+        if self.split is not None:
+            self.split.shutdown()
         self._pool.shutdown(wait=True)
 
 
@@ -497,8 +553,16 @@ class CakeConnector(KVConnectorBase_V1):
         self._client = client or _connect(vllm_config, "scheduler" if role == KVConnectorRole.SCHEDULER else "worker")
         if role == KVConnectorRole.SCHEDULER:
             self._scheduler, self._worker = _SchedulerSide(vllm_config, self._client), None
+            self._scheduler.block_ids_of = self._block_ids_of
         else:
             self._scheduler, self._worker = None, _WorkerSide(vllm_config, self._client)
+
+    def _block_ids_of(self, request_id):
+        manager = getattr(self, "_kv_cache_manager", None)  # vLLM binds it (bind_kv_cache_manager)
+        if manager is None:
+            raise RuntimeError("Cake's split needs vLLM's KV cache manager (bind_kv_cache_manager, vLLM 0.34 and "
+                               "later)")
+        return manager.get_block_ids(request_id)
 
     @property
     def requires_kv_delivery(self):
@@ -513,6 +577,16 @@ class CakeConnector(KVConnectorBase_V1):
 
     def build_connector_meta(self, scheduler_output):
         return self._scheduler.build_connector_meta(scheduler_output)
+
+    def update_connector_output(self, connector_output):
+        if self._scheduler.split is not None:
+            self._scheduler.split.on_worker_meta(getattr(connector_output, "kv_connector_worker_meta", None))
+
+    @property
+    def cake_split(self):
+        """The split's book (cake.vllm_split.SplitScheduler) for cake.vllm_scheduler's mixin; None when split mode
+        is off or on a worker."""
+        return None if self._scheduler is None else self._scheduler.split
 
     def request_finished(self, request, block_ids):
         return self._scheduler.request_finished(request, block_ids)
@@ -544,6 +618,9 @@ class CakeConnector(KVConnectorBase_V1):
 
     def get_block_ids_with_load_errors(self):
         return self._worker.get_block_ids_with_load_errors()
+
+    def build_connector_worker_meta(self):
+        return self._worker.build_connector_worker_meta()
 
     def shutdown(self):
         if self._worker is not None:
