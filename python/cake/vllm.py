@@ -164,6 +164,16 @@ def _request_namespace(ns, request):
     return dataclasses.replace(ns, model_id="|".join([ns.model_id, *extra]))
 
 
+def _request_flag(request, name):
+    """A per-request switch in the request's kv_transfer_params (vLLM's SamplingParams.extra_args
+    {"kv_transfer_params": {...}}): "cake_load": false computes the request without the cache, "cake_split": false
+    keeps it off the split (I/O-only). None when the request does not say."""
+    params = getattr(request, "kv_transfer_params", None)
+    if not isinstance(params, dict) or name not in params:
+        return None
+    return _flag(params[name])
+
+
 def _connect(vllm_config, who):
     extra = _extra(vllm_config)
     timeout_s = float(extra.get("cake_timeout_s", 30.0))
@@ -211,7 +221,7 @@ class _SchedulerSide:
         tokens = list(request.prompt_token_ids or [])
         chunk = self.ns.chunk_tokens
         ns = _request_namespace(self.ns, request)
-        if len(tokens) < chunk or ns is None:
+        if len(tokens) < chunk or ns is None or _request_flag(request, "cake_load") is False:
             return 0, False
         with self._lock:
             future = self._lookups.get(request.request_id)
@@ -236,7 +246,8 @@ class _SchedulerSide:
             cached_chunks = future.result(timeout=self.lookup_wait_s)
         except concurrent.futures.TimeoutError:
             return None, False  # not known yet: vLLM asks again on a later step
-        if self.split is not None and self.split.admit(request, ns, num_computed_tokens, cached_chunks):
+        if self.split is not None and _request_flag(request, "cake_split") is not False and \
+                self.split.admit(request, ns, num_computed_tokens, cached_chunks):
             return 0, False  # the engine computes from its local hit; the split's load starts when it runs
         # No more than the worker's region holds past vLLM's own hit.
         cached_chunks = min(cached_chunks, num_computed_tokens // chunk + self.region_chunks)
