@@ -53,6 +53,8 @@ def main(argv=None):
     parser.add_argument("--kv-heads", type=int, default=4)
     parser.add_argument("--batched-tokens", type=int, default=256, help="vLLM's max_num_batched_tokens (its "
                         "prefill chunk: the engine computes the prompt in steps of this many tokens)")
+    parser.add_argument("--async-scheduling", action="store_true", help="vLLM's asynchronous scheduling "
+                        "(cake.vllm_scheduler.CakeAsyncScheduler); default: the synchronous CakeScheduler")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
 
@@ -76,7 +78,9 @@ def main(argv=None):
         started = time.monotonic()
         llm = LLM(model=model_dir, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=args.prompt_tokens + 64,
                   max_num_batched_tokens=args.batched_tokens, enforce_eager=True, seed=0, block_size=32,
-                  enable_prefix_caching=True, scheduler_cls="cake.vllm_scheduler.CakeScheduler",
+                  enable_prefix_caching=True, async_scheduling=args.async_scheduling,
+                  scheduler_cls="cake.vllm_scheduler." + ("CakeAsyncScheduler" if args.async_scheduling
+                                                           else "CakeScheduler"),
                   kv_transfer_config=KVTransferConfig(
                       kv_connector="CakeConnector", kv_connector_module_path="cake.vllm", kv_role="kv_both",
                       kv_load_failure_policy="recompute",

@@ -413,3 +413,26 @@ def test_pass_through(setup, admin, model_dir, how):
     assert computed_counts(s.runner, "A", 300) == [0] * 288 + [1] * 12
     if s.book is not None:
         assert s.book.book.stats.added == 0
+
+
+def test_vllm_finds_the_connector_by_name(model_dir, daemon):
+    """The package's vllm.general_plugins entry point: after vLLM loads its plugins, "kv_connector":
+    "CakeConnector" with no module path makes a CakeConnector (skipped where the cake package is imported from a
+    checkout without its installed metadata, as on Debian's interpreter)."""
+    from importlib.metadata import entry_points
+
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm.plugins import load_general_plugins
+
+    from cake.vllm import CakeConnector
+    if not [e for e in entry_points(group="vllm.general_plugins") if e.value == "cake.vllm_plugin:register"]:
+        pytest.skip("no installed cake-kvcache metadata (its entry points) on sys.path")
+    load_general_plugins()
+    config = harness.make_vllm_config(model_dir, daemon.socket_path, split=False)
+    config.kv_transfer_config.kv_connector_module_path = None
+    connector = KVConnectorFactory.create_connector(config, KVConnectorRole.SCHEDULER, None)
+    try:
+        assert isinstance(connector, CakeConnector)
+    finally:
+        connector.shutdown()
