@@ -85,9 +85,14 @@ class PagedPool:
     def __init__(self, layout):
         self.layout = layout
         shape = {"flash_attn": (2, BLOCKS, BLOCK, HEADS, DIM), "flashinfer": (BLOCKS, 2, BLOCK, HEADS, DIM),
-                 "bhnc": (BLOCKS, HEADS, BLOCK, 2 * DIM)}[layout]
+                 "bhnc": (BLOCKS, HEADS, BLOCK, 2 * DIM),
+                 # vLLM 0.34's per-layer view: logical [blocks, heads, block_size, K|V] over memory laid out
+                 # [blocks, block_size, heads, K|V] (KVCacheLayout LBNHC; FlashAttention's NHD), so strided.
+                 "bhnc_strided": (BLOCKS, BLOCK, HEADS, 2 * DIM)}[layout]
         self.caches = {f"model.layers.{i}.self_attn.attn": torch.full(shape, float("nan"), dtype=torch.float16)
                        for i in range(LAYERS)}
+        if layout == "bhnc_strided":
+            self.caches = {name: cache.permute(0, 2, 1, 3) for name, cache in self.caches.items()}
         self.free = list(range(BLOCKS))
 
     def alloc(self, n):
@@ -107,7 +112,7 @@ class PagedPool:
         for t in range(first, last):
             for layer, cache in enumerate(self.caches.values()):
                 block, offset = block_ids[t // BLOCK], t % BLOCK
-                if self.layout == "bhnc":
+                if self.layout.startswith("bhnc"):
                     cache[block, :, offset] = torch.cat((kv[layer, 0, t], kv[layer, 1, t]), dim=-1)
                 else:
                     self._slot(cache, block, offset).copy_(kv[layer, :, t])
@@ -206,7 +211,7 @@ def prompt(tokens, seed):
     return [int(t) for t in torch.randint(0, 32000, (tokens,), generator=g)]
 
 
-@pytest.mark.parametrize("layout", ["flash_attn", "flashinfer", "bhnc"])
+@pytest.mark.parametrize("layout", ["flash_attn", "flashinfer", "bhnc", "bhnc_strided"])
 @pytest.mark.parametrize("load_async", [True, False])
 def test_a_stored_prompt_loads_bit_exact_into_the_blocks(daemon, layout, load_async):
     tokens = prompt(5 * CHUNK + 7, seed=zlib.crc32(f"{layout}-{load_async}".encode()))

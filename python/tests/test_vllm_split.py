@@ -111,12 +111,14 @@ def check_met(runner, req_id, num_prompt, front, end):
 
 # --- the cases ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
-def test_front_meets_back_when_loads_are_faster(setup, admin, model_dir, async_scheduling):
+@pytest.mark.parametrize("async_scheduling,layout", [(False, "flash_attn"), (True, "flash_attn"),
+                                                     (False, "bhnc_strided")])
+def test_front_meets_back_when_loads_are_faster(setup, admin, model_dir, async_scheduling, layout):
     """The loads land before compute reaches them: the request jumps at its first chance, [F, H) is never
-    computed, everything else once, and the splice ran before the forward (a sync step)."""
-    s = setup(async_scheduling=async_scheduling, runner={"settle_loads": True})
-    tokens = harness.prompt(1, 300)                      # 9 full chunks cached; H = 288, prompt ends at 300
+    computed, everything else once, and the splice ran before the forward (a sync step). In FlashAttention's
+    [2, blocks, block, heads, dim] caches and in vLLM 0.34's strided [blocks, heads, block, K|V] views."""
+    s = setup(async_scheduling=async_scheduling, runner={"settle_loads": True, "layout": layout})
+    tokens = harness.prompt(1 + 100 * (layout != "flash_attn"), 300)  # 9 full chunks cached; H = 288, end 300
     seed_cache(admin, model_dir, tokens, 9)
     s.scheduler.add_request(harness.make_request("A", tokens))
     harness.drive(s.scheduler, s.runner)

@@ -170,10 +170,11 @@ class _ReqState:
 
 
 class FakeRank:
-    """One tensor-parallel rank: its worker CakeConnector and its paged KV caches (FlashAttention's layout,
-    [2, blocks, block_size, heads, dim])."""
+    """One tensor-parallel rank: its worker CakeConnector and its paged KV caches, in FlashAttention's layout
+    [2, blocks, block_size, heads, dim] ("flash_attn") or vLLM 0.34's per-layer view [blocks, heads, block_size,
+    K|V] over memory laid out [blocks, block_size, heads, K|V] ("bhnc_strided")."""
 
-    def __init__(self, vllm_config, rank, split_region_chunks=None):
+    def __init__(self, vllm_config, rank, split_region_chunks=None, layout="flash_attn"):
         from cake.vllm import CakeConnector, KVConnectorRole
         config = copy.copy(vllm_config)
         config.parallel_config = copy.copy(vllm_config.parallel_config)
@@ -183,11 +184,28 @@ class FakeRank:
             config.kv_transfer_config.kv_connector_extra_config = {
                 **vllm_config.kv_transfer_config.kv_connector_extra_config,
                 "cake_split_region_chunks": split_region_chunks}
-        self.rank = rank
-        self.caches = {layer_name(i): torch.zeros(2, NUM_BLOCKS, BLOCK, KV_HEADS // 2, HEAD_DIM)
-                       for i in range(LAYERS)}
+        self.rank, self.layout = rank, layout
+        heads = KV_HEADS // 2
+        if layout == "flash_attn":
+            self.caches = {layer_name(i): torch.zeros(2, NUM_BLOCKS, BLOCK, heads, HEAD_DIM) for i in range(LAYERS)}
+        else:
+            self.caches = {layer_name(i): torch.zeros(NUM_BLOCKS, BLOCK, heads, 2 * HEAD_DIM).permute(0, 2, 1, 3)
+                           for i in range(LAYERS)}
         self.connector = CakeConnector(config, KVConnectorRole.WORKER)
         self.connector.register_kv_caches(self.caches)
+
+    def write(self, cache, block, offset, row):
+        """row: [K|V, heads, dim] of one token."""
+        if self.layout == "flash_attn":
+            cache[0, block, offset] = row[0].unsqueeze(0)
+            cache[1, block, offset] = row[1].unsqueeze(0)
+        else:
+            cache[block, :, offset] = torch.cat((row[0], row[1]), dim=-1).unsqueeze(0)
+
+    def read_sum(self, cache, blocks, offsets):
+        """The sum of every element of those tokens' rows."""
+        rows = cache[:, blocks, offsets] if self.layout == "flash_attn" else cache[blocks, :, offsets]
+        return int(rows.to(torch.int64).sum())
 
     def slots(self, block_ids, positions):
         positions = torch.as_tensor(positions, dtype=torch.int64)
@@ -203,10 +221,11 @@ class Runner:
     before the rank reports (loads faster than compute, without a race). region_chunks: each rank's split region
     size in chunks (None: the config's)."""
 
-    def __init__(self, vllm_config, ranks=2, late_splice=False, settle_loads=False, region_chunks=None):
+    def __init__(self, vllm_config, ranks=2, late_splice=False, settle_loads=False, region_chunks=None,
+                 layout="flash_attn"):
         from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator
         region_chunks = region_chunks or [None] * ranks
-        self.ranks = [FakeRank(vllm_config, r, region_chunks[r]) for r in range(ranks)]
+        self.ranks = [FakeRank(vllm_config, r, region_chunks[r], layout) for r in range(ranks)]
         self.settle_loads = settle_loads
         self.aggregator = KVOutputAggregator(expected_finished_count=ranks)
         self.reference = Reference()
@@ -244,13 +263,12 @@ class Runner:
             pooled = 0
             if start:
                 blocks, offsets = rank.slots(state.block_ids, range(start))
-                pooled = int(cache[:, blocks, offsets].to(torch.int64).sum())
+                pooled = rank.read_sum(cache, blocks, offsets)
             reference = self.reference.rows(state.tokens, rank.rank, layer, start + count)
             for p in range(start, start + count):
                 row = kv_row(state.tokens[p], p, pooled, layer, rank.rank)
                 block, offset = rank.slots(state.block_ids, [p])
-                cache[0, block, offset] = row[0].unsqueeze(0)
-                cache[1, block, offset] = row[1].unsqueeze(0)
+                rank.write(cache, block, offset, row)
                 pooled += int(row.to(torch.int64).sum())
                 if not torch.equal(row, reference[p]):
                     self.mismatches.append((req_id, rank.rank, layer, p))
