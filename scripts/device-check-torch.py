@@ -158,8 +158,8 @@ def check_vllm_splice(client, device, chunk_counts=(8, 16, 32, 64)):
     """cake.vllm's split on the GPU (issue 29): a cake-mode load into a CUDA IPC region, then the splice of rows
     [F, H) into a CUDA paged KV cache (vLLM's FlashAttention layout [2, blocks, block, heads, dim], bf16) on the
     compute stream, followed at once by a kernel that reads those blocks, as the forward would: what it reads must
-    equal the region's rows bit for bit (the splice ran before it, in stream order); the load is released only after the splice's CUDA
-    event (SplitWorker keeps it until then). Llama-3.1-8B geometry: 32 layers, 8 KV heads of 128, chunks of 256
+    equal the region's rows bit for bit (the splice ran before it, in stream order); the load is released only
+    after the splice's CUDA event (SplitWorker keeps it until then). Llama-3.1-8B geometry: 32 layers, 8 KV heads of 128, chunks of 256
     tokens (32 MiB), blocks of 16. Times the splice alone (CUDA events) at 8 to 64 chunks. Also runs on "cpu"
     (host region, no events) to test the check itself."""
     from cake.split import LoadKey, Splice, SplitStart, SplitStep

@@ -35,6 +35,8 @@ def add_model_options(p):
     p.add_argument("--dtype", default=d.dtype, choices=["fp32", "bf16", "fp16"])
     p.add_argument("--chunk-tokens", type=int, default=128)
     p.add_argument("--device", default="cpu", help="cpu, or cuda:N (device regions over CUDA IPC)")
+    p.add_argument("--attention", choices=["auto", "sdpa", "explicit"], default="auto",
+                   help="torch's scaled_dot_product_attention (auto: where torch has it) or written out")
     p.add_argument("--threads", type=int, default=1,
                    help="the engine's CPU threads (the rest of the cores are the daemon's)")
     p.add_argument("--socket", help="a running caked with a disk tier (default: start a private one)")
@@ -45,7 +47,7 @@ def model_from(args):
     torch.set_num_threads(args.threads)
     config = ModelConfig(layers=args.layers, hidden=args.hidden, heads=args.heads, kv_heads=args.kv_heads,
                          intermediate=args.intermediate, vocab=args.vocab, seed=args.seed, dtype=args.dtype)
-    return TorchLlama(config, device=args.device)
+    return TorchLlama(config, device=args.device, attention=args.attention)
 
 
 class Daemon:
@@ -108,7 +110,8 @@ def demo(args):
     engine = TorchPrefillEngine(model, prompt, args.chunk_tokens, daemon.client,
                                 region_kind="cuda" if model.device.type == "cuda" else "host")
     try:
-        print(f"cake_torch_engine demo: a PyTorch transformer on {model.device} ({model.config.describe()}), "
+        print(f"cake_torch_engine demo: a PyTorch transformer on {model.device} ({model.config.describe()}, "
+              f"{model.attention} attention, torch {torch.__version__}), "
               f"{len(prompt)}-token prompt{' from ' + args.prompt_file if args.prompt_file else ''}, "
               f"chunks of {args.chunk_tokens}")
         engine.compute_only()  # warm-up: the allocator's and the BLAS's first touches
@@ -169,7 +172,8 @@ def bench(args):
     rows = []
     all_exact = True
     try:
-        print(f"cake_torch_engine bench: a PyTorch transformer on {model.device} ({model.config.describe()}), "
+        print(f"cake_torch_engine bench: a PyTorch transformer on {model.device} ({model.config.describe()}, "
+              f"{model.attention} attention, torch {torch.__version__}), "
               f"chunks of {args.chunk_tokens}, {args.threads} thread(s); loads from "
               f"{'the disk tier, DRAM emptied before each' if daemon.from_disk else 'DRAM'}; median of "
               f"{args.repeats}")

@@ -63,7 +63,7 @@ class TorchPrefillEngine:
         self.chunk_tokens = chunk_tokens
         self.client = client
         c = model.config
-        self.ns = cake.Namespace(c.model_id(), num_layers=c.layers, num_kv_heads=c.kv_heads, head_dim=c.head_dim,
+        self.ns = cake.Namespace(model.model_id(), num_layers=c.layers, num_kv_heads=c.kv_heads, head_dim=c.head_dim,
                                  dtype=c.dtype, chunk_tokens=chunk_tokens, tenant=tenant)
         self.layout = cake.ChunkLayout.of(self.ns)
         self.full_chunks = len(self.prompt) // chunk_tokens

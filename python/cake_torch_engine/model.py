@@ -1,5 +1,7 @@
-"""A Llama-shaped decoder in plain PyTorch (1.13 has no scaled_dot_product_attention: attention is written
-out), with weights drawn from a seed so every machine builds the same model and nothing is downloaded.
+"""A Llama-shaped decoder in plain PyTorch, with weights drawn from a seed so every machine builds the same model and
+nothing is downloaded. Attention is torch's scaled_dot_product_attention where the installed torch has it (2.0 and
+later: pip's), and written out on Debian's 1.13, which has none (TorchLlama's `attention`: "auto", "sdpa" or
+"explicit").
 
 Bit-exactness rests on one property: a chunk's computation depends only on the tokens, the weights and the KV
 cache rows before it, and it always runs with the same shapes (one chunk of queries against the cache up to the
@@ -55,9 +57,16 @@ class TorchLlama:
     """Weights and the forward pass. The KV cache is the caller's: [layers, 2, tokens, kv_heads, head_dim],
     the same order as a Cake chunk, so a chunk is the slice [:, :, start:end]."""
 
-    def __init__(self, config, device="cpu", max_tokens=1 << 15):
+    def __init__(self, config, device="cpu", max_tokens=1 << 15, attention="auto"):
         config.validate()
         self.config = config
+        sdpa = getattr(torch.nn.functional, "scaled_dot_product_attention", None)
+        if attention not in ("auto", "sdpa", "explicit"):
+            raise ValueError(f"attention {attention!r} is not one of auto, sdpa, explicit")
+        if attention == "sdpa" and sdpa is None:
+            raise ValueError(f"torch {torch.__version__} has no scaled_dot_product_attention")
+        self._sdpa = sdpa if attention in ("auto", "sdpa") else None
+        self.attention = "sdpa" if self._sdpa is not None else "explicit"
         self.device = torch.device(device)
         self.dtype = TORCH_DTYPES[config.dtype]
         g = torch.Generator().manual_seed(config.seed)
@@ -89,6 +98,11 @@ class TorchLlama:
         self.sin = angles.sin().to(self.dtype).to(self.device)
         self.max_tokens = max_tokens
 
+    def model_id(self):
+        """The namespace's model id: the config's, and the attention's when it is torch's fused one. The two
+        attentions give KV that differs in the last bits, and a load is bit-exact only within one of them."""
+        return self.config.model_id() + ("-sdpa" if self.attention == "sdpa" else "")
+
     def new_cache(self, tokens):
         c = self.config
         return torch.zeros(c.layers, 2, tokens, c.kv_heads, c.head_dim, dtype=self.dtype, device=self.device)
@@ -115,8 +129,13 @@ class TorchLlama:
         q = q.view(t, c.kv_heads, group, c.head_dim).permute(1, 2, 0, 3)        # [kv, g, t, d]
         k = keys.permute(1, 2, 0).unsqueeze(1)                                    # [kv, 1, d, n]
         v = values.permute(1, 0, 2).unsqueeze(1)                                  # [kv, 1, n, d]
-        scores = torch.matmul(q, k).float() / math.sqrt(c.head_dim)               # [kv, g, t, n]
         future = torch.arange(n, device=self.device)[None, :] > (start + torch.arange(t, device=self.device))[:, None]
+        if self._sdpa is not None:
+            # The same shapes for a chunk whether its cache rows were computed or loaded: bit-exact either way.
+            out = self._sdpa(q, k.transpose(2, 3).expand(-1, group, -1, -1), v.expand(-1, group, -1, -1),
+                             attn_mask=~future)                                   # [kv, g, t, d]
+            return out.permute(2, 0, 1, 3).reshape(t, c.hidden)
+        scores = torch.matmul(q, k).float() / math.sqrt(c.head_dim)               # [kv, g, t, n]
         scores.masked_fill_(future, float("-inf"))
         probs = torch.softmax(scores, dim=-1).to(self.dtype)
         out = torch.matmul(probs, v)                                              # [kv, g, t, d]

@@ -163,3 +163,30 @@ def test_corrupt_and_missing_chunks_on_disk_are_computed(tmp_path, small_model):
                 assert cake_run.computed_chunks + cake_run.loaded_chunks >= engine.full_chunks
             finally:
                 engine.close()
+
+
+@pytest.mark.parametrize("attention", ["explicit", "sdpa"])
+def test_each_attention_is_bit_exact_across_modes(daemon, attention):
+    """The written-out attention (Debian's torch 1.13 has nothing else) and torch's scaled_dot_product_attention
+    (torch 2.x, pip's): each bit-exact between computed and loaded chunks; and the two agree to float32 rounding."""
+    if attention == "sdpa" and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        pytest.skip(f"torch {torch.__version__} has no scaled_dot_product_attention")
+    config = ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=256, seed=12)
+    model = TorchLlama(config, attention=attention)
+    assert model.attention == attention
+    with daemon.client() as client:
+        engine = TorchPrefillEngine(model, make_prompt(CHUNK * 5 + 3, seed=12), CHUNK, client)
+        try:
+            truth = Truth(engine)
+            engine.store()
+            for run in (engine.io_only(), engine.cake(), engine.fixed_split(2)):
+                check_exact(engine, run, truth)
+            if attention == "sdpa":
+                other = TorchPrefillEngine(TorchLlama(config, attention="explicit"), engine.prompt, CHUNK, client)
+                try:
+                    explicit = other.compute_only()
+                    assert torch.allclose(explicit.logits, truth.logits, atol=1e-4, rtol=1e-4)
+                finally:
+                    other.close()
+        finally:
+            engine.close()
