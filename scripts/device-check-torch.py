@@ -66,90 +66,13 @@ def check_engine_demo(socket, device, tokens, scratch):
     return status == 0 and result["bitexact"], result
 
 
-def _cache_layer(cache, layer):
-    """(keys, values) of one layer, [batch, kv_heads, tokens, head_dim], across transformers versions."""
-    if hasattr(cache, "layers"):
-        return cache.layers[layer].keys, cache.layers[layer].values
-    if hasattr(cache, "key_cache"):
-        return cache.key_cache[layer], cache.value_cache[layer]
-    return cache[layer][0], cache[layer][1]
-
-
 def check_hf_dynamic_cache(client, device):
     try:
         import transformers
-        from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+        from cake_torch_engine.hf import check_splits
     except ImportError as error:
         return None, {"skipped": f"transformers is not importable here: {error}"}
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
-                         num_key_value_heads=2, vocab_size=1000, max_position_embeddings=4096)
-    model = LlamaForCausalLM(config).to(device=device, dtype=torch.float32).eval()
-    layers, kv_heads = config.num_hidden_layers, config.num_key_value_heads
-    head_dim = config.hidden_size // config.num_attention_heads
-    chunk = 64
-    prompt = torch.tensor([[(i * 37 + 5) % 1000 for i in range(chunk * 8 + 21)]], device=device)
-    n = prompt.shape[1]
-    full_chunks = n // chunk
-    ns = cake.Namespace(f"device-check/hf-llama-{transformers.__version__}", num_layers=layers,
-                        num_kv_heads=kv_heads, head_dim=head_dim, dtype="fp32", chunk_tokens=chunk)
-    layout = cake.ChunkLayout.of(ns)
-    tokens = prompt[0].tolist()
-
-    def prefill(cache, begin, end):
-        """Chunked prefill of positions [begin, end) into cache; returns the last position's logits."""
-        logits = None
-        for start in range(begin, end, chunk):
-            stop = min(start + chunk, end)
-            try:
-                out = model(prompt[:, start:stop], past_key_values=cache, use_cache=True,
-                            cache_position=torch.arange(start, stop, device=device))
-            except TypeError:  # transformers before cache_position: positions follow the cache's length
-                out = model(prompt[:, start:stop], past_key_values=cache, use_cache=True)
-            logits = out.logits[0, -1]
-        return logits
-
-    with torch.no_grad():
-        reference_cache = DynamicCache()
-        reference = prefill(reference_cache, 0, n)
-        region = client.register_region(full_chunks * ns.chunk_bytes, kind="cuda")
-        try:
-            raw = region.torch()
-            for c in range(full_chunks):
-                view = layout.chunk(raw, c * ns.chunk_bytes)
-                for layer in range(layers):
-                    k, v = _cache_layer(reference_cache, layer)
-                    view[layer, 0].copy_(k[0, :, c * chunk:(c + 1) * chunk].transpose(0, 1))
-                    view[layer, 1].copy_(v[0, :, c * chunk:(c + 1) * chunk].transpose(0, 1))
-            torch.cuda.synchronize()
-            client.store(ns, tokens=tokens, first_chunk=0, chunk_count=full_chunks, region=region)
-            raw.zero_()
-            torch.cuda.synchronize()
-            results = {}
-            for split in (0, 3, full_chunks):
-                cache = DynamicCache()
-                prefill(cache, 0, split * chunk)  # the engine's front
-                with client.load(ns, tokens=tokens, region=region, mode="io_only", computed_through=split) as load:
-                    done = load.wait_done(60)
-                    assert done.meeting_chunk == split and done.failed_chunks == 0, done
-                    # Splice the loaded suffix in, layer by layer, after the computed front.
-                    for layer in range(layers):
-                        parts_k, parts_v = [], []
-                        for c in range(split, full_chunks):
-                            k, v = layout.layer_kv(raw, load.region_offset(c), layer)
-                            parts_k.append(k.transpose(0, 1)[None])
-                            parts_v.append(v.transpose(0, 1)[None])
-                        if parts_k:
-                            cache.update(torch.cat(parts_k, dim=2).clone(), torch.cat(parts_v, dim=2).clone(), layer)
-                    torch.cuda.synchronize()
-                    load.release()
-                logits = prefill(cache, full_chunks * chunk, n)
-                results[f"split {split}"] = {
-                    "first_token_equal": int(logits.argmax()) == int(reference.argmax()),
-                    "logits_bit_identical": same_bits(logits, reference),
-                    "max_abs_logit_diff": float((logits - reference).abs().max())}
-        finally:
-            client.release_region(region)
+    results = {f"split {m}": r for m, r in check_splits(client, device, splits=(0, 3, None)).items()}
     ok = all(r["first_token_equal"] for r in results.values())
     return ok, {"transformers": transformers.__version__, "splits": results}
 
