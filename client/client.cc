@@ -196,6 +196,10 @@ class GrpcLoadSession final : public LoadSession {
           if (inline_)
             inline_chunks_[response.loaded().chunk()] = std::move(*response.mutable_loaded()->mutable_data());
           break;
+        case v1::LoadResponse::kLoadedBatch:  // region loads only (accept_loaded_batch): no inline data
+          for (const v1::ChunkLoaded& chunk : response.loaded_batch().chunks())
+            loaded_low_ = std::min(loaded_low_, chunk.chunk());
+          break;
         case v1::LoadResponse::kDone:
           done_ = LoadDone{response.done().meeting_chunk(), response.done().loaded_chunks(),
                            response.done().failed_chunks()};
@@ -361,6 +365,7 @@ class GrpcClient final : public Client {
     start->set_compute_first_chunk_s(options.compute_first_chunk_s);
     start->set_compute_growth_s(options.compute_growth_s);
     start->set_computed_through(options.computed_through);
+    start->set_accept_loaded_batch(true);
     return std::make_unique<GrpcLoadSession>(kv_.get(), options, request);
   }
 

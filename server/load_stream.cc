@@ -25,6 +25,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Landed chunks sent in one LoadResponse.loaded_batch at most (about 20 bytes each: a message stays small).
+constexpr int kMaxLoadedBatch = 1024;
+
 class LoadSession;
 
 class LoadReactor final : public grpc::ServerBidiReactor<v1::LoadRequest, v1::LoadResponse> {
@@ -208,6 +211,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     }
     chunk_bytes_ = ns.chunk_bytes();
     inline_ = start.region_id().empty();
+    batch_loaded_ = start.accept_loaded_batch() && !inline_;
     if (inline_) {
       if (start.region_offset() != 0 || start.region_bytes() != 0) {
         return absl::InvalidArgumentError("region_offset and region_bytes need a region_id");
@@ -769,6 +773,17 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
         if (current_.has_loaded() && !current_.loaded().data().empty()) {
           --outbox_inline_chunks_;
           writing_inline_chunk_ = true;
+        } else if (batch_loaded_ && current_.has_loaded() && !outbox_.empty() && outbox_.front().has_loaded()) {
+          // Chunks landed while the last write was out: one message for all of them (the client's per-message
+          // cost, not the daemon's, is what limits small chunks). Only consecutive ones: a Done stays behind them.
+          v1::LoadResponse batch;
+          v1::ChunksLoaded* chunks = batch.mutable_loaded_batch();
+          chunks->add_chunks()->Swap(current_.mutable_loaded());
+          while (!outbox_.empty() && outbox_.front().has_loaded() && chunks->chunks_size() < kMaxLoadedBatch) {
+            chunks->add_chunks()->Swap(outbox_.front().mutable_loaded());
+            outbox_.pop_front();
+          }
+          current_ = std::move(batch);
         }
         to_write = &current_;
       } else {
@@ -803,6 +818,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   std::vector<TierKind> tiers_;
   uint64_t chunk_bytes_ = 0;
   bool inline_ = false;
+  bool batch_loaded_ = false;  // the client set accept_loaded_batch (and the load is not inline)
   bool promote_ = false;                 // copy what is read from slower tiers into DRAM
   std::optional<ChunkLanding> landing_;
 

@@ -1,8 +1,9 @@
 """python3 -m cake.bench: the Python client's I/O-only loads into a host region against the C++ client's
 (`cake-bench client-load`) on the same prompt, the same daemon, in the same run, alternating so background load
-on a shared machine hits both alike. Reports each client's median load time and throughput, the ratio (goal: the
-Python client at least 0.90 of the C++ client's throughput), and Python's cost per loaded chunk: the added time
-per chunk over the C++ client and the CPU time the Python process spends per chunk.
+on a shared machine hits both alike. Reports each client's median load time and throughput, the ratio (goals: the
+Python client at least 0.90 of the C++ client's throughput with chunks of 8 MiB and more, and with 1 MiB chunks;
+at least 0.50 with 64 KiB chunks), and Python's cost per loaded chunk: the added time per chunk over the C++ client
+and the CPU time the Python process spends per chunk.
 
     /usr/bin/python3 -m cake.bench [--socket S] [--rounds 5] [--runs 3] [--json out.json]
 """
@@ -143,12 +144,22 @@ def main(argv=None):
         smallest = min(rows, key=lambda r: r["chunk_bytes"])
         print(f"  Python / C++ throughput with chunks of 8 MiB and more: worst {worst:.3f} (goal: at least 0.90) -> "
               f"{'met' if worst >= 0.90 else 'MISSED' if goal_rows else 'not measured'}")
+        # Issue 30's goals for small chunks, which several landed chunks per message (loaded_batch) make reachable.
+        small_goals = {}
+        for size, goal in ((1 << 20, 0.90), (64 << 10, 0.50)):
+            row = next((r for r in rows if r["chunk_bytes"] == size), None)
+            if row is not None:
+                label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+                small_goals[label] = {"ratio": row["ratio"], "goal": goal, "met": row["ratio"] >= goal}
+                print(f"  Python / C++ throughput with {label} chunks: {row['ratio']:.3f} (goal: at least "
+                      f"{goal:.2f}) -> {'met' if row['ratio'] >= goal else 'MISSED'}")
         print(f"  Python's cost per loaded chunk ({smallest['chunk_bytes'] >> 10} KiB chunks): "
               f"{smallest['python_cpu_us_per_chunk']:.1f} us of CPU, {smallest['python_added_us_per_chunk']:.1f} us "
               f"added to the load")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"rows": rows, "worst_ratio_8mib_and_up": worst, "goal_ratio": 0.90, "rounds": args.rounds,
+                json.dump({"rows": rows, "worst_ratio_8mib_and_up": worst, "goal_ratio": 0.90,
+                           "small_chunk_goals": small_goals, "rounds": args.rounds,
                            "runs": args.runs, "units": "GB/s = 1e9 bytes per second"}, f, indent=1)
         return 0
     finally:

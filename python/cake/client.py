@@ -464,6 +464,7 @@ class Client:
             start.region_id = region.id
             start.region_offset = region_offset
             start.region_bytes = region_bytes
+            start.accept_loaded_batch = True  # several landed chunks per message when they queue up
         # The stream opened ahead, when there is a usable one. The next load's opens when this one is released:
         # opening it now would take the GIL from the thread that reads this load's Plan.
         with self._ahead_lock:

@@ -113,6 +113,7 @@ class LoadSession:
         self._by_chunk = {}
         self._arrivals = []            # monotonic time of each ChunkLoaded, for the engine's ETA of the loads
         self._loaded_low = None        # lowest chunk of the loaded suffix
+        self.loaded_messages = 0       # messages that carried landed chunks (fewer than chunks with batches)
         self._error = None             # CakeError: the stream ended with a status other than OK
         self._ended = False            # the stream is over (OK or not)
         self._sending = True           # the send side is still open
@@ -168,17 +169,21 @@ class LoadSession:
 
     def _on_response(self, response):
         which = response.WhichOneof("msg")
-        if which == "loaded":
-            m = response.loaded
-            event = ChunkLoaded(m.chunk, m.region_offset, m.bytes, m.data or None)
+        if which == "loaded" or which == "loaded_batch":
+            # One message may carry several landed chunks (loaded_batch, for a load that set accept_loaded_batch):
+            # taken under one lock, with one wake-up, which is what makes small chunks cheap.
+            messages = (response.loaded,) if which == "loaded" else response.loaded_batch.chunks
             with self._cv:
-                self._last_message_at = time.monotonic()
-                self._check_loaded_locked(event)
-                self._loaded.append(event)
-                self._arrivals.append(time.monotonic())
-                self._by_chunk[event.chunk] = event
-                if event.chunk < self._loaded_low:
-                    self._loaded_low = event.chunk
+                now = self._last_message_at = time.monotonic()
+                self.loaded_messages += 1
+                for m in messages:
+                    event = ChunkLoaded(m.chunk, m.region_offset, m.bytes, m.data or None)
+                    self._check_loaded_locked(event)
+                    self._loaded.append(event)
+                    self._arrivals.append(now)
+                    self._by_chunk[event.chunk] = event
+                    if event.chunk < self._loaded_low:
+                        self._loaded_low = event.chunk
                 self._chunk_cv.notify_all()
             return
         with self._cv:
@@ -328,10 +333,15 @@ class LoadSession:
             if self._done is not None or self._ended or chunk < self._plan.lowest_loadable:
                 return None  # nothing more will land there
             remaining = self._loaded_low - chunk
-            recent = self._arrivals[-5:]
-            if len(recent) >= 2:
-                interval = (recent[-1] - recent[0]) / (len(recent) - 1)
-                return max(0.0, recent[-1] + remaining * interval - time.monotonic())
+            arrivals = self._arrivals
+            # The pace over about the last four chunks; chunks of one batch share an arrival time, so the window
+            # reaches back to the last arrival before the latest message.
+            first = max(len(arrivals) - 5, 0)
+            while first > 0 and arrivals[first] == arrivals[-1]:
+                first -= 1
+            if len(arrivals) >= 2 and arrivals[first] < arrivals[-1]:
+                interval = (arrivals[-1] - arrivals[first]) / (len(arrivals) - 1 - first)
+                return max(0.0, arrivals[-1] + remaining * interval - time.monotonic())
             loadable = self._plan.cached_chunks - self._plan.lowest_loadable
             if self._plan.predicted_io_only_s is not None and loadable > 0:
                 interval = self._plan.predicted_io_only_s / loadable
