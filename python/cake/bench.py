@@ -114,6 +114,9 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5, help="alternations of the two clients")
     parser.add_argument("--runs", type=int, default=3, help="loads of each client per round")
     parser.add_argument("--shapes", default="all", help="'all' or comma-separated indexes into the shape list")
+    parser.add_argument("--one-chunk-per-message", action="store_true", help="the Python client asks for one "
+                        "ChunkLoaded per message (no loaded_batch), as clients before it: gRPC Python's per-message "
+                        "cost, measured")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
@@ -126,7 +129,7 @@ def main(argv=None):
             daemon = SpawnedDaemon(["--dram-capacity-mib", str(need_mib)])
             socket = daemon.socket_path
         rows = []
-        with cake.Client(socket) as client:
+        with cake.Client(socket, accept_loaded_batch=not args.one_chunk_per_message) as client:
             print(f"python3 -m cake.bench: I/O-only loads from the DRAM tier into a host region, {args.rounds} rounds "
                   f"x {args.runs} loads per client, alternating; socket {socket}")
             print(f"  {'shape':42} {'chunks':>6} {'C++ GB/s':>9} {'Py GB/s':>9} {'Py/C++':>7} "

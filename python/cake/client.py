@@ -256,8 +256,12 @@ class Client:
 
     def __init__(self, socket=None, client_id=None, connect_timeout_s=5.0, timeout_s=60.0, address=None,
                  tls_ca_file=None, tls_cert_file=None, tls_key_file=None, tls_server_name=None, token=None,
-                 token_file=None, allow_plaintext_token_on_loopback=False, load_timeout_s=30.0):
+                 token_file=None, allow_plaintext_token_on_loopback=False, load_timeout_s=30.0,
+                 accept_loaded_batch=True):
         self.client_id = client_id or f"{_socket.gethostname()}-{os.getpid()}"
+        # Region loads take several landed chunks per message (LoadStart.accept_loaded_batch); False asks for one
+        # per message, as clients before the field got (cake.bench --one-chunk-per-message measures what that costs).
+        self.accept_loaded_batch = accept_loaded_batch
         self.timeout_s = timeout_s
         self.load_timeout_s = load_timeout_s
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -464,7 +468,7 @@ class Client:
             start.region_id = region.id
             start.region_offset = region_offset
             start.region_bytes = region_bytes
-            start.accept_loaded_batch = True  # several landed chunks per message when they queue up
+            start.accept_loaded_batch = self.accept_loaded_batch  # several landed chunks per message when they queue
         # The stream opened ahead, when there is a usable one. The next load's opens when this one is released:
         # opening it now would take the GIL from the thread that reads this load's Plan.
         with self._ahead_lock:

@@ -59,3 +59,14 @@ def test_a_client_without_the_flag_gets_one_chunk_per_message(client):
             requests.put(None)
     assert "loaded_batch" not in kinds
     assert kinds[0] == "plan" and kinds[-1] == "done" and sorted(chunks) == list(range(CHUNKS))
+
+
+def test_the_client_can_ask_for_one_chunk_per_message(daemon):
+    """Client(accept_loaded_batch=False): what clients before the field got (cake.bench measures its cost)."""
+    with daemon.client(accept_loaded_batch=False) as client:
+        ns = small_namespace("loaded-batch-off")
+        tokens = prompt(256, seed=73)
+        region = stored(client, ns, tokens, 256)
+        with client.load(ns, tokens=tokens, region=region, mode="io_only") as load:
+            assert sorted(e.chunk for e in load) == list(range(256))
+            assert load.loaded_messages == 256
