@@ -139,7 +139,14 @@ struct DaemonState {
                       c.arbiter, std::chrono::milliseconds(c.arbiter_starvation_ms)),
         pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024,
              c.arbiter,
-             std::chrono::milliseconds(c.arbiter_starvation_ms)) {}
+             std::chrono::milliseconds(c.arbiter_starvation_ms)) {
+    // A region is unmapped (or cudaFree'd) on a background thread, never on the gRPC or I/O thread that let it go.
+    regions.SetDisposer([this](std::function<void()> destroy) { return background.TrySubmit(std::move(destroy)); });
+  }
+  // `background` goes before `regions` (members end in reverse order): regions let go from now on unmap in place.
+  ~DaemonState() { regions.SetDisposer(nullptr); }
+  DaemonState(const DaemonState&) = delete;
+  DaemonState& operator=(const DaemonState&) = delete;
 
   const DaemonConfig config;
   // Who may do what: replaced whole on SIGHUP (Daemon::ReloadAccess); a call keeps the policy that named it.

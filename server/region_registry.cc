@@ -68,7 +68,7 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const Region
   --pending_regions_;
   pending_bytes_ -= bytes;
   if (!created.ok()) return created.status();
-  Registered out{"r-" + RandomHex128(), std::shared_ptr<Region>(std::move(*created))};
+  Registered out{"r-" + RandomHex128(), std::shared_ptr<Region>(created->release(), RegionDeleter{disposer_})};
   held_bytes_ += out.region->size();
   regions_.emplace(out.region_id, Entry{owner, out.region, {}, clock_->Now() + limits_.lease});
   return out;
@@ -89,6 +89,19 @@ absl::StatusOr<RegionRegistry::Entry*> RegionRegistry::FindOwned(const RegionOwn
   // Its owner named it: alive, so the lease starts again.
   it->second.lease_ends = clock_->Now() + limits_.lease;
   return &it->second;
+}
+
+void RegionRegistry::SetDisposer(Disposer dispose) {
+  MutexLock lock(&disposer_->mu);
+  disposer_->dispose = std::move(dispose);
+}
+
+void RegionRegistry::RegionDeleter::operator()(Region* region) const {
+  std::shared_ptr<Region> owned(region);  // its own deleter: whoever drops the last copy destroys it
+  // Under the slot's lock, so SetDisposer(nullptr) returns only once no hand-over to the old disposer is under way.
+  MutexLock lock(&slot->mu);
+  if (slot->dispose) slot->dispose([owned]() mutable { owned.reset(); });
+  // Not taken (or no disposer): `owned` is the last copy and unmaps here, on leaving.
 }
 
 std::shared_ptr<Region> RegionRegistry::ReleaseEntry(absl::flat_hash_map<std::string, Entry>::iterator it) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,14 @@ class RegionRegistry {
   };
   using Placement = RegionPlacement;
   explicit RegionRegistry(const Limits& limits, Clock* clock = Clock::Real()) : limits_(limits), clock_(clock) {}
+
+  // Where a region is destroyed once nothing holds it any more: unmapping up to max_region_bytes, or a
+  // device-synchronising cudaFree, takes a while, and the last reference may drop on a gRPC thread (ReleaseRegion,
+  // a cancelled registration) or an I/O thread (the last load using a released region). The disposer is handed
+  // the destruction and returns false when it cannot take it, which then happens on the thread that let go, as it
+  // does while none is set. Set it before serving; clear it (nullptr) before whatever runs it goes.
+  using Disposer = std::function<bool(std::function<void()>)>;
+  void SetDisposer(Disposer dispose);
 
   struct Registered {
     std::string region_id;
@@ -173,8 +182,19 @@ class RegionRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLease(const std::string& region_id, uint64_t lease_id);
 
+  // Shared with every region's deleter, which may outlive the registry (a load's lease, a Store's reference).
+  struct DisposerSlot {
+    Mutex mu;
+    Disposer dispose ABSL_GUARDED_BY(mu);
+  };
+  struct RegionDeleter {
+    void operator()(Region* region) const;
+    std::shared_ptr<DisposerSlot> slot;
+  };
+
   const Limits limits_;
   Clock* const clock_;
+  const std::shared_ptr<DisposerSlot> disposer_ = std::make_shared<DisposerSlot>();
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, Entry> regions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;

@@ -4,7 +4,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
+#include <functional>
+#include <vector>
 
 namespace cake {
 namespace {
@@ -382,6 +387,55 @@ TEST_CASE("region registry: an operator's release of a region its owner released
   CHECK(released->already_released);
   CHECK(released->loads_using == 1);
   CHECK(released->bytes == 4096);
+}
+
+// Whether `address` lies in one of this process's mappings (/proc/self/maps): a region's memory until it is unmapped.
+static bool Mapped(const void* address) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  std::string line;
+  while (std::getline(maps, line)) {
+    uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &begin, &end) == 2 && begin <= at && at < end) return true;
+  }
+  return false;
+}
+
+TEST_CASE("region registry: the last reference hands the unmapping to the disposer", "[regions]") {
+  RegionRegistry registry(SmallLimits());
+  std::vector<std::function<void()>> handed;
+  bool accept = true;
+  registry.SetDisposer([&](std::function<void()> destroy) {
+    if (!accept) return false;
+    handed.push_back(std::move(destroy));
+    return true;
+  });
+  auto released_and_dropped = [&](uint64_t bytes) {
+    auto r = registry.Register("engine", bytes);
+    REQUIRE(r.ok());
+    const void* memory = r->region->host_data();
+    REQUIRE(Mapped(memory));
+    r->region.reset();
+    REQUIRE(registry.Release("engine", r->region_id).ok());
+    return memory;
+  };
+
+  // Released and unreferenced, but still mapped: the disposer holds the destruction, and runs it later.
+  const void* first = released_and_dropped(8192);
+  REQUIRE(handed.size() == 1);
+  CHECK(Mapped(first));
+  handed[0]();
+  handed.clear();
+  CHECK(!Mapped(first));
+
+  // A disposer that cannot take it (its queue full): the region goes on the thread that let go.
+  accept = false;
+  CHECK(!Mapped(released_and_dropped(8192)));
+  CHECK(handed.empty());
+
+  // No disposer: in place too.
+  registry.SetDisposer(nullptr);
+  CHECK(!Mapped(released_and_dropped(8192)));
 }
 
 }  // namespace cake
