@@ -438,3 +438,22 @@ def test_vllm_finds_the_connector_by_name(model_dir, daemon):
         assert isinstance(connector, CakeConnector)
     finally:
         connector.shutdown()
+
+
+def test_per_request_switches(setup, admin, model_dir):
+    """kv_transfer_params per request: "cake_load": false computes without the cache (no Lookup), "cake_split":
+    false loads I/O-only; a request that says nothing takes the split. All bit-exact."""
+    s = setup(runner={"settle_loads": True})
+    prompts = {name: harness.prompt(seed, 300) for name, seed in (("off", 19), ("io", 20), ("split", 21))}
+    for tokens in prompts.values():
+        seed_cache(admin, model_dir, tokens, 9)
+    lookups = admin.stats().get("lookups", 0)
+    s.scheduler.add_request(harness.make_request("off", prompts["off"], kv_transfer_params={"cake_load": False}))
+    s.scheduler.add_request(harness.make_request("io", prompts["io"], kv_transfer_params={"cake_split": False}))
+    s.scheduler.add_request(harness.make_request("split", prompts["split"]))
+    harness.drive(s.scheduler, s.runner)
+    check_exact(s.runner, ["off", "io", "split"])
+    assert computed_counts(s.runner, "off", 300) == [1] * 300
+    assert computed_counts(s.runner, "io", 300) == [0] * 288 + [1] * 12
+    assert s.book.book.stats.added == 1 and s.book.book.stats.jumps == 1
+    assert admin.stats().get("lookups", 0) - lookups == 2  # none for "off"

@@ -87,12 +87,13 @@ def layer_name(i):
     return f"model.layers.{i}.self_attn.attn"
 
 
-def make_request(req_id, tokens, max_tokens=3, prompt_logprobs=None):
+def make_request(req_id, tokens, max_tokens=3, prompt_logprobs=None, kv_transfer_params=None):
     from vllm import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher
     from vllm.v1.request import Request
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, prompt_logprobs=prompt_logprobs)
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, prompt_logprobs=prompt_logprobs,
+                            extra_args={"kv_transfer_params": kv_transfer_params} if kv_transfer_params else None)
     params.update_from_generation_config({}, 2)
     return Request(request_id=req_id, prompt_token_ids=list(tokens), sampling_params=params, pooling_params=None,
                    mm_features=None, block_hasher=get_request_block_hasher(BLOCK, sha256))
