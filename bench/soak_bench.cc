@@ -668,13 +668,9 @@ LoadRun RunLoad(Client& client, const NamespaceSpec& ns, const Prompt& prompt, u
   }
   uint32_t limit = cached;  // Cake and compute-only: compute forward until the next chunk is loaded
   if (plan->strategy == LoadPlan::Strategy::kIoOnly) limit = std::min(plan->lowest_loadable, cached);
-  uint32_t wait_at = UINT32_MAX;
-  Clock::time_point wait_until = start;
-  if (plan->strategy == LoadPlan::Strategy::kCake && plan->predicted_meeting_chunk && plan->predicted_cake_s) {
-    wait_at = *plan->predicted_meeting_chunk;
-    wait_until = start + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(*plan->predicted_cake_s * 1.2 + 1e-3));
-  }
+  const std::optional<MeetingWait> wait = MeetingWaitOf(*plan, start);  // the client library's meeting rule
+  const uint32_t wait_at = wait ? wait->chunk : UINT32_MAX;
+  const Clock::time_point wait_until = wait ? wait->until : start;
   uint32_t computed = 0;
   while (computed < limit) {
     if (session.IsResident(computed)) break;

@@ -39,6 +39,17 @@ absl::Status MappedRegion::CopyFromHost(uint64_t offset, std::span<const std::by
   return absl::OkStatus();
 }
 
+std::optional<MeetingWait> MeetingWaitOf(const LoadPlan& plan, std::chrono::steady_clock::time_point started) {
+  if (plan.strategy != LoadPlan::Strategy::kCake || !plan.predicted_meeting_chunk || !plan.predicted_cake_s) {
+    return std::nullopt;
+  }
+  constexpr double kSlackFraction = 0.2, kSlackSeconds = 1e-3;  // cake/load.py's WAIT_SLACK_FRACTION, WAIT_SLACK_S
+  return MeetingWait{*plan.predicted_meeting_chunk,
+                     started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                   std::chrono::duration<double>(*plan.predicted_cake_s * (1 + kSlackFraction) +
+                                                                 kSlackSeconds))};
+}
+
 namespace {
 
 absl::Status FromGrpc(const grpc::Status& s) {

@@ -154,6 +154,17 @@ struct LoadPlan {
   std::optional<double> predicted_cake_s, predicted_compute_only_s, predicted_io_only_s;
 };
 
+// Where an engine computing the front stops to wait for the loads, and until when: under strategy kCake with a
+// prediction, the predicted meeting chunk, until `started` (when the load was started) plus the predicted Cake time
+// with a fifth of slack and a millisecond; past that the loads fell behind and the engine computes on (computing
+// past the meeting is work thrown away, waiting forever is worse). None otherwise: the engine computes until a
+// chunk is resident. The Python client's LoadSession.meeting_deadline() is the same rule (docs/engines.md).
+struct MeetingWait {
+  uint32_t chunk = 0;
+  std::chrono::steady_clock::time_point until;
+};
+std::optional<MeetingWait> MeetingWaitOf(const LoadPlan& plan, std::chrono::steady_clock::time_point started);
+
 struct LoadDone {
   uint32_t meeting_chunk = 0;  // compute [0, meeting_chunk), use the loaded [meeting_chunk, cached_chunks)
   uint32_t loaded_chunks = 0;

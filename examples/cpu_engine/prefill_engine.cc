@@ -111,15 +111,10 @@ absl::StatusOr<PrefillResult> PrefillEngine::RunWithDaemon(PrefillMode mode, uin
   uint32_t computed = 0;
   if (mode == PrefillMode::kCake) {
     const uint32_t limit = plan->strategy == LoadPlan::Strategy::kIoOnly ? plan->lowest_loadable : cached;
-    // At the predicted meeting the engine waits for the loads, with a fifth of slack plus a millisecond, before
-    // it decides they fell behind and computes on: computing past the meeting is work thrown away.
-    uint32_t wait_at = cached + 1;
-    Clock::time_point wait_until = start;
-    if (plan->strategy == LoadPlan::Strategy::kCake && plan->predicted_meeting_chunk && plan->predicted_cake_s) {
-      wait_at = *plan->predicted_meeting_chunk;
-      wait_until = start + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(*plan->predicted_cake_s * 1.2 + 1e-3));
-    }
+    // At the predicted meeting the engine waits for the loads until the client's deadline (MeetingWaitOf).
+    const std::optional<MeetingWait> wait = MeetingWaitOf(*plan, start);
+    const uint32_t wait_at = wait ? wait->chunk : cached + 1;
+    const Clock::time_point wait_until = wait ? wait->until : start;
     while (computed < limit && !session.IsResident(computed)) {
       if (computed == wait_at && session.WaitResidentUntil(computed, wait_until)) break;
       ComputeChunk(computed, result);

@@ -25,15 +25,10 @@ absl::StatusOr<CakeRun> TimedCake(Client& client, const LoadOptions& base, GridE
                  : plan.strategy == LoadPlan::Strategy::kComputeOnly ? "compute-only"
                                                                      : "cake";
   const uint32_t limit = plan.strategy == LoadPlan::Strategy::kIoOnly ? plan.lowest_loadable * chunk_tokens : tokens;
-  // Under Cake the engine stops at the predicted meeting and waits for the loads, with a fifth of slack (plus a
-  // millisecond) before it decides they fell behind and computes on.
-  uint32_t wait_at = tokens + 1;
-  Clock::time_point wait_until = start;
-  if (plan.strategy == LoadPlan::Strategy::kCake && plan.predicted_meeting_chunk && plan.predicted_cake_s) {
-    wait_at = *plan.predicted_meeting_chunk * chunk_tokens;
-    wait_until = start + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(*plan.predicted_cake_s * 1.2 + 1e-3));
-  }
+  // Under Cake the engine stops at the predicted meeting and waits for the loads until the client's deadline.
+  const std::optional<MeetingWait> wait = MeetingWaitOf(plan, start);
+  const uint32_t wait_at = wait ? wait->chunk * chunk_tokens : tokens + 1;
+  const Clock::time_point wait_until = wait ? wait->until : start;
   auto stopped = engine.Run(
       start, limit, [&](uint32_t c) { return session.IsResident(c); },
       [&](uint32_t c) { return session.ReportProgress(c); }, wait_at, wait_until,

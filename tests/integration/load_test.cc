@@ -491,3 +491,21 @@ TEST_CASE("the daemon learns the engine's speed from Progress and plans later lo
   CHECK(*planned.plan.predicted_meeting_chunk < h);
   CHECK(*planned.plan.predicted_cake_s < *planned.plan.predicted_compute_only_s);
 }
+
+TEST_CASE("the client's meeting rule: wait at the predicted meeting until the predicted Cake time and a fifth",
+          "[client]") {
+  const auto started = std::chrono::steady_clock::now();
+  LoadPlan plan;
+  plan.strategy = LoadPlan::Strategy::kCake;
+  CHECK(!MeetingWaitOf(plan, started));  // no prediction: compute until a chunk is resident
+  plan.predicted_meeting_chunk = 7;
+  plan.predicted_cake_s = 2.0;
+  const auto wait = MeetingWaitOf(plan, started);
+  REQUIRE(wait);
+  CHECK(wait->chunk == 7);
+  CHECK(std::chrono::duration<double>(wait->until - started).count() == Approx(2.0 * 1.2 + 1e-3));
+  plan.strategy = LoadPlan::Strategy::kIoOnly;  // the engine computes only below lowest_loadable, then waits
+  CHECK(!MeetingWaitOf(plan, started));
+  plan.strategy = LoadPlan::Strategy::kComputeOnly;
+  CHECK(!MeetingWaitOf(plan, started));
+}
