@@ -39,7 +39,7 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _flag(value) -> bool:
+def parse_flag(value) -> bool:
     """A kv_connector_extra_config boolean: JSON gives true/false, a CLI or an env file may give strings."""
     if isinstance(value, bool):
         return value
@@ -82,7 +82,7 @@ class SplitConfig:
     @classmethod
     def from_extra(cls, extra: Mapping, *, block_size: int, world_size: int = 1) -> "SplitConfig":
         """From vLLM's kv_connector_extra_config (the keys cake.vllm reads)."""
-        return cls(enabled=_flag(extra.get("cake_split", False)),
+        return cls(enabled=parse_flag(extra.get("cake_split", False)),
                    min_chunks=int(extra.get("cake_split_min_chunks", DEFAULT_MIN_CHUNKS)),
                    chunk_tokens=int(extra.get("cake_chunk_tokens", 256)), block_size=int(block_size),
                    world_size=int(world_size))

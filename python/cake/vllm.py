@@ -49,7 +49,7 @@ from cake.client import Client
 from cake.layout import ChunkLayout
 from cake.namespace import Namespace
 from cake.regions import RegionClaim
-from cake.split import SplitConfig, _flag
+from cake.split import SplitConfig, parse_flag
 from cake.vllm_split import SplitScheduler, SplitWorker
 
 try:
@@ -171,7 +171,7 @@ def _request_flag(request, name):
     params = getattr(request, "kv_transfer_params", None)
     if not isinstance(params, dict) or name not in params:
         return None
-    return _flag(params[name])
+    return parse_flag(params[name])
 
 
 def _connect(vllm_config, who):
@@ -204,7 +204,7 @@ class _SchedulerSide:
         self._lock = threading.Lock()
         # Split mode: the book of split loads, which cake.vllm_scheduler's mixin binds to (and jumps by).
         self.split = None
-        if _flag(extra.get("cake_split", False)):
+        if parse_flag(extra.get("cake_split", False)):
             world = int(getattr(vllm_config.parallel_config, "tensor_parallel_size", 1) or 1)
             self.split = SplitScheduler(SplitConfig.from_extra(extra, block_size=self.block_size, world_size=world),
                                         speculative=getattr(vllm_config, "speculative_config", None) is not None)
@@ -386,7 +386,7 @@ class _WorkerSide:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cake-transfer")
         self._lock = threading.Lock()
         self._recved, self._sent, self._errors = set(), set(), set()
-        self.split_enabled = _flag(extra.get("cake_split", False))
+        self.split_enabled = parse_flag(extra.get("cake_split", False))
         self.split_region_chunks = int(extra.get("cake_split_region_chunks", self.region_chunks))
         self.split = None  # SplitWorker, made with the KV caches
 
