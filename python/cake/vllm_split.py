@@ -16,10 +16,10 @@ Nothing here imports vLLM; torch only where a worker copies.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
-from cake.split import (COMPUTE_ONLY, ChunkRange, LoadKey, SplitBook, SplitConfig, SplitStep, WorkerMeta,
+from cake.split import (COMPUTE_ONLY, LoadKey, SplitBook, SplitConfig, SplitStep, WorkerMeta,
                         check_eligibility, resident_low_of)
 
 log = logging.getLogger("cake.vllm")

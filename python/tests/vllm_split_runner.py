@@ -68,7 +68,6 @@ def make_vllm_config(model_dir, socket, async_scheduling=False, extra=None, tp=2
 
 
 def make_scheduler(vllm_config):
-    from vllm.v1.core.sched.output import SchedulerOutput  # noqa: F401 (imports vLLM's scheduler modules)
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
     kv_cache_config = KVCacheConfig(
