@@ -103,7 +103,7 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
       sample();
       if (Clock::now() >= next) {
         const double gbps = gbps_of(weather_rng);
-        if (client.SetReadCap("dram", gbps * scale_gbps).ok()) current_gbps = gbps;
+        if (client.SetReadCap(TierKind::kDram, gbps * scale_gbps).ok()) current_gbps = gbps;
         next += std::chrono::duration_cast<Clock::duration>(interval);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -163,17 +163,17 @@ absl::Status RunMixedBench(const MixedOptions& options) {
     CAKE_RETURN_IF_ERROR(WaitForCounter(client, "write_back_written", 2 * chunks, std::chrono::seconds(60)));
     CAKE_RETURN_IF_ERROR(expect(chunks, 0, 0));
     CAKE_RETURN_IF_ERROR(measure(kDramAlone));
-    CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
+    CAKE_RETURN_IF_ERROR(client.Evict(TierKind::kDram).status());
     CAKE_RETURN_IF_ERROR(expect(0, chunks, 0));
     CAKE_RETURN_IF_ERROR(measure(kDiskAlone));
-    CAKE_RETURN_IF_ERROR(client.Evict("disk").status());
+    CAKE_RETURN_IF_ERROR(client.Evict(TierKind::kDisk).status());
     CAKE_RETURN_IF_ERROR(expect(0, 0, chunks));
     CAKE_RETURN_IF_ERROR(measure(kRemoteAlone));
     // The mixed placement.
     if (disk_end > 0) {
       CAKE_RETURN_IF_ERROR(store(disk_end));
       CAKE_RETURN_IF_ERROR(WaitForCounter(client, "tier_disk_chunks", disk_end, std::chrono::seconds(60)));
-      CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
+      CAKE_RETURN_IF_ERROR(client.Evict(TierKind::kDram).status());
     }
     if (dram_chunks > 0) {
       CAKE_RETURN_IF_ERROR(store(dram_chunks));
@@ -182,7 +182,7 @@ absl::Status RunMixedBench(const MixedOptions& options) {
     CAKE_RETURN_IF_ERROR(measure(kMixed));
     CAKE_ASSIGN_OR_RETURN(auto computed, sim::TimedComputeOnly(engine, options.tokens));
     row.compute_s = computed * options.time_scale;
-    client.Evict("remote").IgnoreError();
+    client.Evict(TierKind::kRemote).IgnoreError();
     rows.push_back(row);
   }
 

@@ -172,8 +172,8 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
   for (uint32_t c = 0; c < chunks; ++c) FillChunkPattern({region.data() + c * chunk_bytes, chunk_bytes}, c);
   CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt), 0, chunks, region, 0).status());
   CAKE_RETURN_IF_ERROR(WaitForCounter(client, "write_back_written", chunks, std::chrono::seconds(60)));
-  absl::Cleanup evict_remote = [&] { client.Evict("remote").IgnoreError(); };
-  CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
+  absl::Cleanup evict_remote = [&] { client.Evict(TierKind::kRemote).IgnoreError(); };
+  CAKE_RETURN_IF_ERROR(client.Evict(TierKind::kDram).status());
   CAKE_ASSIGN_OR_RETURN(auto lookup, client.Lookup(ns, TokensPrompt(prompt)));
   if (lookup.cached_chunks != chunks ||
       std::count(lookup.tiers.begin(), lookup.tiers.end(), TierKind::kRemote) != chunks) {

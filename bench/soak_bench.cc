@@ -666,22 +666,19 @@ LoadRun RunLoad(Client& client, const NamespaceSpec& ns, const Prompt& prompt, u
                                                   " cached, of ", plan->chunk_bytes, " bytes for a prompt of ", chunks,
                                                   " chunks of ", kChunkBytes)));
   }
-  uint32_t limit = cached;  // Cake and compute-only: compute forward until the next chunk is loaded
-  if (plan->strategy == LoadPlan::Strategy::kIoOnly) limit = std::min(plan->lowest_loadable, cached);
-  const std::optional<MeetingWait> wait = MeetingWaitOf(*plan, start);  // the client library's meeting rule
-  const uint32_t wait_at = wait ? wait->chunk : UINT32_MAX;
-  const Clock::time_point wait_until = wait ? wait->until : start;
+  // The client library's stepper: compute on, wait at the predicted meeting until its deadline, or stop.
   uint32_t computed = 0;
-  while (computed < limit) {
-    if (session.IsResident(computed)) break;
-    if (computed == wait_at) {
-      const bool resident = session.WaitResidentUntil(computed, wait_until);
+  for (;;) {
+    auto step = session.NextStep(computed);
+    if (!step.ok() || step->action == FrontStep::Action::kStop) break;  // an ended stream: WaitDone says how
+    if (step->action == FrontStep::Action::kWait) {
+      session.WaitResidentUntil(computed, step->until);
       gpu.Resume();
-      if (resident) break;
+      continue;
     }
     gpu.Compute(1);
     ++computed;
-    if (!session.ReportProgress(computed).ok()) break;  // the stream ended: WaitDone says how
+    if (!session.ReportProgress(computed).ok()) break;
   }
   auto done = session.WaitDone();
   gpu.Resume();
@@ -1054,32 +1051,13 @@ class SoakEngine {
   std::atomic<Clock::rep> call_since_{0};
 };
 
-// "key: value" lines of Client::StatusText.
-std::optional<uint64_t> StatusField(const std::string& text, absl::string_view key) {
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (!absl::ConsumePrefix(&line, key) || !absl::ConsumePrefix(&line, ": ")) continue;
-    uint64_t value = 0;
-    if (absl::SimpleAtoi(line.substr(0, line.find(' ')), &value)) return value;
-  }
-  return std::nullopt;
-}
-
-// The bytes of every region the daemon holds ("regions: N (B bytes)"): client memory it maps, prefaulted, so part of
-// its RSS. nullopt when Status does not answer (it waits on a frozen Redis for the remote tier's figures, and
-// refuses when too many calls wait so).
+// The bytes of every region the daemon holds: client memory it maps, prefaulted, so part of its RSS. nullopt when
+// Status does not answer (it waits on a frozen Redis for the remote tier's figures, and refuses when too many
+// calls wait so).
 std::optional<uint64_t> RegionBytes(Client& client) {
-  auto text = client.StatusText();
-  if (!text.ok()) return std::nullopt;
-  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
-    if (!absl::ConsumePrefix(&line, "regions: ")) continue;
-    const size_t open = line.find('(');
-    uint64_t bytes = 0;
-    if (open != absl::string_view::npos &&
-        absl::SimpleAtoi(line.substr(open + 1, line.find(' ', open) - open - 1), &bytes)) {
-      return bytes;
-    }
-  }
-  return std::nullopt;
+  auto status = client.Status();
+  if (!status.ok()) return std::nullopt;
+  return status->region_bytes;
 }
 
 // The daemon's RSS and the bytes of the regions it maps, read together (Status first, since it may wait).
@@ -1147,8 +1125,8 @@ absl::StatusOr<DeadRemote> RunDeadRemotePhase(Client& client, RedisServer& redis
     for (int attempt = 0; attempt < 100; ++attempt) {
       CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
       if (Counter(stats, "write_back_queued_bytes") == 0) {
-        CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
-        CAKE_RETURN_IF_ERROR(client.Evict("disk").status());
+        CAKE_RETURN_IF_ERROR(client.Evict(TierKind::kDram).status());
+        CAKE_RETURN_IF_ERROR(client.Evict(TierKind::kDisk).status());
         CAKE_ASSIGN_OR_RETURN(auto lookup, client.Lookup(ns, TokensPrompt(prompt.tokens)));
         if (lookup.cached_chunks == kDeadRemoteChunks &&
             std::all_of(lookup.tiers.begin(), lookup.tiers.end(), [](TierKind t) { return t == TierKind::kRemote; })) {
@@ -1489,9 +1467,9 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   const Clock::time_point reap_start = Clock::now();
   uint64_t active_loads = 0, regions = 0;
   for (;;) {
-    CAKE_ASSIGN_OR_RETURN(auto status_text, client.StatusText());
-    active_loads = StatusField(status_text, "active_loads").value_or(UINT64_MAX);
-    regions = StatusField(status_text, "regions").value_or(UINT64_MAX);
+    CAKE_ASSIGN_OR_RETURN(const DaemonStatus status, client.Status());
+    active_loads = status.active_loads;
+    regions = status.regions;
     const bool settled = active_loads == 0 && (options.region_lease_ms == 0 || regions == 0);
     if (settled || Clock::now() - reap_start > reap_bound) break;
     std::this_thread::sleep_for(milliseconds(100));

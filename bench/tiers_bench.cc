@@ -45,11 +45,11 @@ absl::Status RunTiersBench(const TiersOptions& options) {
     CAKE_ASSIGN_OR_RETURN(auto dram, TimedIoOnlyLoad(client, load, chunks, chunk_bytes));
     dram_s.push_back(dram);
     // Everything on disk.
-    CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
+    CAKE_RETURN_IF_ERROR(client.Evict(TierKind::kDram).status());
     CAKE_ASSIGN_OR_RETURN(auto disk, TimedIoOnlyLoad(client, load, chunks, chunk_bytes));
     disk_s.push_back(disk);
     // Half and half: the first half back in DRAM (promoted by a load of it), the second half on disk.
-    CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
+    CAKE_RETURN_IF_ERROR(client.Evict(TierKind::kDram).status());
     const std::vector<uint32_t> first_half(prompt.begin(), prompt.begin() + (chunks / 2) * kChunkTokens);
     LoadOptions half = load;
     half.prompt = TokensPrompt(first_half);

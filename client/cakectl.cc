@@ -9,9 +9,11 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
-#include "cake/v1/admin.pb.h"
+#include "base/strategy.h"
+#include "cake/v1/admin.grpc.pb.h"
 #include "client/client.h"
 #include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
 
 namespace {
 
@@ -49,11 +51,32 @@ std::string Json(const google::protobuf::Message& message) {
   return out;
 }
 
+// The words an operator types and reads for the wire's enums.
+const char* TierName(int tier) { return cake::TierKindName(static_cast<cake::TierKind>(tier)); }
+const char* RegionKindName(int kind) { return kind == cake::v1::REGION_CUDA_IPC ? "cuda" : "host"; }
+const char* PhaseName(int phase) {
+  switch (phase) {
+    case cake::v1::LOAD_PHASE_LOOKING_UP:
+      return "looking_up";
+    case cake::v1::LOAD_PHASE_LOADING:
+      return "loading";
+    case cake::v1::LOAD_PHASE_MET:
+      return "met";
+  }
+  return "?";
+}
+const std::map<std::string, cake::v1::TierKind> kTiers = {
+    {"dram", cake::v1::TIER_DRAM}, {"disk", cake::v1::TIER_DISK}, {"remote", cake::v1::TIER_REMOTE}};
+
 std::string StatusText(const cake::v1::StatusResponse& r) {
+  std::string backends;
+  for (int kind : r.region_kinds()) {
+    absl::StrAppend(&backends, backends.empty() ? "" : ", ", kind == cake::v1::REGION_CUDA_IPC ? "cuda-ipc" : "host-shm");
+  }
   std::string out = absl::StrFormat(
-      "version:        %s\npid:            %u\nuptime:         %s\nlisten:         %s\nregion backend: %s\n"
+      "version:        %s\npid:            %u\nuptime:         %s\nlisten:         %s\nregion kinds:   %s\n"
       "active loads:   %u%s\nregions:        %u (%s)\n",
-      r.version(), r.pid(), Duration(r.uptime_s()), r.listen_address(), r.region_backend(), r.active_loads(),
+      r.version(), r.pid(), Duration(r.uptime_s()), r.listen_address(), backends, r.active_loads(),
       r.draining() ? " (draining: new loads refused)" : "", r.regions(), Bytes(r.region_bytes()));
   if (r.regions_released_in_use() > 0) {
     // Their memory is still mapped for live loads and counts against the region limits until those end.
@@ -64,7 +87,7 @@ std::string StatusText(const cake::v1::StatusResponse& r) {
     const double used = t.capacity_bytes() > 0 ? 100.0 * static_cast<double>(t.used_bytes()) /
                                                      static_cast<double>(t.capacity_bytes())
                                                : 0;
-    absl::StrAppendFormat(&out, "tier %-6s      %u chunks, %s of %s (%.0f%%)%s\n", t.name() + ":", t.chunks(),
+    absl::StrAppendFormat(&out, "tier %-6s      %u chunks, %s of %s (%.0f%%)%s\n", std::string(TierName(t.tier())) + ":", t.chunks(),
                           Bytes(t.used_bytes()), Bytes(t.capacity_bytes()), used,
                           t.read_limit_gbps() > 0 ? absl::StrFormat(", reads capped at %g Gbit/s", t.read_limit_gbps())
                                                   : "");
@@ -97,11 +120,12 @@ int main(int argc, char** argv) {
   auto* evict = app.add_subcommand("evict", "drop every chunk of one tier");
   std::string evict_tier;
   evict->add_option("--tier", evict_tier, "dram, disk or remote (remote: every chunk under the daemon's key prefix)")
-      ->required();
+      ->required()
+      ->check(CLI::IsMember({"dram", "disk", "remote"}));
   auto* read_cap = app.add_subcommand("read-cap", "change a capped tier's read cap while the daemon runs");
   std::string cap_tier;
   double cap_gbps = 0;
-  read_cap->add_option("--tier", cap_tier, "dram, disk or remote")->required();
+  read_cap->add_option("--tier", cap_tier, "dram, disk or remote")->required()->check(CLI::IsMember({"dram", "disk", "remote"}));
   read_cap->add_option("--gbps", cap_gbps, "the new cap, Gbit/s")->required();
   auto* drain = app.add_subcommand("drain", "take no new loads (health NOT_SERVING); running ones finish");
   bool exit_when_idle = false, resume = false;
@@ -126,7 +150,8 @@ int main(int argc, char** argv) {
   auto* config = app.add_subcommand("config", "the daemon's effective configuration (TOML; secrets masked)");
   auto* verify = app.add_subcommand("verify", "re-read a tier's chunks, check their checksums, remove corrupt ones");
   std::string verify_tier = "disk";
-  verify->add_option("--tier", verify_tier, "disk or remote (default: disk)");
+  verify->add_option("--tier", verify_tier, "disk or remote (default: disk)")
+      ->check(CLI::IsMember({"dram", "disk", "remote"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -153,21 +178,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cakectl: %s\n", std::string(client.status().message()).c_str());
     return kNotRunning;
   }
-  auto call = [&](const char* method, const google::protobuf::Message& request,
-                  google::protobuf::Message* response) -> int {
-    absl::Status s = (*client)->Admin(method, request, response);
+  const std::unique_ptr<cake::v1::AdminService::Stub> admin = cake::v1::AdminService::NewStub((*client)->channel());
+  // One AdminService call through its generated stub: 0, or the exit status its failure means.
+  auto call = [&](auto rpc, const auto& request, auto* response) -> int {
+    grpc::ClientContext context;
+    const grpc::Status s = ((*admin).*rpc)(&context, request, response);
     if (s.ok()) return 0;
-    std::fprintf(stderr, "cakectl: %s\n", s.ToString().c_str());
-    return s.code() == absl::StatusCode::kUnavailable ? kNotRunning : kRefused;
+    std::fprintf(stderr, "cakectl: %s: %s\n", absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())).c_str(),
+                 s.error_message().c_str());
+    return s.error_code() == grpc::StatusCode::UNAVAILABLE ? kNotRunning : kRefused;
   };
+  using Admin = cake::v1::AdminService::Stub;
 
   if (status->parsed()) {
     cake::v1::StatusResponse r;
-    if (int rc = call("Status", cake::v1::StatusRequest(), &r); rc != 0) return rc;
+    if (int rc = call(&Admin::Status, cake::v1::StatusRequest(), &r); rc != 0) return rc;
     std::fputs((json ? Json(r) : StatusText(r)).c_str(), stdout);
   } else if (stats->parsed()) {
     cake::v1::StatsResponse r;
-    if (int rc = call("Stats", cake::v1::StatsRequest(), &r); rc != 0) return rc;
+    if (int rc = call(&Admin::Stats, cake::v1::StatsRequest(), &r); rc != 0) return rc;
     if (json) {
       std::fputs(Json(r).c_str(), stdout);
     } else {
@@ -176,18 +205,18 @@ int main(int argc, char** argv) {
     }
   } else if (evict->parsed()) {
     cake::v1::EvictRequest request;
-    request.set_tier(evict_tier);
+    request.set_tier(kTiers.at(evict_tier));
     cake::v1::EvictResponse r;
-    if (int rc = call("Evict", request, &r); rc != 0) return rc;
+    if (int rc = call(&Admin::Evict, request, &r); rc != 0) return rc;
     if (json) std::fputs(Json(r).c_str(), stdout);
     else std::printf("evicted %llu chunks (%s) from %s\n", static_cast<unsigned long long>(r.chunks()),
                      Bytes(r.bytes()).c_str(), evict_tier.c_str());
   } else if (read_cap->parsed()) {
     cake::v1::SetReadCapRequest request;
-    request.set_tier(cap_tier);
+    request.set_tier(kTiers.at(cap_tier));
     request.set_gbps(cap_gbps);
     cake::v1::SetReadCapResponse r;
-    if (int rc = call("SetReadCap", request, &r); rc != 0) return rc;
+    if (int rc = call(&Admin::SetReadCap, request, &r); rc != 0) return rc;
     if (json) std::fputs(Json(r).c_str(), stdout);
     else std::printf("%s read cap: %g -> %g Gbit/s\n", cap_tier.c_str(), r.previous_gbps(), cap_gbps);
   } else if (drain->parsed()) {
@@ -195,7 +224,7 @@ int main(int argc, char** argv) {
     request.set_exit_when_idle(exit_when_idle);
     request.set_resume(resume);
     cake::v1::DrainResponse r;
-    if (int rc = call("Drain", request, &r); rc != 0) return rc;
+    if (int rc = call(&Admin::Drain, request, &r); rc != 0) return rc;
     if (json) std::fputs(Json(r).c_str(), stdout);
     else std::printf("%s; %u loads running%s\n", r.draining() ? "draining: new loads are refused" : "taking loads",
                      r.active_loads(), exit_when_idle ? "; the daemon stops once none is" : "");
@@ -213,7 +242,7 @@ int main(int argc, char** argv) {
     request.set_region_id(release_id);
     request.set_end_loads(end_loads);
     cake::v1::ReleaseAnyRegionResponse r;
-    if (int rc = call("ReleaseAnyRegion", request, &r); rc != 0) return rc;
+    if (int rc = call(&Admin::ReleaseAnyRegion, request, &r); rc != 0) return rc;
     if (json) {
       std::fputs(Json(r).c_str(), stdout);
     } else {
@@ -230,7 +259,7 @@ int main(int argc, char** argv) {
     }
   } else if (regions->parsed() || regions_list->parsed()) {
     cake::v1::ListRegionsResponse r;
-    if (int rc = call("ListRegions", cake::v1::ListRegionsRequest(), &r); rc != 0) return rc;
+    if (int rc = call(&Admin::ListRegions, cake::v1::ListRegionsRequest(), &r); rc != 0) return rc;
     if (json) {
       std::fputs(Json(r).c_str(), stdout);
     } else {
@@ -242,14 +271,14 @@ int main(int argc, char** argv) {
                                       ? absl::StrFormat("released, in use by %u load%s", g.loads_using(),
                                                         g.loads_using() == 1 ? "" : "s")
                                       : Duration(g.lease_left_s());
-        std::printf("%-34s %-24s %-5s %10s %7u %9s\n", g.region_id().c_str(), owner.c_str(), g.kind().c_str(),
+        std::printf("%-34s %-24s %-5s %10s %7u %9s\n", g.region_id().c_str(), owner.c_str(), RegionKindName(g.kind()),
                     Bytes(g.bytes()).c_str(), g.windows(), lease.c_str());
       }
       std::printf("%d regions\n", r.regions_size());
     }
   } else if (loads->parsed()) {
     cake::v1::ListLoadsResponse r;
-    if (int rc = call("ListLoads", cake::v1::ListLoadsRequest(), &r); rc != 0) return rc;
+    if (int rc = call(&Admin::ListLoads, cake::v1::ListLoadsRequest(), &r); rc != 0) return rc;
     if (json) {
       std::fputs(Json(r).c_str(), stdout);
     } else {
@@ -258,20 +287,20 @@ int main(int argc, char** argv) {
       for (const cake::v1::LoadSummary& l : r.loads()) {
         const std::string client = l.principal().empty() ? l.client_id() : l.principal() + "/" + l.client_id();
         std::printf("%-12s %-20s %-16s %-24s %-12s %-7s %7u/%-7u %8s\n", l.load_id().c_str(), client.c_str(),
-                    l.tenant().c_str(), l.model().c_str(), l.strategy().c_str(), l.phase().c_str(), l.loaded_chunks(),
+                    l.tenant().c_str(), l.model().c_str(), cake::StrategyName(static_cast<cake::Strategy>(l.strategy())), PhaseName(l.phase()), l.loaded_chunks(),
                     l.cached_chunks(), Duration(l.age_s()).c_str());
       }
       std::printf("%d loads\n", r.loads_size());
     }
   } else if (config->parsed()) {
     cake::v1::GetConfigResponse r;
-    if (int rc = call("GetConfig", cake::v1::GetConfigRequest(), &r); rc != 0) return rc;
+    if (int rc = call(&Admin::GetConfig, cake::v1::GetConfigRequest(), &r); rc != 0) return rc;
     std::fputs(json ? Json(r).c_str() : r.toml().c_str(), stdout);
   } else if (verify->parsed()) {
     cake::v1::VerifyRequest request;
-    request.set_tier(verify_tier);
+    request.set_tier(kTiers.at(verify_tier));
     cake::v1::VerifyResponse r;
-    if (int rc = call("Verify", request, &r); rc != 0) return rc;
+    if (int rc = call(&Admin::Verify, request, &r); rc != 0) return rc;
     if (json) std::fputs(Json(r).c_str(), stdout);
     else std::printf("%s tier: %llu chunks (%s) checked in %s: %llu corrupt (removed), %llu unreadable, %llu gone "
                      "meanwhile\n",
@@ -282,7 +311,7 @@ int main(int argc, char** argv) {
     if (r.corrupt_removed() > 0 || r.unreadable() > 0) return kRefused;
   } else if (ping->parsed()) {
     cake::v1::PingResponse r;
-    if (int rc = call("Ping", cake::v1::PingRequest(), &r); rc != 0) return rc;
+    if (int rc = call(&Admin::Ping, cake::v1::PingRequest(), &r); rc != 0) return rc;
     std::puts(json ? "{}" : "ok");
   }
   return 0;

@@ -39,15 +39,27 @@ absl::Status MappedRegion::CopyFromHost(uint64_t offset, std::span<const std::by
   return absl::OkStatus();
 }
 
-std::optional<MeetingWait> MeetingWaitOf(const LoadPlan& plan, std::chrono::steady_clock::time_point started) {
-  if (plan.strategy != LoadPlan::Strategy::kCake || !plan.predicted_meeting_chunk || !plan.predicted_cake_s) {
-    return std::nullopt;
+FrontStep NextFrontStep(const LoadPlan& plan, std::chrono::steady_clock::time_point started, uint32_t next_chunk,
+                        uint32_t loaded_low, std::optional<uint32_t> done_meeting,
+                        std::chrono::steady_clock::time_point now) {
+  using Action = FrontStep::Action;
+  const uint32_t limit = plan.strategy == Strategy::kIoOnly ? plan.lowest_loadable : plan.cached_chunks;
+  if (next_chunk >= limit) return {Action::kStop};
+  if (done_meeting) {
+    if (next_chunk >= *done_meeting) return {Action::kStop};
+    return {Action::kCompute, {}, std::min(*done_meeting, limit)};
   }
-  constexpr double kSlackFraction = 0.2, kSlackSeconds = 1e-3;  // cake/load.py's WAIT_SLACK_FRACTION, WAIT_SLACK_S
-  return MeetingWait{*plan.predicted_meeting_chunk,
-                     started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                   std::chrono::duration<double>(*plan.predicted_cake_s * (1 + kSlackFraction) +
-                                                                 kSlackSeconds))};
+  if (next_chunk >= loaded_low && next_chunk < plan.cached_chunks) return {Action::kStop};
+  if (plan.strategy == Strategy::kCake && plan.predicted_meeting_chunk && plan.predicted_cake_s) {
+    const uint32_t meeting = *plan.predicted_meeting_chunk;
+    constexpr double kSlackFraction = 0.2, kSlackSeconds = 1e-3;  // cake/load.py's WAIT_SLACK_FRACTION, WAIT_SLACK_S
+    const auto until = started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                     std::chrono::duration<double>(*plan.predicted_cake_s * (1 + kSlackFraction) +
+                                                                   kSlackSeconds));
+    if (next_chunk < meeting) return {Action::kCompute, {}, std::min(meeting, limit)};
+    if (now < until) return {Action::kWait, until};
+  }
+  return {Action::kCompute, {}, limit};
 }
 
 namespace {
@@ -80,7 +92,7 @@ class GrpcLoadSession final : public LoadSession {
   // on the wire instead of two, and the daemon starts reading chunks that much sooner; the reader thread starts
   // after the write, off the request's path.
   GrpcLoadSession(v1::KvService::Stub* stub, const LoadOptions& options, const v1::LoadRequest& start)
-      : region_(options.region), inline_(options.region == nullptr), base_offset_(options.region_offset) {
+      : region_(options.region), inline_(options.region == nullptr) {
     context_.set_initial_metadata_corked(true);
     stream_ = stub->Load(&context_);
     // A failed write means the stream already ended; WaitPlan then reports it and Release gives the status.
@@ -116,6 +128,26 @@ class GrpcLoadSession final : public LoadSession {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<FrontStep> NextStep(uint32_t next_chunk) override {
+    CAKE_ASSIGN_OR_RETURN(const LoadPlan plan, WaitPlan());
+    std::optional<uint32_t> meeting;
+    uint32_t loaded_low = 0;
+    bool ended = false;
+    {
+      std::lock_guard lock(mu_);
+      if (done_) meeting = done_->meeting_chunk;
+      loaded_low = loaded_low_;
+      ended = ended_;
+    }
+    FrontStep step = NextFrontStep(plan, started_, next_chunk, loaded_low, meeting, std::chrono::steady_clock::now());
+    // A stream that ended without Done lands nothing more: waiting for it would only spin until the deadline.
+    if (ended && step.action == FrontStep::Action::kWait) {
+      step = {FrontStep::Action::kCompute, {},
+              plan.strategy == Strategy::kIoOnly ? plan.lowest_loadable : plan.cached_chunks};
+    }
+    return step;
+  }
+
   bool IsResident(uint32_t chunk) const override {
     std::lock_guard lock(mu_);
     return plan_.has_value() && chunk >= loaded_low_ && chunk < plan_->cached_chunks;
@@ -128,8 +160,8 @@ class GrpcLoadSession final : public LoadSession {
 
   uint64_t RegionOffset(uint32_t chunk) const override {
     std::lock_guard lock(mu_);
-    if (!plan_ || chunk < plan_->lowest_loadable) return 0;
-    return base_offset_ + uint64_t{chunk - plan_->lowest_loadable} * plan_->chunk_bytes;
+    auto it = region_offsets_.find(chunk);
+    return it == region_offsets_.end() ? 0 : it->second;
   }
 
   std::string_view InlineChunk(uint32_t chunk) const override {
@@ -174,6 +206,8 @@ class GrpcLoadSession final : public LoadSession {
     if (reader_.joinable()) reader_.join();
     finished_ = true;
     final_status_ = FromGrpc(stream_->Finish());
+    std::lock_guard lock(mu_);
+    if (!broken_.ok()) final_status_ = broken_;
     return final_status_;
   }
 
@@ -182,47 +216,98 @@ class GrpcLoadSession final : public LoadSession {
     v1::LoadResponse response;
     while (stream_->Read(&response)) {
       std::lock_guard lock(mu_);
-      switch (response.msg_case()) {
-        case v1::LoadResponse::kPlan: {
-          const v1::LoadPlan& p = response.plan();
-          LoadPlan plan;
-          plan.load_id = p.load_id();
-          plan.total_chunks = p.total_chunks();
-          plan.cached_chunks = p.cached_chunks();
-          plan.lowest_loadable = p.lowest_loadable();
-          plan.chunk_bytes = p.chunk_bytes();
-          if (p.has_predicted_meeting_chunk()) plan.predicted_meeting_chunk = p.predicted_meeting_chunk();
-          plan.strategy = static_cast<LoadPlan::Strategy>(p.strategy());
-          if (p.has_predicted_cake_s()) plan.predicted_cake_s = p.predicted_cake_s();
-          if (p.has_predicted_compute_only_s()) plan.predicted_compute_only_s = p.predicted_compute_only_s();
-          if (p.has_predicted_io_only_s()) plan.predicted_io_only_s = p.predicted_io_only_s();
-          for (int t : p.chunk_tiers()) plan.tiers.push_back(static_cast<TierKind>(t));
-          loaded_low_ = plan.cached_chunks;
-          plan_ = std::move(plan);
-          break;
-        }
-        case v1::LoadResponse::kLoaded:
-          // Chunks arrive highest first and each extends the contiguous loaded suffix.
-          loaded_low_ = std::min(loaded_low_, response.loaded().chunk());
-          if (inline_)
-            inline_chunks_[response.loaded().chunk()] = std::move(*response.mutable_loaded()->mutable_data());
-          break;
-        case v1::LoadResponse::kLoadedBatch:  // region loads only (accept_loaded_batch): no inline data
-          for (const v1::ChunkLoaded& chunk : response.loaded_batch().chunks())
-            loaded_low_ = std::min(loaded_low_, chunk.chunk());
-          break;
-        case v1::LoadResponse::kDone:
-          done_ = LoadDone{response.done().meeting_chunk(), response.done().loaded_chunks(),
-                           response.done().failed_chunks()};
-          break;
-        case v1::LoadResponse::MSG_NOT_SET:
-          break;
+      if (absl::Status taken = TakeLocked(response); !taken.ok()) {
+        // The daemon broke the protocol: nothing more from it is believed. The load ends (the engine computes
+        // what was not loaded) and Release reports why.
+        broken_ = absl::DataLossError(absl::StrCat("the daemon broke the Load protocol: ", taken.message()));
+        context_.TryCancel();
+        break;
       }
       cv_.notify_all();
     }
     std::lock_guard lock(mu_);
     ended_ = true;
     cv_.notify_all();
+  }
+
+  // Checks one message against the plan and what came before (the checks cake/load.py makes), then records it.
+  absl::Status TakeLocked(v1::LoadResponse& response) {
+    switch (response.msg_case()) {
+      case v1::LoadResponse::kPlan: {
+        if (plan_) return absl::DataLossError("a second Plan");
+        const v1::LoadPlan& p = response.plan();
+        if (!(p.lowest_loadable() <= p.cached_chunks() && p.cached_chunks() <= p.total_chunks()) ||
+            p.chunk_tiers_size() != static_cast<int>(p.cached_chunks()) ||
+            (p.cached_chunks() > 0 && p.chunk_bytes() == 0)) {
+          return absl::DataLossError(absl::StrCat("a Plan of ", p.cached_chunks(), " cached chunks of ",
+                                                  p.total_chunks(), ", lowest loadable ", p.lowest_loadable()));
+        }
+        LoadPlan plan;
+        plan.load_id = p.load_id();
+        plan.total_chunks = p.total_chunks();
+        plan.cached_chunks = p.cached_chunks();
+        plan.lowest_loadable = p.lowest_loadable();
+        plan.chunk_bytes = p.chunk_bytes();
+        if (p.has_predicted_meeting_chunk()) plan.predicted_meeting_chunk = p.predicted_meeting_chunk();
+        plan.strategy = static_cast<Strategy>(p.strategy());
+        if (p.has_predicted_cake_s()) plan.predicted_cake_s = p.predicted_cake_s();
+        if (p.has_predicted_compute_only_s()) plan.predicted_compute_only_s = p.predicted_compute_only_s();
+        if (p.has_predicted_io_only_s()) plan.predicted_io_only_s = p.predicted_io_only_s();
+        for (int t : p.chunk_tiers()) plan.tiers.push_back(static_cast<TierKind>(t));
+        loaded_low_ = plan.cached_chunks;
+        plan_ = std::move(plan);
+        return absl::OkStatus();
+      }
+      case v1::LoadResponse::kLoaded:
+        return TakeLoadedLocked(*response.mutable_loaded());
+      case v1::LoadResponse::kLoadedBatch:
+        if (inline_) return absl::DataLossError("a batch of landed chunks on an inline load");
+        for (v1::ChunkLoaded& chunk : *response.mutable_loaded_batch()->mutable_chunks()) {
+          CAKE_RETURN_IF_ERROR(TakeLoadedLocked(chunk));
+        }
+        return absl::OkStatus();
+      case v1::LoadResponse::kDone: {
+        const v1::LoadDone& d = response.done();
+        if (!plan_ || done_) return absl::DataLossError("Done before a Plan, or twice");
+        // [meeting, H) must all have been reported loaded: the engine is about to use them.
+        if (d.meeting_chunk() > plan_->cached_chunks || d.meeting_chunk() < loaded_low_) {
+          return absl::DataLossError(absl::StrCat("Done at chunk ", d.meeting_chunk(),
+                                                  " with chunks loaded only from ", loaded_low_));
+        }
+        done_ = LoadDone{d.meeting_chunk(), d.loaded_chunks(), d.failed_chunks()};
+        return absl::OkStatus();
+      }
+      case v1::LoadResponse::MSG_NOT_SET:
+        break;
+    }
+    return absl::DataLossError("a LoadResponse with no message set");
+  }
+
+  absl::Status TakeLoadedLocked(v1::ChunkLoaded& loaded) {
+    const uint32_t chunk = loaded.chunk();
+    if (!plan_ || done_) return absl::DataLossError(absl::StrCat("chunk ", chunk, " before the Plan or after Done"));
+    // Chunks land highest first, each extending the contiguous loaded suffix down by one.
+    if (chunk < plan_->lowest_loadable || chunk >= plan_->cached_chunks || chunk >= loaded_low_) {
+      return absl::DataLossError(absl::StrCat("chunk ", chunk, " outside [", plan_->lowest_loadable, ", ",
+                                              std::min(loaded_low_, plan_->cached_chunks), ") or twice"));
+    }
+    if (inline_) {
+      if (loaded.data().size() != plan_->chunk_bytes) {
+        return absl::DataLossError(absl::StrCat("inline chunk ", chunk, " of ", loaded.data().size(),
+                                                " bytes, not ", plan_->chunk_bytes));
+      }
+      inline_chunks_[chunk] = std::move(*loaded.mutable_data());
+    } else {
+      if (loaded.bytes() != plan_->chunk_bytes || loaded.region_offset() > region_->size() ||
+          region_->size() - loaded.region_offset() < loaded.bytes()) {
+        return absl::DataLossError(absl::StrCat("chunk ", chunk, " at ", loaded.region_offset(), " (+",
+                                                loaded.bytes(), " bytes) is outside the ", region_->size(),
+                                                "-byte region"));
+      }
+      region_offsets_[chunk] = loaded.region_offset();
+    }
+    loaded_low_ = chunk;
+    return absl::OkStatus();
   }
 
   // The stream ended before what the caller waited for: finish it to learn why.
@@ -234,7 +319,7 @@ class GrpcLoadSession final : public LoadSession {
   std::unique_ptr<grpc::ClientReaderWriter<v1::LoadRequest, v1::LoadResponse>> stream_;
   const MappedRegion* region_;
   const bool inline_;
-  uint64_t base_offset_ = 0;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::mutex write_mu_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -242,6 +327,8 @@ class GrpcLoadSession final : public LoadSession {
   std::optional<LoadDone> done_;
   uint32_t loaded_low_ = UINT32_MAX;
   std::map<uint32_t, std::string> inline_chunks_;
+  std::map<uint32_t, uint64_t> region_offsets_;
+  absl::Status broken_;  // set when the daemon broke the protocol: what Release returns
   bool ended_ = false;
   bool finished_ = false;
   absl::Status final_status_;
@@ -336,9 +423,10 @@ class GrpcClient final : public Client {
 
   absl::StatusOr<StoreResult> StoreInline(const NamespaceSpec& ns, const PromptRef& prompt, uint32_t first_chunk,
                                           std::span<const std::string_view> chunks) override {
-    // One message per batch of at most kInlineStoreBatchBytes (a larger chunk goes alone): the daemon takes
-    // messages up to server.max_message_bytes (256 MiB by default), and one huge message would hold that much in
-    // both processes at once.
+    // One message per batch of at most kInlineStoreBatchBytes, and a quarter of the daemon's message limit (a
+    // larger chunk goes alone): one huge message would hold that much in both processes at once.
+    CAKE_ASSIGN_OR_RETURN(const DaemonLimits limits, Limits());
+    const uint64_t batch_limit = std::min(kInlineStoreBatchBytes, limits.max_message_bytes / 4);
     StoreResult total{0, 0};
     size_t next = 0;
     while (next < chunks.size()) {
@@ -346,7 +434,7 @@ class GrpcClient final : public Client {
       uint64_t batch_bytes = 0;
       const size_t batch_first = next;
       while (next < chunks.size() &&
-             (next == batch_first || batch_bytes + chunks[next].size() <= kInlineStoreBatchBytes)) {
+             (next == batch_first || batch_bytes + chunks[next].size() <= batch_limit)) {
         batch_bytes += chunks[next].size();
         request.add_inline_chunks(std::string(chunks[next]));
         ++next;
@@ -393,39 +481,76 @@ class GrpcClient final : public Client {
     return std::map<std::string, uint64_t>(response.counters().begin(), response.counters().end());
   }
 
-  absl::StatusOr<uint64_t> Evict(const std::string& tier) override {
+  absl::StatusOr<DaemonLimits> Limits() override {
+    {
+      std::lock_guard lock(limits_mu_);
+      if (limits_) return *limits_;
+    }
+    grpc::ClientContext context;
+    v1::GetLimitsResponse r;
+    const absl::Status asked = FromGrpc(kv_->GetLimits(&context, v1::GetLimitsRequest(), &r));
+    DaemonLimits limits;
+    if (absl::IsUnimplemented(asked)) {
+      // A daemon from before GetLimits: its configuration's defaults, which DaemonLimits holds.
+    } else if (!asked.ok()) {
+      return asked;
+    } else {
+      limits.max_message_bytes = r.max_message_bytes();
+      limits.load_start_timeout_ms = r.load_start_timeout_ms();
+      limits.load_idle_timeout_ms = r.load_idle_timeout_ms();
+      limits.default_chunk_tokens = r.default_chunk_tokens();
+      limits.max_chunk_tokens = r.max_chunk_tokens();
+      limits.min_chunk_bytes = r.min_chunk_bytes();
+      limits.max_prompt_tokens = r.max_prompt_tokens();
+      limits.region_lease_ms = r.region_lease_ms();
+      limits.default_load_window = r.default_load_window();
+      limits.max_load_window = r.max_load_window();
+      limits.max_region_bytes = r.max_region_bytes();
+    }
+    std::lock_guard lock(limits_mu_);
+    limits_ = limits;
+    return limits;
+  }
+
+  absl::StatusOr<uint64_t> Evict(TierKind tier) override {
     grpc::ClientContext context;
     v1::EvictRequest request;
-    request.set_tier(tier);
+    request.set_tier(static_cast<v1::TierKind>(tier));
     v1::EvictResponse response;
     CAKE_RETURN_IF_ERROR(FromGrpc(admin_->Evict(&context, request, &response)));
     return response.chunks();
   }
 
-  absl::StatusOr<double> SetReadCap(const std::string& tier, double gbps) override {
+  absl::StatusOr<double> SetReadCap(TierKind tier, double gbps) override {
     grpc::ClientContext context;
     v1::SetReadCapRequest request;
-    request.set_tier(tier);
+    request.set_tier(static_cast<v1::TierKind>(tier));
     request.set_gbps(gbps);
     v1::SetReadCapResponse response;
     CAKE_RETURN_IF_ERROR(FromGrpc(admin_->SetReadCap(&context, request, &response)));
     return response.previous_gbps();
   }
 
-  absl::StatusOr<std::string> StatusText() override {
+  absl::StatusOr<DaemonStatus> Status() override {
     grpc::ClientContext context;
     v1::StatusResponse r;
     CAKE_RETURN_IF_ERROR(FromGrpc(admin_->Status(&context, v1::StatusRequest(), &r)));
-    std::string out = absl::StrFormat(
-        "version: %s\npid: %u\nuptime_s: %.1f\nlisten: %s\nregion_backend: %s\nactive_loads: %u\nregions: %u "
-        "(%u bytes)\n",
-        r.version(), r.pid(), r.uptime_s(), r.listen_address(), r.region_backend(), r.active_loads(), r.regions(),
-        r.region_bytes());
+    DaemonStatus out;
+    out.version = r.version();
+    out.pid = r.pid();
+    out.uptime_s = r.uptime_s();
+    out.listen_address = r.listen_address();
+    for (int kind : r.region_kinds()) out.cuda_regions |= kind == v1::REGION_CUDA_IPC;
     for (const v1::TierStatus& t : r.tiers()) {
-      absl::StrAppendFormat(
-          &out, "tier %s: %u chunks, %u of %u bytes used%s\n", t.name(), t.chunks(), t.used_bytes(), t.capacity_bytes(),
-          t.read_limit_gbps() > 0 ? absl::StrFormat(", reads capped at %g Gbps", t.read_limit_gbps()) : "");
+      out.tiers.push_back({static_cast<TierKind>(t.tier()), t.used_bytes(), t.capacity_bytes(), t.chunks(),
+                           t.read_limit_gbps()});
     }
+    out.active_loads = r.active_loads();
+    out.regions = r.regions();
+    out.region_bytes = r.region_bytes();
+    out.regions_released_in_use = r.regions_released_in_use();
+    out.draining = r.draining();
+    out.metrics_address = r.metrics_address();
     return out;
   }
 
@@ -452,35 +577,7 @@ class GrpcClient final : public Client {
     return bytes == std::string("\x08\x01", 2);  // HealthCheckResponse{status: SERVING}
   }
 
-  absl::Status Admin(std::string_view method, const google::protobuf::Message& request,
-                     google::protobuf::Message* response) override {
-    grpc::ClientContext context;
-    auto call = [&](auto rpc, const auto* typed_request, auto* typed_response) -> absl::Status {
-      if (typed_request == nullptr || typed_response == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat("the messages do not match AdminService.", std::string(method)));
-      }
-      return FromGrpc((admin_.get()->*rpc)(&context, *typed_request, typed_response));
-    };
-    using Stub = v1::AdminService::Stub;
-#define CAKE_ADMIN_CALL(Name)                                                                     \
-  if (method == #Name) {                                                                          \
-    return call(&Stub::Name, dynamic_cast<const v1::Name##Request*>(&request),                    \
-                dynamic_cast<v1::Name##Response*>(response));                                     \
-  }
-    CAKE_ADMIN_CALL(Ping)
-    CAKE_ADMIN_CALL(Status)
-    CAKE_ADMIN_CALL(Stats)
-    CAKE_ADMIN_CALL(Evict)
-    CAKE_ADMIN_CALL(SetReadCap)
-    CAKE_ADMIN_CALL(Drain)
-    CAKE_ADMIN_CALL(ListRegions)
-    CAKE_ADMIN_CALL(ReleaseAnyRegion)
-    CAKE_ADMIN_CALL(ListLoads)
-    CAKE_ADMIN_CALL(GetConfig)
-    CAKE_ADMIN_CALL(Verify)
-#undef CAKE_ADMIN_CALL
-    return absl::InvalidArgumentError(absl::StrCat("AdminService has no call ", std::string(method)));
-  }
+  std::shared_ptr<grpc::ChannelInterface> channel() const override { return channel_; }
 
  private:
   static constexpr uint64_t kInlineStoreBatchBytes = uint64_t{64} << 20;
@@ -539,6 +636,8 @@ class GrpcClient final : public Client {
   std::unique_ptr<v1::KvService::Stub> kv_;
   std::unique_ptr<v1::AdminService::Stub> admin_;
   std::string client_id_;
+  std::mutex limits_mu_;
+  std::optional<DaemonLimits> limits_;  // asked once (Limits)
   std::mutex lease_mu_;
   std::condition_variable lease_wake_;
   std::set<std::string> leased_;  // regions of this client to renew; guarded by lease_mu_

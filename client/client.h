@@ -12,13 +12,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/strategy.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/region.h"
 #include "storage/namespace.h"
 #include "storage/tier_kind.h"
 
-namespace google::protobuf {
-class Message;
+namespace grpc {
+class ChannelInterface;
 }
 
 namespace cake {
@@ -149,21 +150,36 @@ struct LoadPlan {
   std::vector<TierKind> tiers;
   // How the daemon serves the request (cake.v1.LoadPlan.Strategy): kCake, compute until a chunk is resident;
   // kIoOnly, compute only [0, lowest_loadable) and wait; kComputeOnly, compute everything.
-  enum class Strategy { kCake = 0, kIoOnly = 1, kComputeOnly = 2 };
+  using Strategy = cake::Strategy;
   Strategy strategy = Strategy::kCake;
   std::optional<double> predicted_cake_s, predicted_compute_only_s, predicted_io_only_s;
 };
 
-// Where an engine computing the front stops to wait for the loads, and until when: under strategy kCake with a
-// prediction, the predicted meeting chunk, until `started` (when the load was started) plus the predicted Cake time
-// with a fifth of slack and a millisecond; past that the loads fell behind and the engine computes on (computing
-// past the meeting is work thrown away, waiting forever is worse). None otherwise: the engine computes until a
-// chunk is resident. The Python client's LoadSession.meeting_deadline() is the same rule (docs/engines.md).
-struct MeetingWait {
-  uint32_t chunk = 0;
-  std::chrono::steady_clock::time_point until;
+// What an engine computing the front of a prompt does next: the engine side of the Cake protocol, written once
+// for every C++ engine (cake/load.py's LoadSession.next_step is the same rule). An engine loops:
+//   kCompute: compute chunk c, ReportProgress(c + 1);  kWait: WaitResidentUntil(c, until), then ask again;
+//   kStop: WaitDone(), compute up to its meeting chunk, use the loaded rest.
+struct FrontStep {
+  enum class Action { kCompute, kWait, kStop };
+  Action action = Action::kCompute;
+  std::chrono::steady_clock::time_point until;  // kWait only
+  // kCompute only: the engine may compute up to this chunk (exclusive) before it must ask again, unless a chunk
+  // it reaches is resident first (the predicted meeting, or the limit): what an engine that computes several
+  // chunks per step caps its steps at.
+  uint32_t compute_through = 0;
 };
-std::optional<MeetingWait> MeetingWaitOf(const LoadPlan& plan, std::chrono::steady_clock::time_point started);
+
+// The rule, on what the engine knows when it is about to compute chunk `next_chunk`: the plan, when the load
+// started, the lowest chunk of the loaded suffix, and the meeting chunk once Done arrived.
+//  - Stop at the limit: lowest_loadable under I/O-only (the engine computes only below it), else cached_chunks.
+//  - Stop once Done arrived and the front reached its meeting chunk, or when next_chunk is resident.
+//  - Under Cake with a prediction, wait at the predicted meeting chunk until `started` plus the predicted Cake time
+//    with a fifth of slack and a millisecond: computing past the meeting is work thrown away, but past that
+//    deadline the loads fell behind, and waiting longer is worse than computing on.
+//  - Otherwise compute.
+FrontStep NextFrontStep(const LoadPlan& plan, std::chrono::steady_clock::time_point started, uint32_t next_chunk,
+                        uint32_t loaded_low, std::optional<uint32_t> done_meeting,
+                        std::chrono::steady_clock::time_point now);
 
 struct LoadDone {
   uint32_t meeting_chunk = 0;  // compute [0, meeting_chunk), use the loaded [meeting_chunk, cached_chunks)
@@ -171,19 +187,24 @@ struct LoadDone {
   uint32_t failed_chunks = 0;
 };
 
-// One Cake load. After each engine step: ReportProgress(c), then IsResident(c) to decide whether to stop
-// computing. Release() once the loaded chunks have been copied out.
+// One Cake load. After each engine step: ReportProgress(c), then NextStep(c) says whether to compute on, wait or
+// stop. Release() once the loaded chunks have been copied out. A daemon message that breaks the protocol (a chunk
+// outside the plan or the region, a second Plan, Done before its chunks) ends the load: Release() returns
+// DATA_LOSS, and the engine computes what was not loaded.
 class LoadSession {
  public:
   virtual ~LoadSession() = default;  // cancels the load if it was not released
 
   virtual absl::StatusOr<LoadPlan> WaitPlan() = 0;
+  // NextFrontStep on this load's state, for the chunk the engine would compute next (waits for the Plan; an error
+  // if the stream ended first).
+  virtual absl::StatusOr<FrontStep> NextStep(uint32_t next_chunk) = 0;
   virtual absl::Status ReportProgress(uint32_t computed_through) = 0;
   // Whether chunk's bytes are in the region (or held inline); true means all of [chunk, cached) are.
   virtual bool IsResident(uint32_t chunk) const = 0;
   // The lowest chunk of the loaded suffix [LoadedLow(), cached) so far (cached_chunks while nothing is loaded).
   virtual uint32_t LoadedLow() const = 0;
-  // Where chunk landed in the region (valid once resident).
+  // Where the daemon placed chunk in the region (ChunkLoaded.region_offset; valid once resident).
   virtual uint64_t RegionOffset(uint32_t chunk) const = 0;
   // Inline loads: the chunk's bytes (empty unless resident).
   virtual std::string_view InlineChunk(uint32_t chunk) const = 0;
@@ -195,6 +216,45 @@ class LoadSession {
   virtual bool WaitResidentUntil(uint32_t chunk, std::chrono::steady_clock::time_point deadline) = 0;
   // Tells the daemon the chunks were copied out and ends the stream; returns its final status.
   virtual absl::Status Release() = 0;
+};
+
+// cake.v1.GetLimitsResponse: what the daemon accepts. A daemon too old to answer GetLimits is taken to have the
+// defaults below (its configuration's defaults when it was written).
+struct DaemonLimits {
+  uint64_t max_message_bytes = uint64_t{256} << 20;
+  uint32_t load_start_timeout_ms = 60000;
+  uint32_t load_idle_timeout_ms = 60000;
+  uint32_t default_chunk_tokens = 256;
+  uint32_t max_chunk_tokens = 1u << 16;
+  uint64_t min_chunk_bytes = 4096;
+  uint64_t max_prompt_tokens = 1u << 20;
+  uint32_t region_lease_ms = 30000;
+  uint32_t default_load_window = 4;
+  uint32_t max_load_window = 64;
+  uint64_t max_region_bytes = 0;  // 0: not told
+};
+
+// cake.v1.StatusResponse, typed.
+struct DaemonStatus {
+  struct Tier {
+    TierKind kind = TierKind::kNone;
+    uint64_t used_bytes = 0;
+    uint64_t capacity_bytes = 0;
+    uint64_t chunks = 0;
+    double read_cap_gbps = 0;  // 0: not capped
+  };
+  std::string version;
+  uint32_t pid = 0;
+  double uptime_s = 0;
+  std::string listen_address;
+  bool cuda_regions = false;  // RegisterRegion can make device regions here
+  std::vector<Tier> tiers;
+  uint32_t active_loads = 0;
+  uint32_t regions = 0;
+  uint64_t region_bytes = 0;
+  uint32_t regions_released_in_use = 0;
+  bool draining = false;
+  std::string metrics_address;
 };
 
 class Client {
@@ -214,21 +274,19 @@ class Client {
   virtual absl::StatusOr<std::unique_ptr<LoadSession>> StartLoad(const LoadOptions& options) = 0;
 
   virtual absl::Status Ping() = 0;
+  // What the daemon accepts (GetLimits): sizes and timers a client must agree with. Asked once, then kept.
+  virtual absl::StatusOr<DaemonLimits> Limits() = 0;
   virtual absl::StatusOr<std::map<std::string, uint64_t>> Stats() = 0;
-  // Drops every chunk of one tier ("dram", "disk" or "remote"); returns how many.
-  virtual absl::StatusOr<uint64_t> Evict(const std::string& tier) = 0;
+  // Drops every chunk of one tier; returns how many.
+  virtual absl::StatusOr<uint64_t> Evict(TierKind tier) = 0;
   // Changes a capped tier's read cap; returns the previous cap, Gbit/s.
-  virtual absl::StatusOr<double> SetReadCap(const std::string& tier, double gbps) = 0;
-  // The daemon's status as "key: value" lines, for people.
-  virtual absl::StatusOr<std::string> StatusText() = 0;
+  virtual absl::StatusOr<double> SetReadCap(TierKind tier, double gbps) = 0;
+  virtual absl::StatusOr<DaemonStatus> Status() = 0;
   // gRPC's standard health check: whether the daemon serves `service` ("" is the whole daemon; NOT_SERVING while
   // drained or stopping). NOT_FOUND for a service it does not know.
   virtual absl::StatusOr<bool> Serving(const std::string& service) = 0;
-  // For tools (cakectl): one AdminService call by its name ("Ping", "Status", "Stats", "Evict", "SetReadCap",
-  // "Drain", "ListRegions", "ReleaseAnyRegion", "ListLoads", "GetConfig", "Verify"), with the cake.v1 request and response messages of that call. INVALID_ARGUMENT for another name or
-  // messages of the wrong type.
-  virtual absl::Status Admin(std::string_view method, const google::protobuf::Message& request,
-                             google::protobuf::Message* response) = 0;
+  // The connection, for tools that call the generated stubs themselves (cakectl's AdminService calls).
+  virtual std::shared_ptr<grpc::ChannelInterface> channel() const = 0;
 };
 
 }  // namespace cake

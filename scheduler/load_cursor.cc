@@ -103,24 +103,4 @@ uint32_t LoadCursor::wasted_reads() const {
   return wasted;
 }
 
-uint32_t PredictMeetingChunk(uint32_t cached_chunks, uint32_t lowest_loadable, const SplitCosts& costs) {
-  const uint32_t h = cached_chunks;
-  lowest_loadable = std::min(lowest_loadable, h);
-  // Walk m upward: compute time grows and load time shrinks, so the best m is where they cross.
-  double compute = 0;
-  for (uint32_t i = 0; i < lowest_loadable; ++i) compute += costs.compute_first_chunk_s + costs.compute_growth_s * i;
-  uint32_t best = lowest_loadable;
-  double best_cost = std::numeric_limits<double>::infinity();
-  for (uint32_t m = lowest_loadable; m <= h; ++m) {
-    const double load = costs.load_suffix_s.size() > m ? costs.load_suffix_s[m] : costs.load_chunk_s * (h - m);
-    const double cost = std::max(compute, load);
-    if (cost < best_cost) {
-      best_cost = cost;
-      best = m;
-    }
-    compute += costs.compute_first_chunk_s + costs.compute_growth_s * m;
-  }
-  return best;
-}
-
 }  // namespace cake

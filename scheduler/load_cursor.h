@@ -73,17 +73,4 @@ class LoadCursor {
   std::optional<uint32_t> meeting_;
 };
 
-// Cost of computing chunk i on the engine, t(i) = first_chunk_s + growth_s * i (attention over a longer
-// prefix makes later chunks dearer), and of loading one chunk. Predicts the meeting chunk m that minimises
-// max(compute [0, m), load [m, H)).
-struct SplitCosts {
-  double compute_first_chunk_s = 0;
-  double compute_growth_s = 0;
-  double load_chunk_s = 0;
-  // Optional, H + 1 entries: seconds to load [m, H) for each m, for chunks in tiers of different speeds read at
-  // once (the slowest tier's share decides). Empty: every chunk costs load_chunk_s.
-  std::vector<double> load_suffix_s;
-};
-uint32_t PredictMeetingChunk(uint32_t cached_chunks, uint32_t lowest_loadable, const SplitCosts& costs);
-
 }  // namespace cake

@@ -4,7 +4,7 @@
 #include <array>
 #include <cmath>
 
-#include "scheduler/load_cursor.h"
+#include <limits>
 
 namespace cake {
 namespace {
@@ -96,33 +96,41 @@ double ComputeModel::RangeSeconds(uint32_t from, uint32_t to) const {
   return a_ * n + b_ * s;
 }
 
-const char* StrategyName(Strategy strategy) {
-  switch (strategy) {
-    case Strategy::kCake:
-      return "cake";
-    case Strategy::kIoOnly:
-      return "io-only";
-    case Strategy::kComputeOnly:
-      return "compute-only";
-  }
-  return "unknown";
-}
-
-std::vector<double> LoadSuffixSeconds(std::span<const uint8_t> chunk_class, std::span<const double> class_chunk_s,
+std::vector<double> LoadSuffixSeconds(std::span<const TierKind> chunk_tiers, const TierChunkSeconds& tier_chunk_s,
                                       uint32_t lowest_loadable) {
-  const uint32_t h = static_cast<uint32_t>(chunk_class.size());
+  const uint32_t h = static_cast<uint32_t>(chunk_tiers.size());
   const uint32_t low = std::min(lowest_loadable, h);
   std::vector<double> suffix(h + 1, 0.0);
-  std::vector<uint32_t> count(class_chunk_s.size(), 0);
+  std::array<uint32_t, kTierKinds> count{};
   double slowest = 0;
   for (uint32_t m = h; m > low;) {
     --m;
-    const uint8_t cls = chunk_class[m];
-    if (cls < count.size()) slowest = std::max(slowest, ++count[cls] * class_chunk_s[cls]);
+    const auto tier = static_cast<size_t>(chunk_tiers[m]);
+    if (tier < kTierKinds) slowest = std::max(slowest, ++count[tier] * tier_chunk_s[tier]);
     suffix[m] = slowest;
   }
   for (uint32_t m = 0; m < low; ++m) suffix[m] = suffix[low];
   return suffix;
+}
+
+uint32_t PredictMeetingChunk(uint32_t cached_chunks, uint32_t lowest_loadable, const SplitCosts& costs) {
+  const uint32_t h = cached_chunks;
+  lowest_loadable = std::min(lowest_loadable, h);
+  // Walk m upward: compute time grows and load time shrinks, so the best m is where they cross.
+  double compute = 0;
+  for (uint32_t i = 0; i < lowest_loadable; ++i) compute += costs.compute_first_chunk_s + costs.compute_growth_s * i;
+  uint32_t best = lowest_loadable;
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (uint32_t m = lowest_loadable; m <= h; ++m) {
+    const double load = costs.load_suffix_s.size() > m ? costs.load_suffix_s[m] : costs.load_chunk_s * (h - m);
+    const double cost = std::max(compute, load);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = m;
+    }
+    compute += costs.compute_first_chunk_s + costs.compute_growth_s * m;
+  }
+  return best;
 }
 
 PlanDecision Decide(const PlanInput& input, const ComputeModel& compute) {
@@ -170,27 +178,46 @@ PlanDecision Decide(const PlanInput& input, const ComputeModel& compute) {
   return d;
 }
 
-LoadCosts EstimateLoadCosts(std::span<const uint8_t> chunk_class, std::span<const double> class_chunk_s,
-                            uint32_t lowest_loadable, uint8_t free_class) {
+LoadCosts EstimateLoadCosts(std::span<const TierKind> chunk_tiers, const TierChunkSeconds& tier_chunk_s,
+                            uint32_t lowest_loadable) {
   LoadCosts costs;
-  const uint32_t h = static_cast<uint32_t>(chunk_class.size());
+  const uint32_t h = static_cast<uint32_t>(chunk_tiers.size());
   if (h <= lowest_loadable) return costs;
-  std::array<uint32_t, 256> per_class{};
-  int classes = 0;
-  for (uint32_t c = lowest_loadable; c < h; ++c) classes += per_class[chunk_class[c]]++ == 0;
-  costs.single_tier = classes == 1;
-  auto chunk_s = [&](int cls) { return static_cast<size_t>(cls) < class_chunk_s.size() ? class_chunk_s[cls] : 0.0; };
+  std::array<uint32_t, kTierKinds> per_tier{};
+  int tiers = 0;
+  for (uint32_t c = lowest_loadable; c < h; ++c) {
+    const auto tier = static_cast<size_t>(chunk_tiers[c]);
+    if (tier >= kTierKinds) return costs;  // no tier this planner knows: unknown cost, the plan adapts
+    tiers += per_tier[tier]++ == 0;
+  }
+  costs.single_tier = tiers == 1;
   double slowest = 0;
-  for (int cls = 0; cls < 256; ++cls) {
-    if (per_class[cls] == 0) continue;
-    if (!(chunk_s(cls) > 0) && cls != free_class) return costs;  // unknown: the plan adapts at run time
-    slowest = std::max(slowest, chunk_s(cls) * per_class[cls]);
+  for (size_t tier = 0; tier < kTierKinds; ++tier) {
+    if (per_tier[tier] == 0) continue;
+    if (!(tier_chunk_s[tier] > 0) && tier != static_cast<size_t>(TierKind::kDram)) return costs;  // unknown
+    slowest = std::max(slowest, tier_chunk_s[tier] * per_tier[tier]);
   }
   costs.load_chunk_s = slowest / (h - lowest_loadable);
   if (costs.load_chunk_s > 0 && !costs.single_tier) {
-    costs.load_suffix_s = LoadSuffixSeconds(chunk_class, class_chunk_s, lowest_loadable);
+    costs.load_suffix_s = LoadSuffixSeconds(chunk_tiers, tier_chunk_s, lowest_loadable);
   }
   return costs;
+}
+
+LoadPlanResult PlanLoad(const LoadPlanRequest& request) {
+  LoadPlanResult result;
+  result.compute.Seed(request.hint_first_chunk_s, request.hint_growth_s);
+  if (!result.compute.known()) result.compute = request.history;
+  LoadCosts costs = EstimateLoadCosts(request.chunk_tiers, request.tier_chunk_s, request.lowest_loadable);
+  result.single_tier = costs.single_tier;
+  PlanInput input;
+  input.cached_chunks = static_cast<uint32_t>(request.chunk_tiers.size());
+  input.lowest_loadable = request.lowest_loadable;
+  input.load_chunk_s = costs.load_chunk_s;
+  input.load_suffix_s = std::move(costs.load_suffix_s);
+  input.io_only_requested = request.io_only_requested;
+  result.decision = Decide(input, result.compute);
+  return result;
 }
 
 }  // namespace cake

@@ -3,10 +3,14 @@
 // sharing is not worth it. Pure logic, no clock: callers pass times in, so every case is testable.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <vector>
+
+#include "base/strategy.h"
+#include "storage/tier_kind.h"
 
 namespace cake {
 
@@ -42,9 +46,6 @@ class ComputeModel {
   mutable double a_ = 0, b_ = 0;
 };
 
-enum class Strategy : int { kCake = 0, kIoOnly = 1, kComputeOnly = 2 };
-const char* StrategyName(Strategy strategy);
-
 struct PlanInput {
   uint32_t cached_chunks = 0;    // H
   uint32_t lowest_loadable = 0;  // chunks below it must be computed whatever the plan
@@ -71,6 +72,22 @@ struct PlanDecision {
 // speeds turn out to be.
 PlanDecision Decide(const PlanInput& input, const ComputeModel& compute);
 
+// Cost of computing chunk i on the engine, t(i) = first_chunk_s + growth_s * i (attention over a longer
+// prefix makes later chunks dearer), and of loading one chunk. Predicts the meeting chunk m that minimises
+// max(compute [0, m), load [m, H)).
+struct SplitCosts {
+  double compute_first_chunk_s = 0;
+  double compute_growth_s = 0;
+  double load_chunk_s = 0;
+  // Optional, H + 1 entries: seconds to load [m, H) for each m, for chunks in tiers of different speeds read at
+  // once (the slowest tier's share decides). Empty: every chunk costs load_chunk_s.
+  std::vector<double> load_suffix_s;
+};
+uint32_t PredictMeetingChunk(uint32_t cached_chunks, uint32_t lowest_loadable, const SplitCosts& costs);
+
+// Seconds one chunk takes to read from each tier, indexed by TierKind; 0: not measured yet.
+using TierChunkSeconds = std::array<double, kTierKinds>;
+
 // What a load's chunks cost to read, from the tiers they sit in: the planner's load inputs.
 struct LoadCosts {
   double load_chunk_s = 0;            // PlanInput::load_chunk_s; 0 when a tier that holds some of them is unmeasured
@@ -78,17 +95,36 @@ struct LoadCosts {
   bool single_tier = false;           // one tier holds every chunk to load: only such a load measures its tier
 };
 
-// Costs of loading cached chunks [lowest_loadable, H), H = chunk_class.size(), chunk c from tier class
-// chunk_class[c] at class_chunk_s[class] seconds per chunk (0: unmeasured). Tiers are read in parallel, so the load
-// takes as long as its slowest tier's share, spread over the chunks. An unmeasured `free_class` (DRAM: a copy in
-// memory) counts as free; any other unmeasured class makes the cost unknown.
-LoadCosts EstimateLoadCosts(std::span<const uint8_t> chunk_class, std::span<const double> class_chunk_s,
-                            uint32_t lowest_loadable, uint8_t free_class);
+// Costs of loading cached chunks [lowest_loadable, H), H = chunk_tiers.size(). Tiers are read in parallel, so the
+// load takes as long as its slowest tier's share, spread over the chunks. An unmeasured DRAM tier (a copy in
+// memory) counts as free; any other unmeasured tier makes the cost unknown.
+LoadCosts EstimateLoadCosts(std::span<const TierKind> chunk_tiers, const TierChunkSeconds& tier_chunk_s,
+                            uint32_t lowest_loadable);
 
-// Seconds to load [m, H) for every m in [lowest_loadable, H] (entries below are those of lowest_loadable), when chunk
-// c sits in tier class chunk_class[c] whose chunks cost class_chunk_s[class] each, the classes read in parallel:
-// max over classes of (its chunks in [m, H)) x (its cost).
-std::vector<double> LoadSuffixSeconds(std::span<const uint8_t> chunk_class, std::span<const double> class_chunk_s,
+// Seconds to load [m, H) for every m in [lowest_loadable, H] (entries below are those of lowest_loadable): max over
+// tiers of (its chunks in [m, H)) x (its chunk time), the tiers read in parallel.
+std::vector<double> LoadSuffixSeconds(std::span<const TierKind> chunk_tiers, const TierChunkSeconds& tier_chunk_s,
                                       uint32_t lowest_loadable);
+
+// Everything the planner weighs for one load.
+struct LoadPlanRequest {
+  std::vector<TierKind> chunk_tiers;  // the tier of each cached chunk: H = its size
+  TierChunkSeconds tier_chunk_s{};    // the tiers' measured speeds
+  uint32_t lowest_loadable = 0;       // chunks below it are the engine's whatever the plan: no room, or it has them
+  bool io_only_requested = false;
+  double hint_first_chunk_s = 0;      // the engine's own estimate of its costs (both 0: none)
+  double hint_growth_s = 0;
+  ComputeModel history;               // what earlier loads of this namespace's engine were seen to cost
+};
+
+struct LoadPlanResult {
+  PlanDecision decision;
+  ComputeModel compute;      // what the plan assumed the engine costs: the hint when sent (the engine knows how busy
+                             // it is now), else the history; the read judge holds reads to it
+  bool single_tier = false;  // LoadCosts::single_tier
+};
+
+// Plans one load: its compute model, its load costs (each chunk at its own tier's speed) and the decision.
+LoadPlanResult PlanLoad(const LoadPlanRequest& request);
 
 }  // namespace cake

@@ -1,5 +1,9 @@
 #include "server/chunk_landing.h"
 
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+
 #include "storage/tier_manager.h"
 
 namespace cake {
@@ -11,7 +15,28 @@ ChunkLanding ChunkLanding::InRegion(std::shared_ptr<Region> region, uint64_t bas
   return ChunkLanding(std::move(region), base_offset, first_chunk, chunk_bytes);
 }
 
-ChunkLanding::Landed ChunkLanding::Land(TierManager& tiers, TierKind tier, const ChunkKey& key, uint32_t chunk) const {
+ChunkLanding::Landed ChunkLanding::Land(TierManager& tiers, TierKind tier, const ChunkKey& key, uint32_t chunk,
+                                        bool promote) const {
+  try {
+    Landed landed = LandOrThrow(tiers, tier, key, chunk);
+    if (promote && landed.status.ok() && tier != TierKind::kDram && !landed.bytes().empty()) {
+      if (is_inline()) {
+        tiers.Promote(key, landed.bytes(), tier);
+      } else {
+        landed.promote_later = true;
+      }
+    }
+    return landed;
+  } catch (const std::exception& e) {
+    // Out of memory or descriptors: the chunk is one the engine computes, like any failed read.
+    Landed failed;
+    failed.status = absl::ResourceExhaustedError(absl::StrCat("reading the chunk threw: ", e.what()));
+    return failed;
+  }
+}
+
+ChunkLanding::Landed ChunkLanding::LandOrThrow(TierManager& tiers, TierKind tier, const ChunkKey& key,
+                                               uint32_t chunk) const {
   Landed landed;
   if (is_inline()) {
     landed.inline_bytes.resize(chunk_bytes_);

@@ -32,6 +32,9 @@ class ChunkLanding {
     std::string inline_bytes;  // inline: the chunk, moved into its ChunkLoaded message
     std::span<const std::byte> region_bytes;  // in a host region or the staging buffer; empty when lent or inline
     std::shared_ptr<StagingBuffer> staging;   // holds a staged read's bytes until its promotion is done
+    // The read came from a slower tier and its copy into DRAM is the caller's to hand to TierManager::PromoteLater
+    // once it has reported the read (an inline chunk's copy is made in Land: its bytes move into the message).
+    bool promote_later = false;
 
     // Where the bytes were read to, for a promotion copy into DRAM (empty when the chunk came lent from DRAM:
     // it is there already). Taken from inline_bytes each time: a short string's bytes move with the object.
@@ -40,8 +43,10 @@ class ChunkLanding {
       return region_bytes;
     }
   };
-  // Reads `key` from `tier` into chunk `chunk`'s place. Runs on an I/O thread; any number at once.
-  Landed Land(TierManager& tiers, TierKind tier, const ChunkKey& key, uint32_t chunk) const;
+  // Reads `key` from `tier` into chunk `chunk`'s place, and with `promote` keeps a copy of a slower tier's chunk in
+  // DRAM. Runs on an I/O thread; any number at once. Never throws: a read that throws (out of memory or
+  // descriptors) is a failed one.
+  Landed Land(TierManager& tiers, TierKind tier, const ChunkKey& key, uint32_t chunk, bool promote = false) const;
 
   bool is_inline() const { return region_ == nullptr; }
   uint64_t chunk_bytes() const { return chunk_bytes_; }
@@ -51,6 +56,7 @@ class ChunkLanding {
   }
 
  private:
+  Landed LandOrThrow(TierManager& tiers, TierKind tier, const ChunkKey& key, uint32_t chunk) const;
   ChunkLanding(std::shared_ptr<Region> region, uint64_t base_offset, uint32_t first_chunk, uint64_t chunk_bytes)
       : region_(std::move(region)), base_offset_(base_offset), first_chunk_(first_chunk), chunk_bytes_(chunk_bytes) {}
 

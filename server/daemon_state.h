@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "base/mutex.h"
+#include "base/timers.h"
 #include "cuda/cuda_backend.h"
 #include "scheduler/io_pool.h"
 #include "scheduler/planner.h"
@@ -28,6 +29,10 @@
 
 namespace cake {
 
+// Where a live load is (values match cake.v1.LoadPhase): asking the tiers how much of the prompt they hold,
+// loading, or met (the split is final; it waits for its engine's Release).
+enum class LoadPhase : int { kLookingUp = 1, kLoading = 2, kMet = 3 };
+
 // What an operator sees of one running load (cakectl loads).
 struct LoadSummary {
   std::string load_id;
@@ -35,8 +40,8 @@ struct LoadSummary {
   std::string client_id;
   std::string tenant;
   std::string model;
-  std::string strategy;  // "cake", "io_only", "compute_only"
-  std::string phase;     // "looking_up", "loading", "met"
+  Strategy strategy = Strategy::kCake;
+  LoadPhase phase = LoadPhase::kLookingUp;
   uint32_t total_chunks = 0;
   uint32_t cached_chunks = 0;
   uint32_t loaded_chunks = 0;  // landed so far
@@ -144,7 +149,11 @@ struct DaemonState {
     regions.SetDisposer([this](std::function<void()> destroy) { return background.TrySubmit(std::move(destroy)); });
   }
   // `background` goes before `regions` (members end in reverse order): regions let go from now on unmap in place.
-  ~DaemonState() { regions.SetDisposer(nullptr); }
+  // The timer thread stops first: no load's timer fires into a pool or tier that is going.
+  ~DaemonState() {
+    timers.Stop();
+    regions.SetDisposer(nullptr);
+  }
   DaemonState(const DaemonState&) = delete;
   DaemonState& operator=(const DaemonState&) = delete;
 
@@ -187,6 +196,7 @@ struct DaemonState {
   InlineBudget inline_budget{config.max_inline_bytes, config.max_inline_bytes_per_principal};  // before the pools: queued reads hold loads that use it
   LoadTracker loads;
   ComputeModels compute_models;
+  TimerThread timers;  // the loads' idle watches and re-checks
   // Device regions: whether this daemon serves them (cuda.enabled, the build, a device), why not otherwise, and
   // the ordinals engines may ask for. Set once at start-up.
   bool cuda_usable = false;

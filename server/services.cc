@@ -9,11 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "grpcpp/security/auth_context.h"
 #include "base/mutex.h"
-#include "server/load_stream.h"
+#include "server/load_reactor.h"
 #include "server/requests.h"
-#include "server/tcp_authentication.h"
+#include "server/callers.h"
 #include "spdlog/spdlog.h"
 
 namespace cake {
@@ -88,40 +87,6 @@ absl::StatusOr<Caller> Authorize(grpc::CallbackServerContext* context, const Dae
 }
 
 }  // namespace
-
-absl::Status CheckRegionsReachable(const Caller& caller) {
-  if (caller.unix_socket) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      "regions are shared memory on the daemon's machine; over TCP, load and store with inline bytes (no region_id)");
-}
-
-absl::StatusOr<Caller> IdentifyCaller(const grpc::CallbackServerContext& context, const DaemonState& state) {
-  std::shared_ptr<const AccessPolicy> policy = state.access();
-  auto identified = [&](const PeerFacts& facts) -> absl::StatusOr<Caller> {
-    auto caller = policy->Identify(facts);
-    if (caller.ok()) {
-      caller->policy = policy;
-      caller->peer = facts;
-    }
-    return caller;
-  };
-  PeerFacts facts;
-  const std::string peer = context.peer();
-  if (peer.rfind("fd:", 0) == 0) {
-    facts.transport = PeerFacts::Transport::kUnix;
-    if (state.unix_connections != nullptr) {
-      if (auto unix_peer = state.unix_connections->PeerOf(peer)) facts.uid = unix_peer->uid;
-    }
-    return identified(facts);
-  }
-  return identified(TcpPeerFacts(context.auth_context().get(), context.client_metadata()));
-}
-
-absl::StatusOr<Namespace> CallerNamespace(const Caller& caller, const v1::Namespace& proto, const DaemonConfig& config) {
-  auto tenant = AccessPolicy::Tenant(caller, proto.tenant());
-  if (!tenant.ok()) return tenant.status();
-  return ParseNamespace(proto, config, *tenant);
-}
 
 grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerContext* context,
                                                         const v1::RegisterRegionRequest* request,
@@ -198,6 +163,27 @@ grpc::ServerUnaryReactor* KvServiceImpl::ReleaseRegion(grpc::CallbackServerConte
     spdlog::info("a region released by client {}", owner.ToString());
   }
   return Reply(context, status);
+}
+
+grpc::ServerUnaryReactor* KvServiceImpl::GetLimits(grpc::CallbackServerContext* context,
+                                                   const v1::GetLimitsRequest* request,
+                                                   v1::GetLimitsResponse* response) {
+  auto caller = Authorize(context, state_, Role::kEngine, "GetLimits");
+  if (!caller.ok()) return Reply(context, caller.status());
+  if (auto s = CheckRequestBytes(*request, "GetLimits", kSmallRequestBytes); !s.ok()) return Reply(context, s);
+  const DaemonConfig& config = state_.config;
+  response->set_max_message_bytes(config.max_message_bytes);
+  response->set_load_start_timeout_ms(config.load_start_timeout_ms);
+  response->set_load_idle_timeout_ms(config.load_idle_timeout_ms);
+  response->set_default_chunk_tokens(config.default_chunk_tokens);
+  response->set_max_chunk_tokens(config.max_chunk_tokens);
+  response->set_min_chunk_bytes(config.min_chunk_bytes);
+  response->set_max_prompt_tokens(config.max_prompt_tokens);
+  response->set_region_lease_ms(static_cast<uint32_t>(state_.regions.lease().count()));
+  response->set_default_load_window(config.load_window);
+  response->set_max_load_window(config.max_load_window);
+  response->set_max_region_bytes(config.max_region_bytes);
+  return Reply(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KvServiceImpl::RenewRegion(grpc::CallbackServerContext* context,
@@ -386,11 +372,12 @@ void AdminServiceImpl::FillStatus(v1::StatusResponse* response) {
   response->set_pid(static_cast<uint32_t>(getpid()));
   response->set_uptime_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - state_.started).count());
   response->set_listen_address(state_.listen_address);
-  response->set_region_backend(state_.cuda_usable ? "cuda-ipc+host-shm" : "host-shm");
+  if (state_.cuda_usable) response->add_region_kinds(v1::REGION_CUDA_IPC);
+  response->add_region_kinds(v1::REGION_HOST_SHM);
   for (const auto& entry : state_.tiers.tiers()) {
     v1::TierStatus* t = response->add_tiers();
     const TierUsage usage = entry->tier->Usage();
-    t->set_name(std::string(TierKindName(entry->kind)));
+    t->set_tier(static_cast<v1::TierKind>(entry->kind));
     t->set_used_bytes(usage.used_bytes);
     t->set_capacity_bytes(usage.capacity_bytes);
     t->set_chunks(usage.chunks);
@@ -452,18 +439,16 @@ void AdminServiceImpl::FillStats(v1::StatsResponse* response) {
   counters["promotions_to_disk"] = wb.promotions_to_disk;
 }
 
-// The tier an admin request names: INVALID_ARGUMENT for a name that is no tier, NOT_FOUND for one this daemon
-// was not started with.
-absl::StatusOr<Tier*> AdminServiceImpl::NamedTier(const std::string& name) const {
-  TierKind kind = TierKind::kNone;
-  if (name == "dram") kind = TierKind::kDram;
-  if (name == "disk") kind = TierKind::kDisk;
-  if (name == "remote") kind = TierKind::kRemote;
-  if (kind == TierKind::kNone) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown tier \"", name, "\"; accepted: dram, disk, remote"));
+// The tier an admin request names: INVALID_ARGUMENT for none (TIER_NONE, or a value this daemon does not know),
+// NOT_FOUND for one this daemon was not started with.
+absl::StatusOr<Tier*> AdminServiceImpl::NamedTier(v1::TierKind wire) const {
+  if (wire != v1::TIER_DRAM && wire != v1::TIER_DISK && wire != v1::TIER_REMOTE) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("name a tier (TIER_DRAM, TIER_DISK or TIER_REMOTE); got ", static_cast<int>(wire)));
   }
+  const TierKind kind = static_cast<TierKind>(wire);
   Tier* tier = state_.tiers.tier(kind);
-  if (tier == nullptr) return absl::NotFoundError(absl::StrCat("this daemon has no ", name, " tier"));
+  if (tier == nullptr) return absl::NotFoundError(absl::StrCat("this daemon has no ", TierKindName(kind), " tier"));
   return tier;
 }
 
@@ -481,7 +466,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* c
   IoPool& runner = tier->waits_on_network() ? state_.network_calls : state_.background;
   DaemonState& state = state_;
   const bool submitted = runner.TrySubmit(AnsweredEvenIfItThrows(reactor, [&state, reactor, tier, response,
-                                                                          name = request->tier()] {
+                                                                          name = tier->name()] {
     std::vector<std::pair<ChunkKey, uint64_t>> chunks;
     tier->ForEach([&](const ChunkKey& key, uint64_t bytes) { chunks.emplace_back(key, bytes); });
     for (const auto& [key, bytes] : chunks) {
@@ -520,8 +505,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetReadCap(grpc::CallbackServerConte
   if (absl::Status set = tier->SetReadCapGbps(request->gbps()); !set.ok()) {
     if (set.code() != absl::StatusCode::kFailedPrecondition) return Reply(context, set);
     return Reply(context, absl::FailedPreconditionError(absl::StrCat(
-                              "the ", request->tier(), " tier has no read cap to change; start caked with --",
-                              request->tier(), "-read-gbps")));
+                              "the ", std::string(tier->name()), " tier has no read cap to change; start caked with --",
+                              std::string(tier->name()), "-read-gbps")));
   }
   response->set_previous_gbps(previous_gbps);
   // What loads measured under the old cap would mislead the planner for several loads (the average moves 30% per
@@ -529,7 +514,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetReadCap(grpc::CallbackServerConte
   for (const auto& entry : state_.tiers.tiers()) {
     if (entry->tier.get() == tier) state_.tiers.ForgetLoadThroughput(entry->kind);
   }
-  spdlog::info("{} tier read cap: {} -> {} Gbit/s", request->tier(), response->previous_gbps(), request->gbps());
+  spdlog::info("{} tier read cap: {} -> {} Gbit/s", tier->name(), response->previous_gbps(), request->gbps());
   return Reply(context, absl::OkStatus());
 }
 
@@ -561,7 +546,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListRegions(grpc::CallbackServerCont
     out->set_region_id(r.region_id);
     out->set_principal(r.owner.principal);
     out->set_client_id(r.owner.client_id);
-    out->set_kind(r.backend == RegionBackend::kCudaIpc ? "cuda" : "host");
+    out->set_kind(r.backend == RegionBackend::kCudaIpc ? v1::REGION_CUDA_IPC : v1::REGION_HOST_SHM);
     out->set_bytes(r.bytes);
     out->set_windows(r.windows);
     out->set_lease_left_s(r.lease_left_s);
@@ -615,8 +600,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListLoads(grpc::CallbackServerContex
     out->set_client_id(l.client_id);
     out->set_tenant(l.tenant);
     out->set_model(l.model);
-    out->set_strategy(l.strategy);
-    out->set_phase(l.phase);
+    out->set_strategy(static_cast<v1::LoadPlan::Strategy>(l.strategy));
+    out->set_phase(static_cast<v1::LoadPhase>(l.phase));
     out->set_total_chunks(l.total_chunks);
     out->set_cached_chunks(l.cached_chunks);
     out->set_loaded_chunks(l.loaded_chunks);
@@ -647,13 +632,14 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Verify(grpc::CallbackServerContext* 
   if (auto caller = Authorize(context, state_, Role::kAdmin, "Verify"); !caller.ok()) {
     return Reply(context, caller.status());
   }
-  if (request->tier() == "dram") {
-    return Reply(context, absl::InvalidArgumentError(
-                              "the DRAM tier keeps no checksums (its chunks never leave memory); verify disk or remote"));
-  }
   auto named = NamedTier(request->tier());
   if (!named.ok()) return Reply(context, named.status());
   Tier* tier = *named;
+  if (!tier->Capabilities().checksummed) {
+    return Reply(context, absl::InvalidArgumentError(absl::StrCat(
+                              "the ", std::string(tier->name()), " tier keeps no checksums (its chunks never leave memory); verify "
+                              "a tier that does (disk or remote)")));
+  }
   if (state_.verify_running.exchange(true)) {
     return Reply(context, absl::FailedPreconditionError("a verify is already running; wait for it to answer"));
   }
@@ -662,7 +648,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Verify(grpc::CallbackServerContext* 
   // The job holds the daemon's state (whose pool runs it), not this service, which is destroyed first at a stop.
   DaemonState& state = state_;
   const bool submitted = runner.TrySubmit(AnsweredEvenIfItThrows(reactor, [&state, reactor, tier, response,
-                                                                          name = request->tier()] {
+                                                                          name = tier->name()] {
     // Whatever ends the job, the next Verify may run.
     struct VerifyDone {
       DaemonState& state;

@@ -5,23 +5,17 @@
 
 #include "cake/v1/admin.grpc.pb.h"
 #include "cake/v1/kv.grpc.pb.h"
+#include "server/callers.h"
 #include "server/daemon_state.h"
 
 namespace cake {
-
-// Who made this call, as the daemon established it (the unix peer's uid, a TCP client's certificate or token).
-absl::StatusOr<Caller> IdentifyCaller(const grpc::CallbackServerContext& context, const DaemonState& state);
-
-// Regions are shared memory on this machine: only callers on the unix socket can map them (FAILED_PRECONDITION).
-absl::Status CheckRegionsReachable(const Caller& caller);
-
-// The request's namespace in the tenant the caller acts in (PERMISSION_DENIED for a tenant it does not hold).
-absl::StatusOr<Namespace> CallerNamespace(const Caller& caller, const v1::Namespace& proto, const DaemonConfig& config);
 
 class KvServiceImpl final : public v1::KvService::CallbackService {
  public:
   explicit KvServiceImpl(DaemonState& state) : state_(state) {}
 
+  grpc::ServerUnaryReactor* GetLimits(grpc::CallbackServerContext* context, const v1::GetLimitsRequest* request,
+                                      v1::GetLimitsResponse* response) override;
   grpc::ServerUnaryReactor* RegisterRegion(grpc::CallbackServerContext* context,
                                            const v1::RegisterRegionRequest* request,
                                            v1::RegisterRegionResponse* response) override;
@@ -68,7 +62,7 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
                                    v1::VerifyResponse* response) override;
 
  private:
-  absl::StatusOr<Tier*> NamedTier(const std::string& name) const;
+  absl::StatusOr<Tier*> NamedTier(v1::TierKind tier) const;
   grpc::ServerUnaryReactor* AskEveryTier(grpc::CallbackServerContext* context, std::function<void()> fill);
   void FillStatus(v1::StatusResponse* response);
   void FillStats(v1::StatsResponse* response);

@@ -97,6 +97,7 @@ class DiskTier final : public Tier {
   // Chunks found corrupt by a read (checksum, header, size) and deleted.
   uint64_t corrupt_removed() const;
   TierStats Stats() const override;
+  TierCapabilities Capabilities() const override { return {.checksummed = true}; }
 
  private:
   struct Entry {

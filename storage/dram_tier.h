@@ -36,6 +36,7 @@ class DramTier final : public Tier {
 
   uint64_t evictions() const;
   TierStats Stats() const override;
+  TierCapabilities Capabilities() const override { return {.lends = true}; }
   // The whole arena's address range (empty if it could not be reserved): what a CUDA host may page-lock once, so
   // loads into device memory DMA straight from lent chunks.
   std::span<std::byte> arena_bytes() const;

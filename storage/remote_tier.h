@@ -93,7 +93,7 @@ class RemoteTier final : public Tier {
   Counters counters() const;
   // The counters, as the daemon's Stats reports them (corrupt removals, the rest by name).
   TierStats Stats() const override;
-  bool waits_on_network() const override { return true; }
+  TierCapabilities Capabilities() const override { return {.checksummed = true, .waits_on_network = true}; }
   // True once a node answered CLUSTER SLOTS with a slot map.
   bool is_cluster() const;
 

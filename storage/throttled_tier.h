@@ -57,6 +57,11 @@ class ThrottledTier final : public TierDecorator {
   // cap like a Read of the same size.
   std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) override;
   double read_cap_gbps() const override;
+  TierCapabilities Capabilities() const override {
+    TierCapabilities capabilities = TierDecorator::Capabilities();
+    capabilities.capped = true;
+    return capabilities;
+  }
   // 0: no cap, as when constructed with 0; INVALID_ARGUMENT below kMinReadCapGbps.
   absl::Status SetReadCapGbps(double gbps) override;
   void Interrupt() override;

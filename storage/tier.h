@@ -30,6 +30,18 @@ struct TierStats {
   std::vector<std::pair<std::string_view, uint64_t>> own;
 };
 
+// What a tier can do, for code that treats tiers differently (admin calls, the threads that may ask it) without
+// naming them.
+struct TierCapabilities {
+  bool checksummed = false;  // each stored chunk carries a checksum its reads check (DATA_LOSS when corrupt)
+  bool lends = false;        // Lend hands out the stored bytes without a copy
+  bool capped = false;       // its reads are capped, and SetReadCapGbps changes the cap
+  // Its calls wait on a network the daemon does not control (Redis): such a tier is never asked from a thread
+  // that must stay free (gRPC's), and a frozen one delays only the calls that need it. Tiers that answer Contains
+  // and Usage from memory (DRAM, disk's index) do not.
+  bool waits_on_network = false;
+};
+
 // Every method may be called concurrently from any thread.
 class Tier {
  public:
@@ -68,10 +80,8 @@ class Tier {
     return nullptr;
   }
   virtual TierStats Stats() const { return {}; }
-  // Whether its calls wait on a network the daemon does not control (Redis): such a tier is never asked from a
-  // thread that must stay free (gRPC's), and a frozen one delays only the calls that need it. Tiers that answer
-  // Contains and Usage from memory (DRAM, disk's index) return false.
-  virtual bool waits_on_network() const { return false; }
+  virtual TierCapabilities Capabilities() const { return {}; }
+  bool waits_on_network() const { return Capabilities().waits_on_network; }
   // Ends every wait inside the tier at once (a throttle's sleeps; later reads pass unpaced): the daemon is stopping
   // and its I/O threads must come back.
   virtual void Interrupt() {}
@@ -100,7 +110,7 @@ class TierDecorator : public Tier {
   void ForEach(const std::function<void(const ChunkKey&, uint64_t)>& fn) const override { inner_->ForEach(fn); }
   std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) override { return inner_->Lend(key); }
   TierStats Stats() const override { return inner_->Stats(); }
-  bool waits_on_network() const override { return inner_->waits_on_network(); }
+  TierCapabilities Capabilities() const override { return inner_->Capabilities(); }
   void Interrupt() override { inner_->Interrupt(); }
   double read_cap_gbps() const override { return inner_->read_cap_gbps(); }
   absl::Status SetReadCapGbps(double gbps) override { return inner_->SetReadCapGbps(gbps); }

@@ -2,10 +2,13 @@
 // header so that engines, which only name tiers, do not include the tier stack.
 #pragma once
 
+#include <cstddef>
+
 namespace cake {
 
 // Values match cake.v1.TierKind on the wire.
 enum class TierKind : int { kNone = 0, kDram = 1, kDisk = 2, kRemote = 3 };
+inline constexpr size_t kTierKinds = 4;  // for tables indexed by TierKind
 
 // "dram", "disk", "remote" or "none": the names of config tables, flags, counters and admin calls.
 constexpr const char* TierKindName(TierKind kind) {

@@ -203,6 +203,18 @@ void TierManager::WriteToSlowerTiers(const ChunkKey& key, std::span<const std::b
 
 size_t TierManager::FlushWriteBack(Duration bound) { return write_back_.WaitIdle(bound); }
 
+TierManager::PromotionFit TierManager::FitForPromotion(std::span<const TierKind> chunk_tiers, uint32_t from,
+                                                      uint64_t chunk_bytes) const {
+  const Tier* dram = tier(TierKind::kDram);
+  if (dram == nullptr) return PromotionFit::kNothingToPromote;
+  uint64_t slower_bytes = 0;
+  for (size_t c = from; c < chunk_tiers.size(); ++c) {
+    if (chunk_tiers[c] != TierKind::kDram) slower_bytes += chunk_bytes;
+  }
+  if (slower_bytes == 0) return PromotionFit::kNothingToPromote;
+  return slower_bytes <= dram->Usage().capacity_bytes / 2 ? PromotionFit::kFits : PromotionFit::kTooLarge;
+}
+
 void TierManager::Promote(const ChunkKey& key, std::span<const std::byte> bytes, TierKind from) {
   if (tiers_.size() < 2) return;
   Entry& fastest = *tiers_.front();

@@ -77,6 +77,11 @@ class TierManager {
   // Stores into the fastest tier and queues a write-back to every slower one. An error means the fastest tier
   // refused it (RESOURCE_EXHAUSTED when full); write-back failures are counted, never returned.
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src);
+  // Whether a load reading chunks [from, end) of `chunk_tiers` should promote what it reads from slower tiers into
+  // DRAM: not when nothing comes from them (or there is no DRAM tier), nor when those bytes exceed half the DRAM
+  // tier (kTooLarge: each promotion would only evict an earlier one of the same load, and whatever else was hot).
+  enum class PromotionFit { kNothingToPromote, kFits, kTooLarge };
+  PromotionFit FitForPromotion(std::span<const TierKind> chunk_tiers, uint32_t from, uint64_t chunk_bytes) const;
   // After a read from a slower tier (`from`): keeps a copy in the fastest, so the next load of it is a DRAM hit,
   // and, for a remote hit with promote_remote_to_disk, one on the disk. Copies on the calling thread.
   void Promote(const ChunkKey& key, std::span<const std::byte> bytes, TierKind from = TierKind::kNone);

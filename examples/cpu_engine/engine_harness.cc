@@ -78,7 +78,7 @@ absl::StatusOr<EngineDaemon> OpenEngineDaemon(const std::string& socket_path, ui
 
 absl::StatusOr<PrefillResult> RunCold(EngineDaemon& daemon, PrefillEngine& engine, PrefillMode mode, uint32_t split) {
   if (daemon.from_disk && mode != PrefillMode::kComputeOnly) {
-    CAKE_RETURN_IF_ERROR(daemon.target.client->Evict("dram").status());
+    CAKE_RETURN_IF_ERROR(daemon.target.client->Evict(TierKind::kDram).status());
   }
   return engine.Run(mode, split);
 }

@@ -45,7 +45,7 @@ struct EngineDaemon {
   std::optional<harness::ScratchDir> scratch;  // declared first: it goes after the daemon that writes into it
   harness::DaemonTarget target;
   bool from_disk = false;  // whether loads come from a disk tier (else from DRAM behind its cap)
-  std::string capped_tier() const { return from_disk ? "disk" : "dram"; }
+  TierKind capped_tier() const { return from_disk ? TierKind::kDisk : TierKind::kDram; }
 };
 // `pages_bytes` sizes the private daemon's DRAM tier; `client_id` names the program to the daemon.
 absl::StatusOr<EngineDaemon> OpenEngineDaemon(const std::string& socket_path, uint64_t pages_bytes,

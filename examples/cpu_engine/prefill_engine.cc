@@ -18,18 +18,6 @@ double SecondsBetween(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
-const char* StrategyName(LoadPlan::Strategy s) {
-  switch (s) {
-    case LoadPlan::Strategy::kCake:
-      return "cake";
-    case LoadPlan::Strategy::kIoOnly:
-      return "io-only";
-    case LoadPlan::Strategy::kComputeOnly:
-      return "compute-only";
-  }
-  return "?";
-}
-
 }  // namespace
 
 PrefillEngine::PrefillEngine(Transformer& model, uint32_t chunk_tokens, std::vector<uint32_t> prompt,
@@ -110,13 +98,15 @@ absl::StatusOr<PrefillResult> PrefillEngine::RunWithDaemon(PrefillMode mode, uin
   // The front: chunks the engine computes while the daemon loads from the tail.
   uint32_t computed = 0;
   if (mode == PrefillMode::kCake) {
-    const uint32_t limit = plan->strategy == LoadPlan::Strategy::kIoOnly ? plan->lowest_loadable : cached;
-    // At the predicted meeting the engine waits for the loads until the client's deadline (MeetingWaitOf).
-    const std::optional<MeetingWait> wait = MeetingWaitOf(*plan, start);
-    const uint32_t wait_at = wait ? wait->chunk : cached + 1;
-    const Clock::time_point wait_until = wait ? wait->until : start;
-    while (computed < limit && !session.IsResident(computed)) {
-      if (computed == wait_at && session.WaitResidentUntil(computed, wait_until)) break;
+    // The client library's rule says when to compute on, wait at the predicted meeting, or stop.
+    for (;;) {
+      auto step = session.NextStep(computed);
+      if (!step.ok()) return ended(step.status());
+      if (step->action == FrontStep::Action::kStop) break;
+      if (step->action == FrontStep::Action::kWait) {
+        session.WaitResidentUntil(computed, step->until);
+        continue;
+      }
       ComputeChunk(computed, result);
       ++computed;
       CAKE_RETURN_IF_ERROR(session.ReportProgress(computed));

@@ -95,12 +95,17 @@ class DemoEngine {
     absl::Cleanup release = [&] { session.Release().IgnoreError(); };
     uint32_t engine_stop = 0;
     if (mode == LoadMode::kCake) {
-      // The plan says whether sharing pays: under I/O-only the engine computes only what has no room to load.
-      CAKE_ASSIGN_OR_RETURN(auto plan, session.WaitPlan());
-      const uint32_t compute_limit = plan.strategy == LoadPlan::Strategy::kIoOnly ? plan.lowest_loadable : chunks();
+      // The client library's stepper, once per engine step: compute on, wait at the predicted meeting, or stop
+      // (under I/O-only the engine computes only what has no room to load).
       Clock::time_point gpu_free = start;
-      // One residency check per engine step, as the paper's engine does.
-      while (engine_stop < compute_limit && !session.IsResident(engine_stop)) {
+      for (;;) {
+        CAKE_ASSIGN_OR_RETURN(const FrontStep step, session.NextStep(engine_stop));
+        if (step.action == FrontStep::Action::kStop) break;
+        if (step.action == FrontStep::Action::kWait) {
+          session.WaitResidentUntil(engine_stop, step.until);
+          gpu_free = std::max(gpu_free, Clock::now());
+          continue;
+        }
         ComputeChunk(engine_stop, gpu_free);
         ++engine_stop;
         CAKE_RETURN_IF_ERROR(session.ReportProgress(engine_stop));
@@ -213,7 +218,7 @@ absl::Status RunSimulatedDemo(const DemoOptions& options) {
   }
   auto run_load = [&](LoadMode mode) -> absl::StatusOr<LoadRunResult> {
     if (from_disk) {
-      CAKE_RETURN_IF_ERROR(client.Evict("dram").status());
+      CAKE_RETURN_IF_ERROR(client.Evict(TierKind::kDram).status());
     }
     return engine.RunLoad(mode);
   };

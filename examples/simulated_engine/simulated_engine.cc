@@ -21,17 +21,11 @@ absl::StatusOr<CakeRun> TimedCake(Client& client, const LoadOptions& base, GridE
   absl::Cleanup release = [&] { session.Release().IgnoreError(); };
   CAKE_ASSIGN_OR_RETURN(auto plan, session.WaitPlan());
   CakeRun run;
-  run.strategy = plan.strategy == LoadPlan::Strategy::kIoOnly        ? "io-only"
-                 : plan.strategy == LoadPlan::Strategy::kComputeOnly ? "compute-only"
-                                                                     : "cake";
-  const uint32_t limit = plan.strategy == LoadPlan::Strategy::kIoOnly ? plan.lowest_loadable * chunk_tokens : tokens;
-  // Under Cake the engine stops at the predicted meeting and waits for the loads until the client's deadline.
-  const std::optional<MeetingWait> wait = MeetingWaitOf(plan, start);
-  const uint32_t wait_at = wait ? wait->chunk * chunk_tokens : tokens + 1;
-  const Clock::time_point wait_until = wait ? wait->until : start;
+  run.strategy = StrategyName(plan.strategy);
+  // The client library's stepper: compute on, wait at the predicted meeting until its deadline, or stop.
   auto stopped = engine.Run(
-      start, limit, [&](uint32_t c) { return session.IsResident(c); },
-      [&](uint32_t c) { return session.ReportProgress(c); }, wait_at, wait_until,
+      start, [&](uint32_t c) { return session.NextStep(c); }, [&](uint32_t c) { return session.IsResident(c); },
+      [&](uint32_t c) { return session.ReportProgress(c); },
       [&](uint32_t c, Clock::time_point deadline) { return session.WaitResidentUntil(c, deadline); });
   if (!stopped.ok()) return stopped.status();
   const double engine_s = harness::SecondsSince(start);
@@ -61,8 +55,10 @@ double OracleSeconds(const GridEngine& engine, double time_scale, uint32_t chunk
 
 absl::StatusOr<double> TimedComputeOnly(GridEngine& engine, uint32_t tokens) {
   const Clock::time_point start = Clock::now();
+  const uint32_t chunks = (tokens + engine.chunk_tokens() - 1) / engine.chunk_tokens();
   auto computed = engine.Run(
-      start, tokens, [](uint32_t) { return false; }, [](uint32_t) { return absl::OkStatus(); }, tokens + 1, start,
+      start, [chunks](uint32_t) -> absl::StatusOr<FrontStep> { return FrontStep{FrontStep::Action::kCompute, {}, chunks}; },
+      [](uint32_t) { return false; }, [](uint32_t) { return absl::OkStatus(); },
       [](uint32_t, Clock::time_point) { return false; });
   if (!computed.ok()) return computed.status();
   return harness::SecondsSince(start);

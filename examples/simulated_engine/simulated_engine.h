@@ -41,28 +41,35 @@ class GridEngine {
   // The engine's own per-chunk cost as the hint format, t(i) = a + b i, in scaled seconds.
   double HintFirstChunk() const { return Seconds(0, chunk_tokens_); }
   double HintGrowth() const { return Seconds(chunk_tokens_, 2.0 * chunk_tokens_) - HintFirstChunk(); }
+  uint32_t chunk_tokens() const { return chunk_tokens_; }
 
-  // Computes from token 0, step by step. `resident(c)` says whether chunk c is loaded; `progress(c)` reports
-  // chunks [0, c) computed. At `wait_at` tokens (the plan's meeting point) it stops computing and waits for that
-  // chunk until `wait_until` (`wait(c, deadline)`); if the loads have not reached it by then, it computes on.
-  // Returns the token it stopped at.
-  template <typename Resident, typename Progress, typename Wait>
-  absl::StatusOr<uint32_t> Run(Clock::time_point start, uint32_t limit_tokens, Resident resident, Progress progress,
-                               uint32_t wait_at, Clock::time_point wait_until, Wait wait) {
+  // Computes from token 0, step by step, as the client library's stepper says: `next_step(c)`, asked at each chunk
+  // boundary, answers compute (up to a chunk), wait for chunk c until a deadline (`wait(c, deadline)`), or stop;
+  // `resident(c)` says whether chunk c is loaded (a step that reaches a loaded chunk ends there); `progress(c)`
+  // reports chunks [0, c) computed. Returns the token it stopped at.
+  template <typename NextStep, typename Resident, typename Progress, typename Wait>
+  absl::StatusOr<uint32_t> Run(Clock::time_point start, NextStep next_step, Resident resident, Progress progress,
+                               Wait wait) {
     Clock::time_point gpu_free = start;
     uint32_t done = 0;
     uint32_t reported = 0;
-    while (done < limit_tokens) {
-      if (done % chunk_tokens_ == 0 && resident(done / chunk_tokens_)) break;
-      if (done == wait_at) {
-        if (wait(done / chunk_tokens_, wait_until)) break;
-        gpu_free = std::max(gpu_free, Clock::now());  // the GPU idled while it waited
+    uint32_t compute_to = 0;  // tokens the last answer lets the engine compute before asking again
+    for (;;) {
+      if (done % chunk_tokens_ == 0 || done >= compute_to) {
+        CAKE_ASSIGN_OR_RETURN(const FrontStep step, next_step(done / chunk_tokens_));
+        if (step.action == FrontStep::Action::kStop) break;
+        if (step.action == FrontStep::Action::kWait) {
+          wait(done / chunk_tokens_, step.until);
+          gpu_free = std::max(gpu_free, Clock::now());  // the GPU idled while it waited
+          continue;
+        }
+        compute_to = std::min(tokens_, step.compute_through * chunk_tokens_);
+        if (compute_to <= done) break;
       }
-      uint32_t next = std::min(limit_tokens, done + step_tokens_);
-      if (done < wait_at) next = std::min(next, wait_at);  // a step never runs past the planned meeting
+      uint32_t next = std::min(compute_to, done + step_tokens_);
       // A chunk loaded while the engine was mid-chunk is used from its start: finish the current chunk, stop.
       const uint32_t boundary = (done / chunk_tokens_ + 1) * chunk_tokens_;
-      if (next > boundary && boundary < limit_tokens && resident(boundary / chunk_tokens_)) next = boundary;
+      if (next > boundary && boundary < compute_to && resident(boundary / chunk_tokens_)) next = boundary;
       gpu_free += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(Seconds(done, next)));
       harness::PreciseSleepUntil(gpu_free);
       done = next;

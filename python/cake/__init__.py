@@ -27,11 +27,11 @@ from cake.errors import CakeError, DeadlineExceeded  # noqa: E402
 from cake.namespace import DTYPES, Namespace  # noqa: E402
 from cake.layout import ChunkLayout  # noqa: E402
 from cake.regions import CudaIpcRegion, HostShmRegion, Region  # noqa: E402
-from cake.client import Client, LookupResult, StoreResult, default_socket_path  # noqa: E402
-from cake.load import ChunkLoaded, LoadDone, LoadPlan, LoadSession  # noqa: E402
+from cake.client import Client, Limits, LookupResult, StoreResult, default_socket_path  # noqa: E402
+from cake.load import ChunkLoaded, LoadDone, LoadPlan, LoadSession, Step  # noqa: E402
 
 __all__ = [
     "__version__", "CakeError", "DeadlineExceeded", "Namespace", "DTYPES", "ChunkLayout", "Region",
-    "HostShmRegion", "CudaIpcRegion", "Client", "LookupResult", "StoreResult", "default_socket_path", "LoadSession",
-    "LoadPlan", "ChunkLoaded", "LoadDone",
+    "HostShmRegion", "CudaIpcRegion", "Client", "Limits", "LookupResult", "StoreResult", "default_socket_path",
+    "LoadSession", "LoadPlan", "ChunkLoaded", "LoadDone", "Step",
 ]

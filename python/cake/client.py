@@ -5,20 +5,35 @@ import os
 import socket as _socket
 import stat
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import grpc
 
 from cake._stubs import admin_pb2, admin_pb2_grpc, kv_pb2, kv_pb2_grpc
 from cake.errors import CakeError, DeadlineExceeded
-from cake.load import TIER_NAMES, LoadSession
+from cake.load import STRATEGY_NAMES, TIER_NAMES, LoadSession
 from cake.regions import CudaIpcRegion, HostShmRegion
 
-# The largest message this client sends or accepts; the daemon's own limit is server.max_message_bytes (256 MiB by
-# default), so inline stores go in batches of at most INLINE_STORE_BATCH_BYTES (a larger chunk goes alone).
+# The largest message this client sends or accepts. The daemon's own limit is server.max_message_bytes (limits()
+# says it), so inline stores go in batches of at most a quarter of it, which leaves room for the prompt and the
+# rest of the request, and at most INLINE_STORE_BATCH_BYTES, which keeps the copies each call makes (protobuf's,
+# gRPC's) small; a larger chunk goes alone.
 MAX_MESSAGE_BYTES = 1 << 30
 INLINE_STORE_BATCH_BYTES = 64 << 20
-_REGION_KINDS = {"host": kv_pb2.REGION_HOST_SHM, "cuda": kv_pb2.REGION_CUDA_IPC, "auto": kv_pb2.REGION_AUTO}
+# A stream opened ahead of the next load is retired unused after a third of the daemon's loader.start_timeout_ms
+# (which ends a stream that sent no Start: the Start must be there well before), and after this at most.
+AHEAD_MAX_AGE_S = 20.0
+# The wire's enums as the Python API spells them, one table each; the tiers' and the strategies' are cake.load's.
+REGION_KIND_NAMES = {kv_pb2.REGION_AUTO: "auto", kv_pb2.REGION_HOST_SHM: "host", kv_pb2.REGION_CUDA_IPC: "cuda"}
+LOAD_PHASE_NAMES = {admin_pb2.LOAD_PHASE_LOOKING_UP: "looking_up", admin_pb2.LOAD_PHASE_LOADING: "loading",
+                    admin_pb2.LOAD_PHASE_MET: "met"}
+_ENUM_NAMES = {kv_pb2.TierKind.DESCRIPTOR.full_name: TIER_NAMES,
+               kv_pb2.RegionKind.DESCRIPTOR.full_name: REGION_KIND_NAMES,
+               kv_pb2.LoadPlan.Strategy.DESCRIPTOR.full_name: STRATEGY_NAMES,
+               admin_pb2.LoadPhase.DESCRIPTOR.full_name: LOAD_PHASE_NAMES}
+_REGION_KINDS = {name: kind for kind, name in REGION_KIND_NAMES.items()}
+# The tiers an admin call may name ("none" is no tier).
+_TIERS = {name: tier for tier, name in TIER_NAMES.items() if tier != kv_pb2.TIER_NONE}
 _MODES = {"cake": kv_pb2.LoadStart.MODE_CAKE, "io_only": kv_pb2.LoadStart.MODE_IO_ONLY}
 SYSTEM_SOCKET = "/run/cake/caked.sock"
 _OWN_SOCKET_REMEDY = ("not used, since whoever controls it could pose as your daemon and receive your prompts: have "
@@ -181,26 +196,54 @@ class StoreResult:
     already_cached: int   # already in DRAM; not written again
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What the daemon accepts (KvService.GetLimits; field names as in kv.proto). A daemon older than GetLimits
+    does not say: then these defaults, its default configuration's, stand in, and from_daemon is False."""
+    max_message_bytes: int = 256 << 20
+    load_start_timeout_ms: int = 60000
+    load_idle_timeout_ms: int = 60000
+    default_chunk_tokens: int = 256
+    max_chunk_tokens: int = 1 << 16
+    min_chunk_bytes: int = 4096
+    max_prompt_tokens: int = 1 << 20
+    region_lease_ms: int = 30000
+    default_load_window: int = 4
+    max_load_window: int = 64
+    max_region_bytes: int = 64 << 30
+    from_daemon: bool = False
+
+
+_LIMIT_FIELDS = [f.name for f in fields(Limits) if f.name != "from_daemon"]
+
+
 def _repeated(field):
     """protobuf 7 has only FieldDescriptor.is_repeated; Debian's 4.21 (the 3.21 release) only .label."""
     is_repeated = getattr(field, "is_repeated", None)
     return is_repeated if is_repeated is not None else field.label == field.LABEL_REPEATED
 
 
+def _plain(field, value):
+    """One value of a message's field as a plain Python value: a message as a dict, an enum as the Python API
+    spells it ("dram", "host", "io_only", "met"; a value this client does not know stays a number)."""
+    if field.message_type is not None:
+        return _to_dict(value)
+    if field.enum_type is not None:
+        return _ENUM_NAMES.get(field.enum_type.full_name, {}).get(value, value)
+    return value
+
+
 def _to_dict(message):
     """A message as a dict of plain Python values (protobuf's JSON printer would turn uint64 into strings)."""
-    out = {}
-    for field in message.DESCRIPTOR.fields:
-        value = getattr(message, field.name)
-        if field.message_type is not None:
-            if _repeated(field):
-                value = [_to_dict(v) for v in value]
-            else:
-                value = _to_dict(value)
-        elif _repeated(field):
-            value = list(value)
-        out[field.name] = value
-    return out
+    return {field.name: [_plain(field, v) for v in getattr(message, field.name)] if _repeated(field)
+            else _plain(field, getattr(message, field.name)) for field in message.DESCRIPTOR.fields}
+
+
+def _tier(name):
+    """The wire's TierKind of a tier's name; ValueError (before any call) for anything else."""
+    if name not in _TIERS:
+        raise ValueError(f"tier {name!r} is not one of {', '.join(_TIERS)}")
+    return _TIERS[name]
 
 
 def _prompt(tokens, chunk_keys):
@@ -260,7 +303,8 @@ class Client:
                  accept_loaded_batch=True):
         self.client_id = client_id or f"{_socket.gethostname()}-{os.getpid()}"
         # Region loads take several landed chunks per message (LoadStart.accept_loaded_batch); False asks for one
-        # per message, as clients before the field got (cake.bench --one-chunk-per-message measures what that costs).
+        # per message, as clients before the field got (cake_bench.client_load --one-chunk-per-message measures
+        # what that costs).
         self.accept_loaded_batch = accept_loaded_batch
         self.timeout_s = timeout_s
         self.load_timeout_s = load_timeout_s
@@ -317,6 +361,7 @@ class Client:
         self._renewer = None
         self._ahead_lock = threading.Lock()
         self._ahead = None  # a LoadSession opened ahead of the next load()
+        self._limits = None  # limits(), once asked
 
     def close(self):
         self._closing.set()
@@ -374,6 +419,26 @@ class Client:
             raise CakeError.from_rpc_error(error) from None
 
     # --- KvService ------------------------------------------------------------------------------------------
+    def limits(self):
+        """What the daemon accepts (message size, timeouts, chunk and window bounds), as Limits; asked once, then
+        kept. A daemon older than GetLimits answers UNIMPLEMENTED: its default configuration's values then."""
+        if self._limits is None:  # two threads asking at once both ask the daemon, and agree
+            try:
+                reply = self._kv.GetLimits(kv_pb2.GetLimitsRequest(), timeout=self.timeout_s)
+            except grpc.RpcError as error:
+                if error.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise CakeError.from_rpc_error(error) from None
+                self._limits = Limits()
+            else:
+                self._limits = Limits(**{name: getattr(reply, name) for name in _LIMIT_FIELDS}, from_daemon=True)
+        return self._limits
+
+    def _inline_store_batch_bytes(self):
+        return min(INLINE_STORE_BATCH_BYTES, self.limits().max_message_bytes // 4)
+
+    def _ahead_max_age_s(self):
+        return min(AHEAD_MAX_AGE_S, self.limits().load_start_timeout_ms / 3000.0)
+
     def register_region(self, size, kind="host", device=0):
         """Creates a region of `size` bytes ("host", "cuda" or "auto": device memory where the daemon serves
         it, else host) and maps it here. Returns a HostShmRegion or a CudaIpcRegion."""
@@ -422,8 +487,10 @@ class Client:
             if region is not None:
                 raise ValueError("give a region or inline chunks, not both")
             chunks = [bytes(c) for c in chunks]
-            if chunk_count is None and sum(len(c) for c in chunks) > INLINE_STORE_BATCH_BYTES:
-                return self._store_inline_batches(ns, tokens, chunk_keys, first_chunk, chunks)
+            if chunk_count is None:
+                batch_bytes = self._inline_store_batch_bytes()
+                if sum(len(c) for c in chunks) > batch_bytes:
+                    return self._store_inline_batches(ns, tokens, chunk_keys, first_chunk, chunks, batch_bytes)
             request.inline_chunks.extend(chunks)
             request.chunk_count = len(chunks) if chunk_count is None else chunk_count
         else:
@@ -437,12 +504,12 @@ class Client:
         reply = self._call(self._kv.Store, request)
         return StoreResult(stored_chunks=reply.stored_chunks, already_cached=reply.already_cached)
 
-    def _store_inline_batches(self, ns, tokens, chunk_keys, first_chunk, chunks):
+    def _store_inline_batches(self, ns, tokens, chunk_keys, first_chunk, chunks, batch_bytes):
         stored = already = 0
         start = 0
         while start < len(chunks):
             end, size = start + 1, len(chunks[start])
-            while end < len(chunks) and size + len(chunks[end]) <= INLINE_STORE_BATCH_BYTES:
+            while end < len(chunks) and size + len(chunks[end]) <= batch_bytes:
                 size += len(chunks[end])
                 end += 1
             result = self.store(ns, tokens=tokens, chunk_keys=chunk_keys, first_chunk=first_chunk + start,
@@ -473,7 +540,7 @@ class Client:
         # opening it now would take the GIL from the thread that reads this load's Plan.
         with self._ahead_lock:
             session, self._ahead = self._ahead, None
-        if session is None or not session.usable():
+        if session is None or not session.usable(self._ahead_max_age_s()):
             if session is not None:
                 session.cancel()
             session = self._new_session()
@@ -498,7 +565,8 @@ class Client:
         self._call(self._admin.Ping, admin_pb2.PingRequest())
 
     def status(self):
-        """The daemon's status as a dict (field names as in admin.proto)."""
+        """The daemon's status as a dict (field names as in admin.proto): each of `tiers` names its `tier` ("dram",
+        "disk", "remote"), `region_kinds` what RegisterRegion can make here ("host", "cuda")."""
         reply = self._call(self._admin.Status, admin_pb2.StatusRequest())
         return _to_dict(reply)
 
@@ -508,7 +576,8 @@ class Client:
 
     def evict(self, tier):
         """Drops every chunk of one tier ("dram", "disk" or "remote"); returns (chunks, bytes)."""
-        reply = self._call(self._admin.Evict, admin_pb2.EvictRequest(tier=tier))
+        request = admin_pb2.EvictRequest(tier=_tier(tier))
+        reply = self._call(self._admin.Evict, request)
         return reply.chunks, reply.bytes
 
     def drain(self, exit_when_idle=False, resume=False):
@@ -519,4 +588,22 @@ class Client:
 
     def set_read_cap(self, tier, gbps):
         """Changes a capped tier's read cap (Gbit/s); returns the previous cap."""
-        return self._call(self._admin.SetReadCap, admin_pb2.SetReadCapRequest(tier=tier, gbps=gbps)).previous_gbps
+        request = admin_pb2.SetReadCapRequest(tier=_tier(tier), gbps=gbps)
+        return self._call(self._admin.SetReadCap, request).previous_gbps
+
+    def list_regions(self):
+        """Every registered region, whoever owns it, as dicts (field names as in admin.proto's RegionSummary;
+        `kind` "host" or "cuda")."""
+        return [_to_dict(r) for r in self._call(self._admin.ListRegions, admin_pb2.ListRegionsRequest()).regions]
+
+    def list_loads(self):
+        """Every live load as dicts (field names as in admin.proto's LoadSummary; `strategy` "cake", "io_only" or
+        "compute_only", `phase` "looking_up", "loading" or "met")."""
+        return [_to_dict(load) for load in self._call(self._admin.ListLoads, admin_pb2.ListLoadsRequest()).loads]
+
+    def verify(self, tier="disk", timeout_s=None):
+        """Re-reads every chunk of a tier that checksums its chunks ("disk" or "remote") and removes the corrupt
+        ones; answers when done, as a dict (admin.proto's VerifyResponse). timeout_s: a large tier takes a while
+        (default: the client's timeout)."""
+        request = admin_pb2.VerifyRequest(tier=_tier(tier))
+        return _to_dict(self._call(self._admin.Verify, request, timeout_s))

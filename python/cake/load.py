@@ -21,14 +21,20 @@ import grpc
 from cake._stubs import kv_pb2
 from cake.errors import CakeError, DeadlineExceeded
 
+# The wire's enums as the Python API spells them: one table each (the client's admin calls use them too).
 TIER_NAMES = {kv_pb2.TIER_NONE: "none", kv_pb2.TIER_DRAM: "dram", kv_pb2.TIER_DISK: "disk",
               kv_pb2.TIER_REMOTE: "remote"}
-_STRATEGY_NAMES = {kv_pb2.LoadPlan.STRATEGY_CAKE: "cake", kv_pb2.LoadPlan.STRATEGY_IO_ONLY: "io_only",
-                   kv_pb2.LoadPlan.STRATEGY_COMPUTE_ONLY: "compute_only"}
+STRATEGY_NAMES = {kv_pb2.LoadPlan.STRATEGY_CAKE: "cake", kv_pb2.LoadPlan.STRATEGY_IO_ONLY: "io_only",
+                  kv_pb2.LoadPlan.STRATEGY_COMPUTE_ONLY: "compute_only"}
 # How long an engine waits at the predicted meeting for loads that fell behind, beyond the plan's predicted
 # time to first token: a fifth of it plus a millisecond (the C++ engine's rule; docs/protocol.md).
 WAIT_SLACK_FRACTION = 0.2
 WAIT_SLACK_S = 1e-3
+# An engine that waits on the loads' measured pace (next_step's compute_s) waits half as long again as that pace
+# says, plus 2 ms, so loads that slip a little still land within the wait (one that gives up early computes a chunk
+# about to land).
+PACE_WAIT_FACTOR = 1.5
+PACE_WAIT_SLACK_S = 2e-3
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,18 @@ class ChunkLoaded(NamedTuple):
     data: Optional[bytes]         # inline loads only
 
 
+class Step(NamedTuple):
+    """What an engine computing the front does next (LoadSession.next_step): "compute" its next chunk; "wait" for
+    the loads until `until` (a time.monotonic() deadline: wait_resident(chunk, until - now)), then ask again; or
+    "stop" computing the front (wait_done gives the final split, and the chunks up to it are the engine's)."""
+    action: str
+    until: Optional[float] = None
+
+
+_COMPUTE = Step("compute")
+_STOP = Step("stop")
+
+
 @dataclass(frozen=True)
 class LoadDone:
     meeting_chunk: int            # compute [0, meeting_chunk), use the loaded [meeting_chunk, cached_chunks)
@@ -72,7 +90,7 @@ def _optional(message, field):
 def _plan_from_proto(p):
     return LoadPlan(load_id=p.load_id, total_chunks=p.total_chunks, cached_chunks=p.cached_chunks,
                     tiers=[TIER_NAMES.get(t, "none") for t in p.chunk_tiers], lowest_loadable=p.lowest_loadable,
-                    chunk_bytes=p.chunk_bytes, strategy=_STRATEGY_NAMES.get(p.strategy, "cake"),
+                    chunk_bytes=p.chunk_bytes, strategy=STRATEGY_NAMES.get(p.strategy, "cake"),
                     predicted_meeting_chunk=_optional(p, "predicted_meeting_chunk"),
                     predicted_cake_s=_optional(p, "predicted_cake_s"),
                     predicted_compute_only_s=_optional(p, "predicted_compute_only_s"),
@@ -80,12 +98,9 @@ def _plan_from_proto(p):
 
 
 class LoadSession:
-    """Made by Client.load(); use it as a context manager. After each engine step: progress(c), then
-    is_resident(c) to decide whether to stop computing; release() once the loaded chunks are copied out."""
-
-    # A stream opened ahead and unused this long is not used (the daemon ends one without a Start after
-    # loader.start_timeout_ms, a minute by default): the load opens a fresh one instead.
-    AHEAD_MAX_AGE_S = 20.0
+    """Made by Client.load(); use it as a context manager. Before each engine step: next_step(c) says whether to
+    compute chunk c, wait for the loads or stop; after it, progress(c + 1). release() once the loaded chunks are
+    copied out."""
 
     def __init__(self, stub, start=None, chunk_bytes=0, region_size=None, release_timeout_s=30.0,
                  idle_timeout_s=30.0):
@@ -113,6 +128,7 @@ class LoadSession:
         self._by_chunk = {}
         self._arrivals = []            # monotonic time of each ChunkLoaded, for the engine's ETA of the loads
         self._loaded_low = None        # lowest chunk of the loaded suffix
+        self._paced_wait_for = None    # the chunk next_step last said to wait for on the loads' pace
         self.loaded_messages = 0       # messages that carried landed chunks (fewer than chunks with batches)
         self._error = None             # CakeError: the stream ended with a status other than OK
         self._ended = False            # the stream is over (OK or not)
@@ -123,10 +139,11 @@ class LoadSession:
         self._reader = threading.Thread(target=self._read, name="cake-load-reader", daemon=True)
         self._reader.start()
 
-    def usable(self):
-        """Opened ahead, not ended, and young enough that the daemon takes a Start on it."""
+    def usable(self, max_age_s):
+        """Opened ahead, not ended, and opened less than max_age_s ago (young enough that the daemon takes a Start
+        on it: Client says how young)."""
         with self._cv:
-            return not self._ended and time.monotonic() - self._opened_at < self.AHEAD_MAX_AGE_S
+            return not self._ended and time.monotonic() - self._opened_at < max_age_s
 
     def begin(self, start, chunk_bytes=0, region_size=None, on_release=None):
         """Starts the load on a stream opened ahead. on_release runs once release() has sent Release."""
@@ -356,6 +373,45 @@ class LoadSession:
         if plan.strategy != "cake" or plan.predicted_meeting_chunk is None or plan.predicted_cake_s is None:
             return None
         return self.started_at + plan.predicted_cake_s * (1 + WAIT_SLACK_FRACTION) + WAIT_SLACK_S
+
+    def next_step(self, next_chunk, compute_s=None):
+        """What an engine that has computed [0, next_chunk) does next: a Step ("compute", "wait" until a deadline,
+        or "stop"); waits for the Plan first (raising as wait_plan does). The C++ client's LoadSession::NextStep is
+        the same rule:
+        - past what the front may compute (lowest_loadable under "io_only", else cached_chunks): stop;
+        - Done arrived: compute below its meeting chunk (failed reads moved it up), stop at it;
+        - next_chunk resident (so all of [next_chunk, cached) are): stop;
+        - under "cake", at or past the predicted meeting and before meeting_deadline(): wait until the deadline
+          (computing a chunk the loads are about to deliver is work thrown away; past the deadline they fell
+          behind and the engine computes on);
+        - otherwise compute.
+        compute_s (the engine's own estimate of what computing next_chunk takes) replaces the predicted meeting
+        with the loads' measured pace: wait, once per chunk, when seconds_until_resident(next_chunk) is no longer
+        than compute_s. It adapts when the engine runs faster or slower than its hint said, which the prediction
+        cannot (the Python engine's rule, docs/benchmarks.md section 16).
+        A stream that ended without Done delivers nothing more: the engine computes on, and wait_done raises."""
+        plan = self.wait_plan()
+        limit = plan.lowest_loadable if plan.strategy == "io_only" else plan.cached_chunks
+        if next_chunk >= limit:
+            return _STOP
+        with self._cv:
+            if self._done is not None:
+                return _STOP if next_chunk >= self._done.meeting_chunk else _COMPUTE
+            if self._resident_locked(next_chunk):
+                return _STOP
+            if plan.strategy != "cake" or self._ended or self._abandoned:
+                return _COMPUTE
+        now = time.monotonic()
+        if compute_s is not None:
+            eta = self.seconds_until_resident(next_chunk)
+            if eta is None or eta > compute_s or self._paced_wait_for == next_chunk:
+                return _COMPUTE
+            self._paced_wait_for = next_chunk
+            return Step("wait", now + eta * PACE_WAIT_FACTOR + PACE_WAIT_SLACK_S)
+        deadline = self.meeting_deadline()
+        if deadline is not None and next_chunk >= plan.predicted_meeting_chunk and now < deadline:
+            return Step("wait", deadline)
+        return _COMPUTE
 
     def chunk(self, chunk):
         """The ChunkLoaded of a resident chunk (its region_offset, or its inline data); KeyError otherwise."""

@@ -10,7 +10,6 @@ bench  per prompt length and read cap: compute-only, I/O-only, Cake and every fo
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time

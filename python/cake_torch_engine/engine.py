@@ -192,19 +192,17 @@ class TorchPrefillEngine:
                         spliced.add(event.chunk)
 
             if mode == "cake":
-                # Compute forward while the daemon loads backward, and stop at the first resident chunk. Before
-                # each step, ask whether the loads will land on this chunk sooner than computing it takes (their
-                # pace so far against this engine's own cost model): then wait for them, once; computing it
-                # would be work thrown away. If they fell behind after all, compute on.
-                limit = plan.lowest_loadable if plan.strategy == "io_only" else cached
-                while computed < limit and not session.is_resident(computed):
+                # Compute forward while the daemon loads backward, until the session says stop. This engine's
+                # cost of each chunk (its hint) makes it wait on the loads' pace so far rather than at the
+                # predicted meeting: it waits whenever they land on its next chunk sooner than computing it takes.
+                while True:
+                    step = session.next_step(computed, compute_s=self.hint[0] + self.hint[1] * computed)
+                    if step.action == "stop":
+                        break
                     splice_landed(computed)
-                    if plan.strategy == "cake":
-                        eta = session.seconds_until_resident(computed)
-                        cost = self.hint[0] + self.hint[1] * computed
-                        if eta is not None and eta <= cost and session.wait_resident(
-                                computed, timeout=eta * 1.5 + 2e-3):
-                            break
+                    if step.action == "wait":
+                        session.wait_resident(computed, timeout=max(0.0, step.until - time.monotonic()))
+                        continue
                     self.compute_chunk(computed, result)
                     computed += 1
                     session.progress(computed)

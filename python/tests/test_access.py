@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 
-import grpc
 import pytest
 
 from cake.testing import SpawnedDaemon, caked_path

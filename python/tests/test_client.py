@@ -1,5 +1,6 @@
 """Every call of the Python client against a real caked: regions, lookups, stores, loads (region and inline,
 I/O-only, Cake, fixed splits), admin calls, socket discovery."""
+import dataclasses
 import logging
 import os
 import shutil
@@ -23,8 +24,8 @@ def test_ping_status_stats(client):
     client.ping()
     status = client.status()
     assert status["pid"] > 0
-    assert status["region_backend"] == "host-shm"
-    assert [t["name"] for t in status["tiers"]] == ["dram"]
+    assert status["region_kinds"] == ["host"]
+    assert [t["tier"] for t in status["tiers"]] == ["dram"]
     assert status["tiers"][0]["capacity_bytes"] == 256 << 20
     before = client.stats()
     assert all(isinstance(v, int) for v in before.values())
@@ -356,6 +357,44 @@ def test_admin_calls(fresh_daemon):
         chunks, nbytes = client.evict("dram")
         assert chunks == 2 and nbytes >= 2 * ns.chunk_bytes
         assert client.lookup(ns, tokens=tokens).cached_chunks == 0
+
+
+def test_a_tier_the_client_does_not_know_is_refused_before_any_call(client):
+    client._admin = None  # any call would fail otherwise
+    for call in (client.evict, lambda tier: client.set_read_cap(tier, 1.0), client.verify):
+        with pytest.raises(ValueError, match="'tape' is not one of dram, disk, remote"):
+            call("tape")
+        with pytest.raises(ValueError):
+            call("none")  # the wire's "not cached", never a tier to act on
+
+
+def test_limits_say_the_daemons_configuration(fresh_daemon, tmp_path):
+    """GetLimits: what the daemon accepts, asked once; the client sizes its inline store batches (a quarter of the
+    daemon's message limit, 64 MiB at most) and retires a stream opened ahead (after a third of the daemon's
+    start timeout, 20 s at most) by it. A daemon older than GetLimits answers UNIMPLEMENTED: the client then
+    assumes the default configuration's limits."""
+    config = tmp_path / "caked.toml"
+    config.write_text("[server]\nmax_message_bytes = 8388608\n[loader]\nstart_timeout_ms = 300\n"
+                      "[limits]\nregion_lease_ms = 900\n")
+    daemon = fresh_daemon("--config", str(config), "--dram-capacity-mib", "64")
+    with daemon.client() as client:
+        limits = client.limits()
+        assert client.limits() is limits
+        if limits.from_daemon:
+            assert (limits.max_message_bytes, limits.load_start_timeout_ms, limits.region_lease_ms) == (
+                8 << 20, 300, 900)
+            assert limits.default_chunk_tokens == 256 and limits.default_load_window == 4
+            assert client._inline_store_batch_bytes() == 2 << 20
+            assert client._ahead_max_age_s() == pytest.approx(0.1)
+        else:
+            assert limits == cake.Limits()
+            assert (limits.max_message_bytes, limits.load_start_timeout_ms) == (256 << 20, 60000)
+            assert client._inline_store_batch_bytes() == 64 << 20
+            assert client._ahead_max_age_s() == 20.0
+    with fresh_daemon("--dram-capacity-mib", "64").client() as client:  # the default configuration
+        limits = client.limits()
+        assert client._inline_store_batch_bytes() == 64 << 20 and client._ahead_max_age_s() == 20.0
+        assert dataclasses.replace(limits, from_daemon=False) == cake.Limits()  # the fallback is today's defaults
 
 
 def test_the_client_renews_its_regions_leases(fresh_daemon, tmp_path):

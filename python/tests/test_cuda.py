@@ -20,8 +20,8 @@ from helpers import prompt, small_namespace  # noqa: E402
 def gpu_daemon():
     with SpawnedDaemon(["--dram-capacity-mib", "1024", "--cuda-devices", "0"]) as d:
         with d.client() as c:
-            if "cuda-ipc" not in c.status()["region_backend"]:
-                pytest.skip(f"the daemon serves no device regions: {c.status()['region_backend']}")
+            if "cuda" not in c.status()["region_kinds"]:
+                pytest.skip(f"the daemon serves no device regions: {c.status()['region_kinds']}")
         yield d
 
 

@@ -79,7 +79,7 @@ def test_under_systemd_log_lines_carry_journal_priorities(monkeypatch):
     with SpawnedDaemon(["--dram-capacity-mib", "64"]) as daemon:
         with daemon.client() as client:
             with pytest.raises(cake.CakeError):
-                client.evict("tape")
+                client.evict("remote")  # a tier it was not started with
         lines = [line for line in daemon.log().splitlines() if line]
     assert lines and all(line[:3] in ("<7>", "<6>", "<4>", "<3>", "<2>") for line in lines), lines
     assert any(line.startswith("<6>caked ") and "listening on" in line for line in lines)

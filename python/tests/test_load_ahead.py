@@ -8,11 +8,10 @@ import subprocess
 import time
 
 import grpc
-import pytest
 
 import cake
 from cake.testing import SpawnedDaemon, caked_path
-from helpers import prompt, small_namespace
+from helpers import bench_module, prompt, small_namespace
 
 
 def load_all(client, ns, tokens):
@@ -30,11 +29,11 @@ def test_loads_reuse_the_stream_opened_ahead_and_survive_its_expiry():
         client.store(ns, tokens=tokens, first_chunk=0, chunks=[b"\x07" * ns.chunk_bytes] * 2)
         assert load_all(client, ns, tokens)[1] == 2
         ahead = client._ahead
-        assert ahead is not None and ahead.usable()
+        assert ahead is not None and ahead.usable(client._ahead_max_age_s())
         assert load_all(client, ns, tokens)[1] == 2  # took the one opened ahead
         assert client._ahead is not ahead
         time.sleep(1.0)  # the daemon ends the stream opened ahead: it sent no Start within 300 ms
-        assert not client._ahead.usable()
+        assert client._ahead.ended and not client._ahead.usable(60.0)
         assert load_all(client, ns, tokens)[1] == 2  # a fresh stream, not the dead one
         assert "start_timeout_ms is 300 ms" in daemon.log()
 
@@ -44,8 +43,8 @@ def test_a_stream_opened_ahead_too_long_ago_is_not_used(monkeypatch):
         ns, tokens = small_namespace("old-ahead"), prompt(1, seed=42)
         load_all(client, ns, tokens)
         old = client._ahead
-        monkeypatch.setattr(type(old), "AHEAD_MAX_AGE_S", 0.0)
-        assert not old.usable()
+        monkeypatch.setattr(client, "_ahead_max_age_s", lambda: 0.0)
+        assert old.usable(60.0) and not old.usable(0.0)
         load_all(client, ns, tokens)
         assert old._ended  # cancelled, not left open
 
@@ -102,8 +101,7 @@ def test_closing_the_client_ends_its_stream_opened_ahead(fresh_daemon):
 
 def test_the_plan_bench_runs(tmp_path):
     import json
-    from cake import plan_bench
     out = tmp_path / "plan.json"
-    plan_bench.main(["--calls", "20", "--json", str(out)])
+    bench_module("start_to_plan").main(["--calls", "20", "--json", str(out)])
     result = json.loads(out.read_text())
     assert result["start_to_plan_ahead_p50_us"] > 0 and result["ping_p50_us"] > 0

@@ -62,7 +62,7 @@ def test_a_client_without_the_flag_gets_one_chunk_per_message(client):
 
 
 def test_the_client_can_ask_for_one_chunk_per_message(daemon):
-    """Client(accept_loaded_batch=False): what clients before the field got (cake.bench measures its cost)."""
+    """Client(accept_loaded_batch=False): what clients before the field got (cake_bench.client_load measures its cost)."""
     with daemon.client(accept_loaded_batch=False) as client:
         ns = small_namespace("loaded-batch-off")
         tokens = prompt(256, seed=73)

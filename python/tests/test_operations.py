@@ -41,7 +41,10 @@ def test_regions_are_listed_and_an_operator_releases_one(daemon):
         region = client.register_region(1 << 20)
         listed = cakectl_json(daemon, "regions")["regions"]
         mine = [r for r in listed if r["client_id"] == "engine-7"]
-        assert len(mine) == 1 and mine[0]["bytes"] == str(1 << 20) and mine[0]["kind"] == "host"
+        # protobuf's JSON: uint64 as a string, an enum by its value's name
+        assert len(mine) == 1 and mine[0]["bytes"] == str(1 << 20) and mine[0]["kind"] == "REGION_HOST_SHM"
+        assert [(r["region_id"], r["bytes"], r["kind"]) for r in client.list_regions()
+                if r["client_id"] == "engine-7"] == [(region.id, 1 << 20, "host")]
         text = cakectl(daemon, "regions", "list")
         assert text.returncode == 0 and "engine-7" in text.stdout and "1.0 MiB" in text.stdout
         released = cakectl(daemon, "regions", "release", mine[0]["region_id"])
@@ -61,9 +64,14 @@ def test_running_loads_are_listed(daemon):
             load.wait_plan(10)
             loads = cakectl_json(daemon, "loads")["loads"]
             assert [(l["model"], l["client_id"], l["cached_chunks"], l["strategy"]) for l in loads] == [
-                ("listed-model", "lister", 3, "io_only")]
+                ("listed-model", "lister", 3, "STRATEGY_IO_ONLY")]
             assert "listed-model" in cakectl(daemon, "loads").stdout
+            listed = client.list_loads()
+            assert [(l["model"], l["client_id"], l["strategy"]) for l in listed] == [
+                ("listed-model", "lister", "io_only")]
+            assert listed[0]["phase"] in ("loading", "met")
             load.release()
+        assert client.list_loads() == []
     assert cakectl_json(daemon, "loads") == {"loads": []}
 
 
@@ -130,6 +138,10 @@ def test_verify_finds_and_removes_a_corrupt_chunk_on_disk(disk_daemon, tmp_path)
         assert cakectl_json(disk_daemon, "verify")["chunks_checked"] == "3"
         stats = client.stats()
         assert stats["tier_disk_corrupt_removed"] == 1
+        checked = client.verify("disk")
+        assert (checked["chunks_checked"], checked["corrupt_removed"]) == (3, 0)
+        with pytest.raises(cake.CakeError, match="no checksums"):
+            client.verify("dram")
     refused = cakectl(disk_daemon, "verify", "--tier", "dram")
     assert refused.returncode == REFUSED and "no checksums" in refused.stderr
 
@@ -169,7 +181,7 @@ def test_sighup_reloads_the_log_level_and_read_caps(tmp_path):
         assert "log level info -> debug" in log
         assert "SIGHUP: dram tier read cap 100 -> 40 Gbit/s" in log
         with daemon.client() as client:
-            dram = [t for t in client.status()["tiers"] if t["name"] == "dram"][0]
+            dram = [t for t in client.status()["tiers"] if t["tier"] == "dram"][0]
             assert dram["read_limit_gbps"] == pytest.approx(40)
         running = tomllib.loads(cakectl(daemon, "config").stdout)
         assert running["server"]["log_level"] == "debug"

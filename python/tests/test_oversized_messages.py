@@ -1,6 +1,7 @@
 """A client that sends oversized messages costs the daemon at most server.transport_memory_bytes (gRPC reads a
 message whole before it compares it with server.max_message_bytes: only the transport's resource quota bounds
-it), gets RESOURCE_EXHAUSTED, and everyone else is served on. Inline stores larger than one message go in batches."""
+it), gets RESOURCE_EXHAUSTED, and everyone else is served on. Inline stores larger than one message go in batches
+sized by the daemon's limit (GetLimits)."""
 import os
 
 import grpc
@@ -76,17 +77,16 @@ def test_an_oversized_message_is_refused_at_a_bounded_cost(small_transport_daemo
     assert d.alive()
 
 
-def test_inline_stores_over_one_message_go_in_batches(small_transport_daemon):
+def test_inline_stores_over_one_message_go_in_batches(small_transport_daemon, monkeypatch):
     with small_transport_daemon.client() as client:
         ns = small_namespace("batched", chunk_tokens=4096)  # 1 MiB chunks
         tokens = list(range(40 * 4096))
         chunks = [os.urandom(ns.chunk_bytes) for _ in range(40)]  # 40 MiB of chunks (the DRAM tier holds 64)
-        saved = cake.client.INLINE_STORE_BATCH_BYTES
-        cake.client.INLINE_STORE_BATCH_BYTES = 4 * MIB  # the daemon here takes 8 MiB messages
-        try:
-            stored = client.store(ns, tokens=tokens, chunks=chunks)
-        finally:
-            cake.client.INLINE_STORE_BATCH_BYTES = saved
+        if client.limits().from_daemon:
+            assert client._inline_store_batch_bytes() == 2 * MIB  # a quarter of the daemon's 8 MiB messages
+        else:  # a daemon older than GetLimits: the client assumes 256 MiB messages unless its cap is lower
+            monkeypatch.setattr(cake.client, "INLINE_STORE_BATCH_BYTES", 4 * MIB)
+        stored = client.store(ns, tokens=tokens, chunks=chunks)
         assert stored.stored_chunks == 40
         assert client.lookup(ns, tokens=tokens).cached_chunks == 40
         with pytest.raises(CakeError) as too_big:  # one message past the daemon's limit is refused, clearly

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from helpers import bench_env
+
 SMALL_MODEL = ["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--intermediate", "128",
                "--vocab", "256", "--chunk-tokens", "32"]
 
@@ -14,7 +16,7 @@ SMALL_MODEL = ["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", 
 def run(args, tmp_path):
     out = tmp_path / "out.json"
     done = subprocess.run([sys.executable, "-m", *args, "--json", str(out)], capture_output=True, text=True,
-                          timeout=300, env=os.environ)
+                          timeout=300, env=bench_env())
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout, json.loads(out.read_text())
 
@@ -40,7 +42,7 @@ def test_torch_bench(tmp_path):
 
 @pytest.mark.skipif(not os.environ.get("CAKE_BENCH"), reason="CAKE_BENCH (the cake-bench binary) is not set")
 def test_client_bench(tmp_path):
-    stdout, result = run(["cake.bench", "--shapes", "3", "--rounds", "1", "--runs", "1"], tmp_path)
+    stdout, result = run(["cake_bench.client_load", "--shapes", "3", "--rounds", "1", "--runs", "1"], tmp_path)
     row = result["rows"][0]
     assert row["chunks"] == 1024 and row["python_median_s"] > 0 and row["cpp_median_s"] > 0
     assert "Python's cost per loaded chunk" in stdout

@@ -14,7 +14,6 @@ import zlib
 import pytest
 import torch
 
-from cake.testing import SpawnedDaemon
 from cake.vllm import CakeConnector, CakeConnectorMetadata, KVConnectorRole, LoadSpec
 
 BLOCK, CHUNK = 16, 32          # a chunk is two of vLLM's blocks

@@ -19,10 +19,10 @@ TEST_CASE("with principals, the daemon's own user administers but is no engine",
   auto client = Connect(daemon, "operator-tool");
 
   CHECK(client->Ping().ok());
-  auto status = client->StatusText();
+  auto status = client->Status();
   CHECK(status.ok());
   CHECK(client->Stats().ok());
-  CHECK(client->Evict("dram").ok());
+  CHECK(client->Evict(TierKind::kDram).ok());
 
   const NamespaceSpec ns = SmallNamespace(16, "a");
   const std::vector<uint32_t> tokens = Tokens(64);

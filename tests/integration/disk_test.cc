@@ -172,7 +172,7 @@ TEST_CASE("evicting DRAM leaves the disk copy, and loads come from disk", "[disk
   const auto tokens = Tokens(64 * 6);
   StorePrompt(*client, ns, tokens, 41, 6, chunk_bytes);
   REQUIRE(Eventually([&] { return Counter(*client, "tier_disk_chunks") == 6; }));
-  auto evicted = client->Evict("dram");
+  auto evicted = client->Evict(TierKind::kDram);
   REQUIRE(evicted.ok());
   CHECK(*evicted == 6);
   CHECK(Counter(*client, "tier_dram_chunks") == 0);
@@ -182,9 +182,9 @@ TEST_CASE("evicting DRAM leaves the disk copy, and loads come from disk", "[disk
   for (TierKind t : lookup->tiers) CHECK(t == TierKind::kDisk);
   CHECK(LoadAndVerify(*client, ns, tokens, 41).loaded_chunks == 6);
 
-  CHECK(client->Evict("tape").status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(client->Evict(TierKind::kNone).status().code() == absl::StatusCode::kInvalidArgument);
   auto dram_only = StartDaemon();
-  CHECK(Connect(dram_only)->Evict("disk").status().code() == absl::StatusCode::kNotFound);
+  CHECK(Connect(dram_only)->Evict(TierKind::kDisk).status().code() == absl::StatusCode::kNotFound);
 }
 
 TEST_CASE("a full disk tier evicts the oldest chunks and never corrupts", "[disk]") {
@@ -231,7 +231,7 @@ TEST_CASE("loads from disk are promoted into DRAM unless they would churn it", "
   const auto tokens = Tokens(64 * 12);
   StorePrompt(*client, ns, tokens, 43, 12, chunk_bytes);
   REQUIRE(Eventually([&] { return Counter(*client, "tier_disk_chunks") == 12; }));
-  REQUIRE(client->Evict("dram").ok());
+  REQUIRE(client->Evict(TierKind::kDram).ok());
   auto region = client->RegisterRegion(12 * chunk_bytes);
   REQUIRE(region.ok());
   auto tiers_of = [&](size_t chunks) {

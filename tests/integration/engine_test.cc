@@ -132,7 +132,7 @@ TEST_CASE("a Cake run races real compute against throttled loads and stays bit-e
   auto computed = engine.Run(PrefillMode::kComputeOnly);
   REQUIRE(computed.ok());
   const double gbps = model.PageBytes(chunk_tokens) * chunks * 8.0 / computed->ttft_s / 1e9;
-  REQUIRE(client->SetReadCap("dram", gbps).ok());
+  REQUIRE(client->SetReadCap(TierKind::kDram, gbps).ok());
   for (int run_index = 0; run_index < 3; ++run_index) {
     auto run = engine.Run(PrefillMode::kCake);
     REQUIRE(run.ok());

@@ -171,7 +171,7 @@ TEST_CASE("the plan predicts the meeting point once the load speed is known", "[
   CHECK((*session)->Release().ok());
 
   // A new read cap makes what was measured stale: no prediction until a load has measured the tier again.
-  REQUIRE(client->SetReadCap("dram", 0.4).ok());
+  REQUIRE(client->SetReadCap(TierKind::kDram, 0.4).ok());
   auto unmeasured = client->StartLoad(options);
   REQUIRE(unmeasured.ok());
   auto cold_plan = (*unmeasured)->WaitPlan();
@@ -405,7 +405,7 @@ TEST_CASE("an engine that stalls below the planned meeting still gets every chun
   REQUIRE(session.ok());
   auto plan = (*session)->WaitPlan();
   REQUIRE(plan.ok());
-  REQUIRE(plan->strategy == LoadPlan::Strategy::kCake);
+  REQUIRE(plan->strategy == Strategy::kCake);
   REQUIRE(plan->predicted_meeting_chunk.has_value());
   CHECK(*plan->predicted_meeting_chunk > 2);
   std::this_thread::sleep_for(20ms);
@@ -431,7 +431,7 @@ TEST_CASE("the planner falls back to compute-only or I/O-only when sharing canno
   LoadOptions options = t.Options();
   options.io_only = true;
   auto first = RunCakeLoad(*client, options, 6, [](uint32_t) {});
-  CHECK(first.plan.strategy == LoadPlan::Strategy::kIoOnly);  // asked for
+  CHECK(first.plan.strategy == Strategy::kIoOnly);  // asked for
   options.io_only = false;
 
   SECTION("an engine 100x faster than the loads: compute-only, Done at once") {
@@ -440,7 +440,7 @@ TEST_CASE("the planner falls back to compute-only or I/O-only when sharing canno
     REQUIRE(session.ok());
     auto plan = (*session)->WaitPlan();
     REQUIRE(plan.ok());
-    CHECK(plan->strategy == LoadPlan::Strategy::kComputeOnly);
+    CHECK(plan->strategy == Strategy::kComputeOnly);
     CHECK(plan->predicted_meeting_chunk == h);
     REQUIRE(plan->predicted_compute_only_s);
     REQUIRE(plan->predicted_io_only_s);
@@ -457,7 +457,7 @@ TEST_CASE("the planner falls back to compute-only or I/O-only when sharing canno
   SECTION("an engine 100x slower than the loads: I/O-only, every chunk loaded") {
     options.compute_first_chunk_s = 1.0;
     auto result = RunCakeLoad(*client, options, 6, [](uint32_t) {});
-    CHECK(result.plan.strategy == LoadPlan::Strategy::kIoOnly);
+    CHECK(result.plan.strategy == Strategy::kIoOnly);
     CHECK(result.plan.predicted_meeting_chunk == 0u);
     CHECK(result.done.meeting_chunk == 0);
     CHECK(result.done.loaded_chunks == h);
@@ -478,13 +478,13 @@ TEST_CASE("the daemon learns the engine's speed from Progress and plans later lo
 
   // No hints: nothing to predict from yet. The engine computes 10 ms per chunk and reports each.
   auto unplanned = RunCakeLoad(*client, options, 8, [](uint32_t) { std::this_thread::sleep_for(10ms); });
-  CHECK(unplanned.plan.strategy == LoadPlan::Strategy::kCake);
+  CHECK(unplanned.plan.strategy == Strategy::kCake);
   CHECK(!unplanned.plan.predicted_cake_s);
   CHECK(unplanned.done.meeting_chunk > 0);
 
   // Still no hints, but the daemon has seen the engine's chunks take about 10 ms: the plan predicts the split.
   auto planned = RunCakeLoad(*client, options, 8, [](uint32_t) { std::this_thread::sleep_for(10ms); });
-  CHECK(planned.plan.strategy == LoadPlan::Strategy::kCake);
+  CHECK(planned.plan.strategy == Strategy::kCake);
   REQUIRE(planned.plan.predicted_cake_s);
   REQUIRE(planned.plan.predicted_meeting_chunk);
   CHECK(*planned.plan.predicted_meeting_chunk > 0);
@@ -492,20 +492,53 @@ TEST_CASE("the daemon learns the engine's speed from Progress and plans later lo
   CHECK(*planned.plan.predicted_cake_s < *planned.plan.predicted_compute_only_s);
 }
 
-TEST_CASE("the client's meeting rule: wait at the predicted meeting until the predicted Cake time and a fifth",
+TEST_CASE("the client's stepper: compute, wait at the predicted meeting until the predicted Cake time and a fifth, "
+          "stop at the loaded suffix or the limit",
           "[client]") {
+  using Action = FrontStep::Action;
   const auto started = std::chrono::steady_clock::now();
+  const auto seconds = [&](double s) {
+    return started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+  };
   LoadPlan plan;
-  plan.strategy = LoadPlan::Strategy::kCake;
-  CHECK(!MeetingWaitOf(plan, started));  // no prediction: compute until a chunk is resident
-  plan.predicted_meeting_chunk = 7;
-  plan.predicted_cake_s = 2.0;
-  const auto wait = MeetingWaitOf(plan, started);
-  REQUIRE(wait);
-  CHECK(wait->chunk == 7);
-  CHECK(std::chrono::duration<double>(wait->until - started).count() == Approx(2.0 * 1.2 + 1e-3));
-  plan.strategy = LoadPlan::Strategy::kIoOnly;  // the engine computes only below lowest_loadable, then waits
-  CHECK(!MeetingWaitOf(plan, started));
-  plan.strategy = LoadPlan::Strategy::kComputeOnly;
-  CHECK(!MeetingWaitOf(plan, started));
+  plan.strategy = Strategy::kCake;
+  plan.cached_chunks = 12;
+  plan.lowest_loadable = 2;
+  const uint32_t nothing_loaded = plan.cached_chunks;
+  SECTION("no prediction: compute until a chunk is resident") {
+    const FrontStep step = NextFrontStep(plan, started, 5, nothing_loaded, std::nullopt, started);
+    CHECK(step.action == Action::kCompute);
+    CHECK(step.compute_through == 12);
+    CHECK(NextFrontStep(plan, started, 9, 9, std::nullopt, started).action == Action::kStop);
+    CHECK(NextFrontStep(plan, started, 12, nothing_loaded, std::nullopt, started).action == Action::kStop);
+  }
+  SECTION("a prediction: compute up to it, wait there until the deadline, then compute on") {
+    plan.predicted_meeting_chunk = 7;
+    plan.predicted_cake_s = 2.0;
+    const FrontStep before = NextFrontStep(plan, started, 3, nothing_loaded, std::nullopt, started);
+    CHECK(before.action == Action::kCompute);
+    CHECK(before.compute_through == 7);
+    const FrontStep at = NextFrontStep(plan, started, 7, nothing_loaded, std::nullopt, seconds(1.0));
+    CHECK(at.action == Action::kWait);
+    CHECK(std::chrono::duration<double>(at.until - started).count() == Approx(2.0 * 1.2 + 1e-3));
+    CHECK(NextFrontStep(plan, started, 7, 7, std::nullopt, seconds(1.0)).action == Action::kStop);  // it landed
+    const FrontStep late = NextFrontStep(plan, started, 7, nothing_loaded, std::nullopt, seconds(2.5));
+    CHECK(late.action == Action::kCompute);  // the loads fell behind
+    CHECK(late.compute_through == 12);
+  }
+  SECTION("Done: compute up to its meeting chunk (failed reads move it up), then stop") {
+    const FrontStep below = NextFrontStep(plan, started, 4, 9, 9, started);
+    CHECK(below.action == Action::kCompute);
+    CHECK(below.compute_through == 9);
+    CHECK(NextFrontStep(plan, started, 9, 9, 9, started).action == Action::kStop);
+  }
+  SECTION("I/O-only computes only below lowest_loadable; compute-only everything") {
+    plan.strategy = Strategy::kIoOnly;
+    CHECK(NextFrontStep(plan, started, 1, nothing_loaded, std::nullopt, started).action == Action::kCompute);
+    CHECK(NextFrontStep(plan, started, 2, nothing_loaded, std::nullopt, started).action == Action::kStop);
+    plan.strategy = Strategy::kComputeOnly;
+    plan.predicted_meeting_chunk = 7;
+    plan.predicted_cake_s = 2.0;
+    CHECK(NextFrontStep(plan, started, 7, nothing_loaded, std::nullopt, started).action == Action::kCompute);
+  }
 }

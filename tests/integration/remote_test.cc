@@ -183,7 +183,7 @@ TEST_CASE("remote.promote_to_disk keeps a remote hit on the local disk as well",
   CHECK(done.loaded_chunks == 8);
   REQUIRE(Eventually([&] { return Counter(*client, "promotions_to_disk") == 8; }));
   CHECK(Counter(*client, "tier_disk_chunks") == 8);
-  REQUIRE(client->Evict("dram").ok());
+  REQUIRE(client->Evict(TierKind::kDram).ok());
   auto lookup = client->Lookup(ns, {tokens, {}});
   REQUIRE(lookup.ok());
   REQUIRE(lookup->cached_chunks == 8);
@@ -222,7 +222,7 @@ TEST_CASE("a frozen Redis delays only the calls that need it: Ping and a DRAM lo
       } else if (i % 3 == 1) {
         ok = (*c)->Lookup(ns, {nowhere, {}}).ok();
       } else {
-        if ((*c)->StatusText().ok()) ++statuses;
+        if ((*c)->Status().ok()) ++statuses;
         return;
       }
       ++(ok ? answered : failed);
@@ -266,7 +266,7 @@ TEST_CASE("with more calls waiting on a frozen Redis than the daemon queues, Loo
   RawStubs raw(daemon);
   StorePrompt(*client, ns, tokens, 62, 4, chunk_bytes);
   REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == 4; }));
-  REQUIRE(client->Evict("dram").ok());  // Redis alone holds the prompt now: every Lookup of it must ask Redis
+  REQUIRE(client->Evict(TierKind::kDram).ok());  // Redis alone holds the prompt now: every Lookup of it must ask Redis
 
   REQUIRE(kill(redis->pid(), SIGSTOP) == 0);
   // The network-call threads (4) and their queue (1024) fill up; the calls past them are answered at once, with
@@ -344,7 +344,7 @@ TEST_CASE("a Redis that freezes mid-load holds none of the threads a DRAM load r
   auto client = Connect(daemon);
   StorePrompt(*client, ns, remote_only, 63, 8, chunk_bytes);
   REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == 8; }));
-  REQUIRE(client->Evict("dram").ok());
+  REQUIRE(client->Evict(TierKind::kDram).ok());
   StorePrompt(*client, ns, in_dram, 64, 8, chunk_bytes);
 
   LoadOptions from_redis{ns, {remote_only, {}}, nullptr};

@@ -30,7 +30,7 @@ assert client.store(ns, tokens=tokens, first_chunk=0, chunk_count=6, region=regi
 
 # Write-back to the disk tier runs in the background: wait until the disk holds all six, then empty DRAM.
 deadline = time.monotonic() + 30
-while not any(t["name"] == "disk" and int(t.get("chunks", 0)) >= 6 for t in client.status()["tiers"]):
+while not any(t["tier"] == "disk" and int(t.get("chunks", 0)) >= 6 for t in client.status()["tiers"]):
     assert time.monotonic() < deadline, f"the disk tier never got the chunks: {client.status()['tiers']}"
     time.sleep(0.1)
 client.evict("dram")

@@ -1,6 +1,7 @@
 // LoadCursor's read order, window, meeting detection and failure handling, checked step by step and in a
 // deterministic discrete-event simulation of an engine and an I/O device; and PredictMeetingChunk.
 #include "scheduler/load_cursor.h"
+#include "scheduler/planner.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

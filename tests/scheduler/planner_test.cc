@@ -213,14 +213,14 @@ TEST_CASE("simulated load: an engine stalling mid-load leaves the rest to the lo
 TEST_CASE("planner: chunks in tiers of different speeds are planned by each tier's share", "[planner]") {
   // 64 chunks, half in DRAM (free), half on disk at 10 ms each; the engine computes 10 ms per chunk. An average
   // per chunk (0.32 s over 64 chunks, 5 ms) would place the meeting at 21 whatever the layout.
-  const std::vector<double> chunk_s = {0, 0, 0.010};
+  const TierChunkSeconds chunk_s = {0, 0, 0.010, 0};
   const PlanDecision averaged = Decide({64, 0, 0.005, false}, Learned(0.010, 0, 64));
   REQUIRE(averaged.meeting_chunk);
   CHECK(*averaged.meeting_chunk == 21);
 
   SECTION("a hot prefix in DRAM, the tail on disk: loading alone is as fast as any split") {
-    std::vector<uint8_t> tier(64, 2);
-    for (uint32_t c = 0; c < 32; ++c) tier[c] = 1;
+    std::vector<TierKind> tier(64, TierKind::kDisk);
+    for (uint32_t c = 0; c < 32; ++c) tier[c] = TierKind::kDram;
     const std::vector<double> suffix = LoadSuffixSeconds(tier, chunk_s, 0);
     REQUIRE(suffix.size() == 65);
     CHECK(suffix[64] == 0);
@@ -235,8 +235,8 @@ TEST_CASE("planner: chunks in tiers of different speeds are planned by each tier
     CHECK(*d.io_only_s == Approx(0.32));
   }
   SECTION("the tail in DRAM, the front on disk: the engine computes half the disk part") {
-    std::vector<uint8_t> tier(64, 1);
-    for (uint32_t c = 0; c < 32; ++c) tier[c] = 2;
+    std::vector<TierKind> tier(64, TierKind::kDram);
+    for (uint32_t c = 0; c < 32; ++c) tier[c] = TierKind::kDisk;
     PlanInput input{64, 0, 0.005, false};
     input.load_suffix_s = LoadSuffixSeconds(tier, chunk_s, 0);
     const PlanDecision d = Decide(input, Learned(0.010, 0, 64));
@@ -246,31 +246,31 @@ TEST_CASE("planner: chunks in tiers of different speeds are planned by each tier
     CHECK(*d.cake_s == Approx(0.16));
   }
   SECTION("the slower tier's share decides; chunks below lowest_loadable are not loaded") {
-    std::vector<uint8_t> tier(64, 2);
-    for (uint32_t c = 0; c < 32; ++c) tier[c] = 1;
-    CHECK(LoadSuffixSeconds(tier, std::vector<double>{0, 0.002, 0.010}, 0)[0] == Approx(0.32));
-    CHECK(LoadSuffixSeconds(tier, std::vector<double>{0, 0.020, 0.010}, 0)[0] == Approx(0.64));
+    std::vector<TierKind> tier(64, TierKind::kDisk);
+    for (uint32_t c = 0; c < 32; ++c) tier[c] = TierKind::kDram;
+    CHECK(LoadSuffixSeconds(tier, TierChunkSeconds{0, 0.002, 0.010, 0}, 0)[0] == Approx(0.32));
+    CHECK(LoadSuffixSeconds(tier, TierChunkSeconds{0, 0.020, 0.010, 0}, 0)[0] == Approx(0.64));
     CHECK(LoadSuffixSeconds(tier, chunk_s, 40)[0] == Approx(0.24));
   }
 }
 
 TEST_CASE("load costs: one tier's chunks at its speed, several tiers read at once, the slowest share decides",
           "[planner]") {
-  constexpr uint8_t kDram = 1, kDisk = 2, kRemote = 3;
-  std::vector<double> chunk_s(256, 0.0);
-  chunk_s[kDisk] = 0.004;
-  chunk_s[kRemote] = 0.010;
+  constexpr TierKind kDram = TierKind::kDram, kDisk = TierKind::kDisk, kRemote = TierKind::kRemote;
+  TierChunkSeconds chunk_s{};
+  chunk_s[static_cast<size_t>(kDisk)] = 0.004;
+  chunk_s[static_cast<size_t>(kRemote)] = 0.010;
 
   SECTION("all on disk: a single tier, whose load measures it") {
-    const std::vector<uint8_t> tiers(8, kDisk);
-    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 2, kDram);
+    const std::vector<TierKind> tiers(8, kDisk);
+    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 2);
     CHECK(c.single_tier);
     CHECK(c.load_chunk_s == Approx(0.004));
     CHECK(c.load_suffix_s.empty());
   }
   SECTION("DRAM unmeasured counts as free; the disk share decides") {
-    const std::vector<uint8_t> tiers{kDram, kDram, kDram, kDram, kDisk, kDisk};
-    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 0, kDram);
+    const std::vector<TierKind> tiers{kDram, kDram, kDram, kDram, kDisk, kDisk};
+    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 0);
     CHECK_FALSE(c.single_tier);
     CHECK(c.load_chunk_s == Approx(2 * 0.004 / 6));
     REQUIRE(c.load_suffix_s.size() == 7);
@@ -279,28 +279,64 @@ TEST_CASE("load costs: one tier's chunks at its speed, several tiers read at onc
     CHECK(c.load_suffix_s[6] == 0);
   }
   SECTION("the slower tier's share decides, not the average") {
-    const std::vector<uint8_t> tiers{kDisk, kDisk, kDisk, kRemote};
-    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 0, kDram);
+    const std::vector<TierKind> tiers{kDisk, kDisk, kDisk, kRemote};
+    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 0);
     CHECK(c.load_chunk_s == Approx(std::max(3 * 0.004, 0.010) / 4));
   }
   SECTION("an unmeasured tier other than DRAM makes the cost unknown") {
-    chunk_s[kRemote] = 0;
-    const std::vector<uint8_t> tiers{kDisk, kRemote};
-    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 0, kDram);
+    chunk_s[static_cast<size_t>(kRemote)] = 0;
+    const std::vector<TierKind> tiers{kDisk, kRemote};
+    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 0);
     CHECK(c.load_chunk_s == 0);
     CHECK(c.load_suffix_s.empty());
     CHECK_FALSE(c.single_tier);
   }
   SECTION("chunks below the lowest loadable do not count") {
-    const std::vector<uint8_t> tiers{kRemote, kRemote, kDisk, kDisk};
-    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 2, kDram);
+    const std::vector<TierKind> tiers{kRemote, kRemote, kDisk, kDisk};
+    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 2);
     CHECK(c.single_tier);
     CHECK(c.load_chunk_s == Approx(0.004));
   }
   SECTION("nothing to load") {
-    const std::vector<uint8_t> tiers{kDisk, kDisk};
-    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 2, kDram);
+    const std::vector<TierKind> tiers{kDisk, kDisk};
+    const LoadCosts c = EstimateLoadCosts(tiers, chunk_s, 2);
     CHECK(c.load_chunk_s == 0);
     CHECK_FALSE(c.single_tier);
+  }
+}
+
+TEST_CASE("PlanLoad: the engine's hint over history, each chunk at its own tier's speed", "[planner]") {
+  LoadPlanRequest request;
+  request.chunk_tiers.assign(32, TierKind::kDisk);
+  request.tier_chunk_s[static_cast<size_t>(TierKind::kDisk)] = 0.004;
+  SECTION("no hint and no history: Cake, which adapts at run time") {
+    const LoadPlanResult plan = PlanLoad(request);
+    CHECK(plan.decision.strategy == Strategy::kCake);
+    CHECK_FALSE(plan.decision.meeting_chunk);
+    CHECK(plan.single_tier);
+    CHECK_FALSE(plan.compute.known());
+  }
+  SECTION("history alone plans a split") {
+    request.history.Observe(0, 8, 8 * 0.004);
+    const LoadPlanResult plan = PlanLoad(request);
+    CHECK(plan.compute.known());
+    REQUIRE(plan.decision.meeting_chunk);
+    // Computing a chunk costs about what loading one does: the split falls near the middle.
+    CHECK(*plan.decision.meeting_chunk >= 8);
+    CHECK(*plan.decision.meeting_chunk <= 24);
+  }
+  SECTION("a hint wins over history: the engine knows how busy it is now") {
+    request.history.Observe(0, 8, 8 * 0.004);
+    request.hint_first_chunk_s = 0.400;  // a hundred times slower than loading: compute-only cannot win,
+    const LoadPlanResult plan = PlanLoad(request);
+    CHECK(plan.compute.first_chunk_s() == Approx(0.400));
+    CHECK(plan.decision.strategy == Strategy::kIoOnly);  // and loading everything beats any split
+  }
+  SECTION("I/O-only asked for: the meeting is the lowest loadable chunk") {
+    request.io_only_requested = true;
+    request.lowest_loadable = 5;
+    const LoadPlanResult plan = PlanLoad(request);
+    CHECK(plan.decision.strategy == Strategy::kIoOnly);
+    CHECK(plan.decision.meeting_chunk == 5u);
   }
 }

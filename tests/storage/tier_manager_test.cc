@@ -35,7 +35,7 @@ struct TwoTiers {
 class NetworkedTier final : public TierDecorator {
  public:
   explicit NetworkedTier(std::unique_ptr<Tier> inner) : TierDecorator(std::move(inner)) {}
-  bool waits_on_network() const override { return true; }
+  TierCapabilities Capabilities() const override { return {.waits_on_network = true}; }
   std::vector<bool> ContainsEach(std::span<const ChunkKey> keys) const override {
     ++asked;
     return TierDecorator::ContainsEach(keys);

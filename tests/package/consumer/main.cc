@@ -24,12 +24,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ping: %s\n", ping.ToString().c_str());
     return 1;
   }
-  auto status = (*client)->StatusText();
+  auto status = (*client)->Status();
   if (!status.ok()) {
     std::fprintf(stderr, "status: %s\n", status.status().ToString().c_str());
     return 1;
   }
-  std::printf("%s\n", status->substr(0, status->find('\n')).c_str());
+  std::printf("version: %s\n", status->version.c_str());
 
   auto region = (*client)->RegisterRegion(1 << 20);
   if (!region.ok()) {

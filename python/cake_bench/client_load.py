@@ -1,11 +1,11 @@
-"""python3 -m cake.bench: the Python client's I/O-only loads into a host region against the C++ client's
-(`cake-bench client-load`) on the same prompt, the same daemon, in the same run, alternating so background load
-on a shared machine hits both alike. Reports each client's median load time and throughput, the ratio (goals: the
+"""The Python client's I/O-only loads into a host region against the C++ client's (`cake-bench client-load`) on
+the same prompt, the same daemon, in the same run, alternating so background load on a shared machine hits both
+alike. Reports each client's median load time and throughput, the ratio (goals: the
 Python client at least 0.90 of the C++ client's throughput with chunks of 8 MiB and more, and with 1 MiB chunks;
 at least 0.50 with 64 KiB chunks), and Python's cost per loaded chunk: the added time per chunk over the C++ client
 and the CPU time the Python process spends per chunk.
 
-    /usr/bin/python3 -m cake.bench [--socket S] [--rounds 5] [--runs 3] [--json out.json]
+    /usr/bin/python3 -m cake_bench.client_load [--socket S] [--rounds 5] [--runs 3] [--json out.json]
 """
 import argparse
 import json
@@ -109,7 +109,8 @@ def measure(client, socket, shape, rounds, runs, scratch):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python3 -m cake.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m cake_bench.client_load",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", help="a running caked (default: start a private one)")
     parser.add_argument("--rounds", type=int, default=5, help="alternations of the two clients")
     parser.add_argument("--runs", type=int, default=3, help="loads of each client per round")
@@ -130,8 +131,8 @@ def main(argv=None):
             socket = daemon.socket_path
         rows = []
         with cake.Client(socket, accept_loaded_batch=not args.one_chunk_per_message) as client:
-            print(f"python3 -m cake.bench: I/O-only loads from the DRAM tier into a host region, {args.rounds} rounds "
-                  f"x {args.runs} loads per client, alternating; socket {socket}")
+            print(f"python3 -m cake_bench.client_load: I/O-only loads from the DRAM tier into a host region, "
+                  f"{args.rounds} rounds x {args.runs} loads per client, alternating; socket {socket}")
             print(f"  {'shape':42} {'chunks':>6} {'C++ GB/s':>9} {'Py GB/s':>9} {'Py/C++':>7} "
                   f"{'added us/chunk':>15} {'Py CPU us/chunk':>16}")
             for shape in shapes:
