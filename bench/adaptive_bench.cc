@@ -1,7 +1,7 @@
 // cake-bench adaptive: the paper's scheduling example. One long cached request (served by a Cake load) arrives
 // with a burst of short uncached ones; the engine has a token budget per step. In the default order (first come,
 // first served, as vLLM's chunked prefill) the cached request takes the budget until it meets its loads; in the
-// adaptive order (PAPER.md: decodes, then prefills without a cached prefix, then the Cake request with what is
+// adaptive order (the Cake paper's: decodes, then prefills without a cached prefix, then the Cake request with what is
 // left) the short ones go first while the cached request's loads keep going. Reports every request's time to
 // first token under both orders.
 #include <algorithm>

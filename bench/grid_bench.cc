@@ -2,7 +2,7 @@
 // utilisation: compute-only, I/O-only and Cake time to first token of one cached request, against a real caked,
 // beside the oracle split computed offline from the same cost model.
 //
-// The engine is simulated (PAPER.md's cost model, a vLLM-style step budget of which the request gets a share);
+// The engine is simulated (the Cake paper's cost model, docs/architecture.md; a vLLM-style step budget of which the request gets a share);
 // storage is the paper's "simulated backend": each chunk is delayed by its size over the bandwidth. The daemon
 // serves stand-in bytes from its DRAM tier behind its read throttle, scaled so each chunk takes exactly as long as
 // the modelled KV chunk would: 1 KiB per token instead of the model's KV, the throttle set to bandwidth x

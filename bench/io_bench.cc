@@ -30,8 +30,8 @@
 #include "examples/simulated_engine/models.h"
 #include "spdlog/spdlog.h"
 #include "storage/chunk_file.h"
-#include "storage/clean_stop_index.h"
-#include "storage/disk_tier.h"
+#include "storage/disk/clean_stop_index.h"
+#include "storage/disk/disk_tier.h"
 #include "storage/dram_tier.h"
 #include "storage/tier_manager.h"
 

@@ -10,7 +10,7 @@
 #include "base/status_macros.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 
 namespace cake::bench {
 namespace {

@@ -1,6 +1,6 @@
 // cake-bench mixed: Cake with a prefix spread over the DRAM, disk and remote (Redis) tiers at once, each capped at
 // its own modelled bandwidth, against the same prefix held by one tier alone. The engine is the simulated one of
-// `cake-bench grid` (PAPER.md's cost model); the tiers serve stand-in bytes (1 KiB per token) behind read caps
+// `cake-bench grid` (the Cake paper's cost model); the tiers serve stand-in bytes (1 KiB per token) behind read caps
 // scaled to the model's KV size, as in grid. The prefix is placed with Store and Evict, and promotion is off, so a
 // load never moves chunks between tiers:
 //   DRAM alone:   Store everything (write-back copies it to disk and Redis too)

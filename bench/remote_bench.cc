@@ -15,7 +15,7 @@
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/simulated_storage.h"
-#include "storage/redis_cluster_client.h"
+#include "storage/redis/redis_cluster_client.h"
 #include "testing/redis_process.h"
 
 namespace cake::bench {

@@ -62,7 +62,7 @@
 #include "cake/v1/admin.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "storage/chunk_file.h"
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 #include "storage/remote_codec.h"
 #include "testing/child_process.h"
 #include "testing/redis_process.h"
@@ -1095,7 +1095,7 @@ double Mean(const std::vector<double>& v) {
   return v.empty() ? 0 : sum / static_cast<double>(v.size());
 }
 
-// Longer than the remote tier's longest back-off after a failure (2 s, storage/redis_cluster_client.cc): a load
+// Longer than the remote tier's longest back-off after a failure (2 s, storage/redis/redis_cluster_client.cc): a load
 // this far behind the last one finds the back-off over and asks Redis again.
 constexpr auto kSparseGap = milliseconds(2500);
 constexpr uint32_t kSparseRuns = 3;
@@ -1195,49 +1195,6 @@ absl::StatusOr<DeadRemote> RunDeadRemotePhase(Client& client, RedisServer& redis
     if (auto s = cake("killed")) out.killed_s.push_back(*s);
   }
   compute_only();
-  return out;
-}
-
-// The daemon's failed reads, from its log ("chunk N could not be read (STATUS)"): by cause, with keys, paths and
-// numbers blanked so that like causes count together.
-struct ReadFailures {
-  std::map<std::string, uint64_t> causes;
-  uint64_t corrupt_reads = 0;  // DATA_LOSS: a checksum, header or part that did not hold
-};
-
-ReadFailures ParseReadFailures(const std::string& log) {
-  ReadFailures out;
-  constexpr absl::string_view kMarker = "could not be read (";
-  auto is_hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
-  for (absl::string_view line : absl::StrSplit(log, '\n')) {
-    const size_t at = line.find(kMarker);
-    if (at == absl::string_view::npos) continue;
-    absl::string_view why = line.substr(at + kMarker.size());
-    if (const size_t end = why.rfind(')'); end != absl::string_view::npos) why = why.substr(0, end);
-    if (absl::StartsWith(why, "DATA_LOSS")) ++out.corrupt_reads;
-    std::vector<std::string> words;
-    for (absl::string_view word : absl::StrSplit(why, ' ')) {
-      if (absl::StrContains(word, '/')) {
-        words.push_back(absl::EndsWith(word, ":") ? "<path>:" : "<path>");
-        continue;
-      }
-      std::string blanked;
-      for (size_t i = 0; i < word.size();) {
-        size_t j = i;
-        while (j < word.size() && is_hex(word[j])) ++j;
-        const bool number = j > i && std::all_of(word.begin() + i, word.begin() + j,
-                                                 [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-        if (j - i >= 8 || number) {
-          blanked += '#';
-          i = j;
-        } else {
-          blanked += word[i++];
-        }
-      }
-      words.push_back(std::move(blanked));
-    }
-    ++out.causes[absl::StrJoin(words, " ").substr(0, 120)];
-  }
   return out;
 }
 
@@ -1514,7 +1471,6 @@ absl::Status RunSoakBench(const SoakOptions& options) {
       if (log_error_lines.size() < 3) log_error_lines.emplace_back(line.substr(0, 300));
     }
   }
-  const ReadFailures read_failures = ParseReadFailures(caked_log);
   if (caked_exit != 0) tally.Unexplained(absl::StrCat("caked exited with status ", caked_exit, " on SIGTERM"));
 
   // The report.
@@ -1662,10 +1618,13 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   std::printf("  caked log: %llu warnings, %llu errors; exit status %d on SIGTERM\n",
               static_cast<unsigned long long>(log_warnings), static_cast<unsigned long long>(log_errors), caked_exit);
   for (const std::string& line : log_error_lines) std::printf("    %s\n", line.c_str());
-  std::printf("  the daemon's failed reads by cause (its log: set-up, soak and dead-remote phase; %llu corrupt):\n",
-              static_cast<unsigned long long>(read_failures.corrupt_reads));
-  for (const auto& [cause, n] : read_failures.causes) {
-    std::printf("    %6llu  %s\n", static_cast<unsigned long long>(n), cause.c_str());
+  // The daemon counts its failed reads by status code (Stats: load_chunk_read_failures_<code>).
+  constexpr absl::string_view kByCode = "load_chunk_read_failures_";
+  std::printf("  the daemon's failed reads by status code (the set-up and the soak; %llu corrupt):\n",
+              static_cast<unsigned long long>(delta("load_chunk_read_failures_data_loss")));
+  for (const auto& [name, value] : stats) {
+    if (!absl::StartsWith(name, kByCode) || delta(name) == 0) continue;
+    std::printf("    %6llu  %s\n", static_cast<unsigned long long>(delta(name)), name.substr(kByCode.size()).c_str());
   }
   for (const std::string& e : tally.unexplained_examples) std::printf("  unexplained: %s\n", e.c_str());
   for (const std::string& e : tally.wrong_examples) std::printf("  not bit-exact: %s\n", e.c_str());

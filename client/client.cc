@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/mutex.h"
 #include "base/socket_folder.h"
 #include "base/status_macros.h"
 #include "cake/v1/admin.grpc.pb.h"
@@ -44,12 +44,12 @@ FrontStep NextFrontStep(const LoadPlan& plan, std::chrono::steady_clock::time_po
                         std::chrono::steady_clock::time_point now) {
   using Action = FrontStep::Action;
   const uint32_t limit = plan.strategy == Strategy::kIoOnly ? plan.lowest_loadable : plan.cached_chunks;
-  if (next_chunk >= limit) return {Action::kStop};
+  if (next_chunk >= limit) return {Action::kStop, {}, 0};
   if (done_meeting) {
-    if (next_chunk >= *done_meeting) return {Action::kStop};
+    if (next_chunk >= *done_meeting) return {Action::kStop, {}, 0};
     return {Action::kCompute, {}, std::min(*done_meeting, limit)};
   }
-  if (next_chunk >= loaded_low && next_chunk < plan.cached_chunks) return {Action::kStop};
+  if (next_chunk >= loaded_low && next_chunk < plan.cached_chunks) return {Action::kStop, {}, 0};
   if (plan.strategy == Strategy::kCake && plan.predicted_meeting_chunk && plan.predicted_cake_s) {
     const uint32_t meeting = *plan.predicted_meeting_chunk;
     constexpr double kSlackFraction = 0.2, kSlackSeconds = 1e-3;  // cake/load.py's WAIT_SLACK_FRACTION, WAIT_SLACK_S
@@ -110,13 +110,16 @@ class GrpcLoadSession final : public LoadSession {
   }
 
   bool Send(const v1::LoadRequest& request) {
-    std::lock_guard lock(write_mu_);
+    MutexLock lock(&write_mu_);
     return stream_->Write(request);
   }
 
   absl::StatusOr<LoadPlan> WaitPlan() override {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return plan_.has_value() || ended_; });
+    MutexLock lock(&mu_);
+    cv_.Wait(&mu_, [&] {
+      mu_.AssertHeld();
+      return plan_.has_value() || ended_;
+    });
     if (plan_) return *plan_;
     return Ended();
   }
@@ -134,7 +137,7 @@ class GrpcLoadSession final : public LoadSession {
     uint32_t loaded_low = 0;
     bool ended = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (done_) meeting = done_->meeting_chunk;
       loaded_low = loaded_low_;
       ended = ended_;
@@ -149,30 +152,33 @@ class GrpcLoadSession final : public LoadSession {
   }
 
   bool IsResident(uint32_t chunk) const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return plan_.has_value() && chunk >= loaded_low_ && chunk < plan_->cached_chunks;
   }
 
   uint32_t LoadedLow() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return plan_ ? std::min(loaded_low_, plan_->cached_chunks) : 0;
   }
 
   uint64_t RegionOffset(uint32_t chunk) const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = region_offsets_.find(chunk);
     return it == region_offsets_.end() ? 0 : it->second;
   }
 
   std::string_view InlineChunk(uint32_t chunk) const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = inline_chunks_.find(chunk);
     return it == inline_chunks_.end() ? std::string_view() : std::string_view(it->second);
   }
 
   absl::StatusOr<LoadDone> WaitDone() override {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return done_.has_value() || ended_; });
+    MutexLock lock(&mu_);
+    cv_.Wait(&mu_, [&] {
+      mu_.AssertHeld();
+      return done_.has_value() || ended_;
+    });
     if (done_) return *done_;
     return Ended();
   }
@@ -182,14 +188,15 @@ class GrpcLoadSession final : public LoadSession {
   }
 
   bool WaitResidentUntil(uint32_t chunk, std::chrono::steady_clock::time_point deadline) override {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     auto settled = [&] {
+      mu_.AssertHeld();
       return done_.has_value() || ended_ || (plan_ && chunk >= loaded_low_ && chunk < plan_->cached_chunks);
     };
     if (deadline == std::chrono::steady_clock::time_point::max()) {
-      cv_.wait(lock, settled);
+      cv_.Wait(&mu_, settled);
     } else {
-      cv_.wait_until(lock, deadline, settled);
+      cv_.WaitUntil(&mu_, deadline, settled);
     }
     return plan_ && chunk >= loaded_low_ && chunk < plan_->cached_chunks;
   }
@@ -200,13 +207,13 @@ class GrpcLoadSession final : public LoadSession {
     request.mutable_release();
     Send(request);
     {
-      std::lock_guard lock(write_mu_);
+      MutexLock lock(&write_mu_);
       stream_->WritesDone();
     }
     if (reader_.joinable()) reader_.join();
     finished_ = true;
     final_status_ = FromGrpc(stream_->Finish());
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!broken_.ok()) final_status_ = broken_;
     return final_status_;
   }
@@ -215,7 +222,7 @@ class GrpcLoadSession final : public LoadSession {
   void ReadLoop() {
     v1::LoadResponse response;
     while (stream_->Read(&response)) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (absl::Status taken = TakeLocked(response); !taken.ok()) {
         // The daemon broke the protocol: nothing more from it is believed. The load ends (the engine computes
         // what was not loaded) and Release reports why.
@@ -223,15 +230,15 @@ class GrpcLoadSession final : public LoadSession {
         context_.TryCancel();
         break;
       }
-      cv_.notify_all();
+      cv_.SignalAll();
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     ended_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   // Checks one message against the plan and what came before (the checks cake/load.py makes), then records it.
-  absl::Status TakeLocked(v1::LoadResponse& response) {
+  absl::Status TakeLocked(v1::LoadResponse& response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     switch (response.msg_case()) {
       case v1::LoadResponse::kPlan: {
         if (plan_) return absl::DataLossError("a second Plan");
@@ -283,7 +290,7 @@ class GrpcLoadSession final : public LoadSession {
     return absl::DataLossError("a LoadResponse with no message set");
   }
 
-  absl::Status TakeLoadedLocked(v1::ChunkLoaded& loaded) {
+  absl::Status TakeLoadedLocked(v1::ChunkLoaded& loaded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const uint32_t chunk = loaded.chunk();
     if (!plan_ || done_) return absl::DataLossError(absl::StrCat("chunk ", chunk, " before the Plan or after Done"));
     // Chunks land highest first, each extending the contiguous loaded suffix down by one.
@@ -320,16 +327,16 @@ class GrpcLoadSession final : public LoadSession {
   const MappedRegion* region_;
   const bool inline_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  std::mutex write_mu_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<LoadPlan> plan_;
-  std::optional<LoadDone> done_;
-  uint32_t loaded_low_ = UINT32_MAX;
-  std::map<uint32_t, std::string> inline_chunks_;
-  std::map<uint32_t, uint64_t> region_offsets_;
-  absl::Status broken_;  // set when the daemon broke the protocol: what Release returns
-  bool ended_ = false;
+  Mutex write_mu_;  // one write at a time: the engine's Progress and Release
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::optional<LoadPlan> plan_ ABSL_GUARDED_BY(mu_);
+  std::optional<LoadDone> done_ ABSL_GUARDED_BY(mu_);
+  uint32_t loaded_low_ ABSL_GUARDED_BY(mu_) = UINT32_MAX;
+  std::map<uint32_t, std::string> inline_chunks_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, uint64_t> region_offsets_ ABSL_GUARDED_BY(mu_);
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);  // set when the daemon broke the protocol: what Release returns
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ = false;
   absl::Status final_status_;
   std::thread reader_;
@@ -345,10 +352,10 @@ class GrpcClient final : public Client {
 
   ~GrpcClient() override {
     {
-      std::lock_guard lock(lease_mu_);
+      MutexLock lock(&lease_mu_);
       closing_ = true;
     }
-    lease_wake_.notify_all();
+    lease_wake_.SignalAll();
     if (renewer_.joinable()) renewer_.join();
   }
 
@@ -395,7 +402,7 @@ class GrpcClient final : public Client {
     v1::ReleaseRegionResponse response;
     grpc::ClientContext context;
     {
-      std::lock_guard lock(lease_mu_);
+      MutexLock lock(&lease_mu_);
       leased_.erase(region.id());
     }
     return FromGrpc(kv_->ReleaseRegion(&context, request, &response));
@@ -483,7 +490,7 @@ class GrpcClient final : public Client {
 
   absl::StatusOr<DaemonLimits> Limits() override {
     {
-      std::lock_guard lock(limits_mu_);
+      MutexLock lock(&limits_mu_);
       if (limits_) return *limits_;
     }
     grpc::ClientContext context;
@@ -507,7 +514,7 @@ class GrpcClient final : public Client {
       limits.max_load_window = r.max_load_window();
       limits.max_region_bytes = r.max_region_bytes();
     }
-    std::lock_guard lock(limits_mu_);
+    MutexLock lock(&limits_mu_);
     limits_ = limits;
     return limits;
   }
@@ -585,23 +592,28 @@ class GrpcClient final : public Client {
   // The daemon releases a region its owner has not named for its lease (a client that died cannot hold memory
   // for ever); while this client lives, a thread names each of its regions every third of the lease.
   void KeepRenewing(const std::string& region_id, std::chrono::milliseconds lease) {
-    std::lock_guard lock(lease_mu_);
+    MutexLock lock(&lease_mu_);
     leased_.insert(region_id);
     if (lease.count() > 0) renew_period_ = std::min(renew_period_, lease / 3);
     if (!renewer_.joinable()) {
       renewer_ = std::thread([this] { RenewLeases(); });
     } else {
-      lease_wake_.notify_all();  // a shorter period takes effect now
+      lease_wake_.SignalAll();  // a shorter period takes effect now
     }
   }
 
   void RenewLeases() {
-    std::unique_lock lock(lease_mu_);
+    MutexLock lock(&lease_mu_);
     while (!closing_) {
       const auto period = renew_period_;
-      if (lease_wake_.wait_for(lock, period, [&] { return closing_ || renew_period_ < period; })) continue;
+      if (lease_wake_.WaitFor(&lease_mu_, period, [&] {
+            lease_mu_.AssertHeld();
+            return closing_ || renew_period_ < period;
+          })) {
+        continue;
+      }
       const std::vector<std::string> ids(leased_.begin(), leased_.end());
-      lock.unlock();
+      lease_mu_.Unlock();  // renewals wait on the daemon
       for (const std::string& id : ids) {
         v1::RenewRegionRequest request;
         request.set_client_id(client_id_);
@@ -611,11 +623,11 @@ class GrpcClient final : public Client {
         context.set_deadline(std::chrono::system_clock::now() + period);
         const grpc::Status status = kv_->RenewRegion(&context, request, &response);
         if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
-          std::lock_guard gone(lease_mu_);
+          MutexLock gone(&lease_mu_);
           leased_.erase(id);  // released by another thread meanwhile, or expired: nothing left to renew
         }
       }
-      lock.lock();
+      lease_mu_.Lock();
     }
   }
 
@@ -636,13 +648,13 @@ class GrpcClient final : public Client {
   std::unique_ptr<v1::KvService::Stub> kv_;
   std::unique_ptr<v1::AdminService::Stub> admin_;
   std::string client_id_;
-  std::mutex limits_mu_;
-  std::optional<DaemonLimits> limits_;  // asked once (Limits)
-  std::mutex lease_mu_;
-  std::condition_variable lease_wake_;
-  std::set<std::string> leased_;  // regions of this client to renew; guarded by lease_mu_
-  std::chrono::milliseconds renew_period_{10000};
-  bool closing_ = false;
+  Mutex limits_mu_;
+  std::optional<DaemonLimits> limits_ ABSL_GUARDED_BY(limits_mu_);  // asked once (Limits)
+  Mutex lease_mu_;
+  CondVar lease_wake_;
+  std::set<std::string> leased_ ABSL_GUARDED_BY(lease_mu_);  // regions of this client to renew
+  std::chrono::milliseconds renew_period_ ABSL_GUARDED_BY(lease_mu_){10000};
+  bool closing_ ABSL_GUARDED_BY(lease_mu_) = false;
   std::thread renewer_;  // started with the first region
 };
 

@@ -34,45 +34,45 @@ IoPool::IoPool(int threads, size_t queue_capacity, ArbiterPolicy policy, std::ch
 
 IoPool::~IoPool() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (auto& t : threads_) t.join();
 }
 
 std::shared_ptr<IoGroup> IoPool::NewGroup() {
   auto group = std::make_shared<IoGroup>();
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   group->arrival_ = next_arrival_++;
   return group;
 }
 
 bool IoPool::TrySubmit(std::function<void()> task) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_ || queued_ >= capacity_) return false;
     ungrouped_.push_back(std::move(task));
     ++queued_;
   }
-  cv_.notify_one();
+  cv_.Signal();
   return true;
 }
 
 bool IoPool::TrySubmit(const std::shared_ptr<IoGroup>& group, std::function<void()> task) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_ || queued_ >= capacity_) return false;
     if (group->queue_.empty()) waiting_.push_back(group);
     group->queue_.push_back(IoGroup::Queued{std::chrono::steady_clock::now(), std::move(task)});
     ++queued_;
   }
-  cv_.notify_one();
+  cv_.Signal();
   return true;
 }
 
 size_t IoPool::queued() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return queued_;
 }
 
@@ -115,8 +115,11 @@ void IoPool::Run() {
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || queued_ > 0; });
+      MutexLock lock(&mu_);
+      cv_.Wait(&mu_, [&] {
+        mu_.AssertHeld();
+        return stopping_ || queued_ > 0;
+      });
       if (queued_ == 0) return;
       task = TakeLocked();
     }

@@ -6,18 +6,18 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "base/mutex.h"
 #include "scheduler/arbiter_policy.h"
 
 namespace cake {
@@ -62,20 +62,20 @@ class IoPool {
 
  private:
   void Run();
-  // The next task by the policy; requires mu_ and queued_ > 0.
-  std::function<void()> TakeLocked();
+  // The next task by the policy; requires queued_ > 0.
+  std::function<void()> TakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t capacity_;
   const ArbiterPolicy policy_;
   const std::chrono::steady_clock::duration starvation_limit_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> ungrouped_;
-  std::vector<std::shared_ptr<IoGroup>> waiting_;  // groups with queued tasks
-  size_t queued_ = 0;
-  uint64_t next_arrival_ = 1;
-  uint64_t serve_clock_ = 0;
-  bool stopping_ = false;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> ungrouped_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<IoGroup>> waiting_ ABSL_GUARDED_BY(mu_);  // groups with queued tasks
+  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_arrival_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t serve_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> failed_tasks_{0};
   std::vector<std::thread> threads_;
 };

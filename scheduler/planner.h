@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "base/strategy.h"
-#include "storage/tier_kind.h"
+#include "keys/tier_kind.h"
 
 namespace cake {
 
 // The engine's prefill cost of chunk i, t(i) = first_chunk_s + growth_s * i (attention over a longer prefix
-// makes later chunks dearer; PAPER.md's cost model is exactly this at chunk granularity). Fit by least squares
+// makes later chunks dearer; the Cake paper's cost model, docs/architecture.md "The cost model", is exactly this at
+// chunk granularity). Fit by least squares
 // over observed spans of chunks, each "chunks [from, to) took s seconds"; a hint from the engine enters as one
 // observation worth a few real ones, so the first real spans refine it rather than replace it.
 class ComputeModel {

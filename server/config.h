@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "scheduler/arbiter_policy.h"
-#include "storage/io_backend.h"
+#include "storage/io/io_backend.h"
 
 namespace cake {
 

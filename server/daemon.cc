@@ -19,7 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "base/socket_folder.h"
 #include "base/status_macros.h"
-#include "cuda/cuda_backend.h"
+#include "regions/cuda_backend.h"
 #include "cake/v1/admin.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/resource_quota.h"

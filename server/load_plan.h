@@ -10,7 +10,7 @@
 #include "cake/v1/kv.pb.h"
 #include "scheduler/load_cursor.h"
 #include "scheduler/planner.h"
-#include "server/load_request.h"
+#include "server/engine_requests.h"
 #include "storage/tier_manager.h"
 
 namespace cake {

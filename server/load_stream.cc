@@ -293,7 +293,7 @@ void LoadStream::ReadRetired() {
 
 void LoadStream::ChunkReadLocked(uint32_t chunk, const absl::Status& status) {
   const TimePoint now = timers_.Now();
-  tally_.ReadDone(status.ok(), now);
+  tally_.ReadDone(status, now);
   if (!status.ok())
     spdlog::warn("load-{}: chunk {} could not be read ({}); the engine computes it", ticket_, chunk, status.ToString());
   for (uint32_t loaded : cursor_->OnReadDone(chunk, status.ok())) {

@@ -24,7 +24,7 @@
 #include "server/daemon_state.h"
 #include "server/inline_window.h"
 #include "server/load_outbox.h"
-#include "server/load_request.h"
+#include "server/engine_requests.h"
 #include "server/load_tally.h"
 
 namespace cake {

@@ -22,12 +22,12 @@ void LoadTally::ReadIssued(TimePoint now) {
   if (!first_read_) first_read_ = now;
 }
 
-void LoadTally::ReadDone(bool ok, TimePoint now) {
+void LoadTally::ReadDone(const absl::Status& status, TimePoint now) {
   last_read_ = now;
-  if (ok) {
+  if (status.ok()) {
     ++chunks_read_;
   } else {
-    Bump(state_.counters.load_chunk_read_failures);
+    state_.counters.CountReadFailure(static_cast<int>(status.code()));
   }
 }
 

@@ -20,7 +20,7 @@ class LoadTally {
   void Started(TimePoint now, std::string_view tenant, std::string_view model);
   void Planned(Strategy strategy, TimePoint now);
   void ReadIssued(TimePoint now);
-  void ReadDone(bool ok, TimePoint now);
+  void ReadDone(const absl::Status& status, TimePoint now);
   void ChunkLanded(uint64_t chunk_bytes, TimePoint now);
   // The split is final at `meeting`. A load whose reads all came from one tier measured it (`tier`), for the
   // planner's next loads.

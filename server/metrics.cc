@@ -220,9 +220,18 @@ void CollectDaemon(const DaemonState& state, Families& out) {
   Families::Add(write_back, {{"outcome", "promotion_dropped"}}, static_cast<double>(wb.promotions_dropped));
   Families::Add(write_back, {{"outcome", "promoted_to_disk"}}, static_cast<double>(wb.promotions_to_disk));
   // Every counter cakectl stats shows, under the same name.
-  for (const auto& [name, value] : state.counters.Snapshot()) {
+  for (const auto& [name, value] : state.counters.PlainSnapshot()) {
     out.Single(absl::StrCat("cake_", name, "_total"), absl::StrCat("cakectl stats: ", name), MetricType::Counter,
                static_cast<double>(value));
+  }
+  auto& read_failures = out.Family("cake_load_chunk_read_failures_by_code_total",
+                                   "Of cake_load_chunk_read_failures_total, by the read's status code (data_loss: a "
+                                   "corrupt chunk, removed; not_found: evicted since the lookup; unavailable: the "
+                                   "medium or Redis failed)",
+                                   MetricType::Counter);
+  for (size_t code = 1; code < kStatusCodes; ++code) {
+    const uint64_t n = state.counters.load_chunk_read_failures_by_code[code].load(std::memory_order_relaxed);
+    if (n > 0) Families::Add(read_failures, {{"code", kStatusCodeNames[code]}}, static_cast<double>(n));
   }
   auto& rpcs = out.Family("cake_rpc_responses_total", "RPCs answered, by method and gRPC status code",
                           MetricType::Counter);

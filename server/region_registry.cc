@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/random_id.h"
 #include "base/status_macros.h"
-#include "cuda/cuda_backend.h"
+#include "regions/cuda_backend.h"
 
 namespace cake {
 namespace {

@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "base/clock.h"
 #include "base/mutex.h"
-#include "cuda/region.h"
+#include "regions/region.h"
 
 namespace cake {
 

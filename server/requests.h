@@ -9,7 +9,7 @@
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/support/status.h"
 #include "server/config.h"
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 
 namespace cake {
 

@@ -13,6 +13,7 @@
 #include "server/load_reactor.h"
 #include "server/requests.h"
 #include "server/callers.h"
+#include "server/engine_requests.h"
 #include "spdlog/spdlog.h"
 
 namespace cake {
@@ -251,49 +252,15 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
   };
   auto caller = Authorize(context, state_, Role::kEngine, "Store");
   if (!caller.ok()) return reject(caller.status());
-  if (auto s = CheckClientId(request->client_id()); !s.ok()) return reject(s);
-  auto ns = CallerNamespace(*caller, request->namespace_(), state_.config);
-  if (!ns.ok()) return reject(ns.status());
-  auto keys = PromptKeys(*ns, request->prompt(), state_.config);
-  if (!keys.ok()) return reject(keys.status());
-  const uint64_t first = request->first_chunk();
-  const uint64_t count = request->chunk_count();
-  if (count == 0) return reject(absl::InvalidArgumentError("chunk_count is 0: name the chunks to store"));
-  if (first + count > keys->size()) {
-    return reject(absl::OutOfRangeError(absl::StrCat(
-        "chunks [", first, ", ", first + count, ") are not all full chunks of a ", keys->size(), "-chunk prompt")));
-  }
-  const uint64_t chunk_bytes = ns->chunk_bytes();
-  std::shared_ptr<Region> region;
-  if (request->region_id().empty()) {
-    if (static_cast<uint64_t>(request->inline_chunks_size()) != count) {
-      return reject(
-          absl::InvalidArgumentError(absl::StrCat("without a region_id, inline_chunks must hold chunk_count (", count,
-                                                  ") chunks; it holds ", request->inline_chunks_size())));
-    }
-    for (int i = 0; i < request->inline_chunks_size(); ++i) {
-      if (request->inline_chunks(i).size() != chunk_bytes) {
-        return reject(
-            absl::InvalidArgumentError(absl::StrCat("inline chunk ", i, " is ", request->inline_chunks(i).size(),
-                                                    " bytes; this namespace's chunks are ", chunk_bytes)));
-      }
-    }
-  } else {
-    if (request->inline_chunks_size() > 0) {
-      return reject(absl::InvalidArgumentError("send chunks in a region or inline, not both"));
-    }
-    if (auto s = CheckRegionsReachable(*caller); !s.ok()) return reject(s);
-    auto got = state_.regions.Get(RegionOwner(caller->principal->name, request->client_id()), request->region_id());
-    if (!got.ok()) return reject(got.status());
-    region = std::move(*got);
-    if (count > UINT64_MAX / chunk_bytes) return reject(absl::OutOfRangeError("chunk_count * chunk_bytes overflows"));
-    if (auto s = CheckRange(region->size(), request->region_offset(), count * chunk_bytes); !s.ok()) return reject(s);
-  }
+  auto checked = ParseStore(*request, *caller, state_);
+  if (!checked.ok()) return reject(checked.status());
+  std::shared_ptr<Region> region = std::move(checked->region);
+  const uint64_t first = checked->first, count = checked->count, chunk_bytes = checked->chunk_bytes;
   // The copies run on a background thread: a gRPC thread never waits on memory traffic of this size, and a load's
   // reads never queue behind them.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const bool submitted = state_.background.TrySubmit(AnsweredEvenIfItThrows(
-      reactor, [this, reactor, request, response, keys = std::move(*keys), first, count, chunk_bytes, region] {
+      reactor, [this, reactor, request, response, keys = std::move(checked->keys), first, count, chunk_bytes, region] {
         std::vector<std::byte> staging;
         absl::Status status;
         for (uint64_t i = 0; i < count; ++i) {

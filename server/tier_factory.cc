@@ -5,7 +5,7 @@
 
 #include "base/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "storage/disk_tier.h"
+#include "storage/disk/disk_tier.h"
 #include "storage/dram_tier.h"
 #include "storage/remote_tier.h"
 #include "storage/throttled_tier.h"

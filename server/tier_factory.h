@@ -3,7 +3,7 @@
 #pragma once
 
 #include "absl/status/status.h"
-#include "cuda/cuda_backend.h"
+#include "regions/cuda_backend.h"
 #include "server/config.h"
 #include "storage/tier_manager.h"
 

@@ -10,51 +10,62 @@ BoundedWorker::BoundedWorker(uint64_t max_queued_bytes, uint32_t threads) : max_
 
 BoundedWorker::~BoundedWorker() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (std::thread& t : threads_) t.join();
-  for (Queued& q : queue_) q.job(false);
+  std::deque<Queued> left;
+  {
+    MutexLock lock(&mu_);
+    left.swap(queue_);
+  }
+  for (Queued& q : left) q.job(false);
 }
 
 bool BoundedWorker::TryPush(uint64_t bytes, Job job) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_ || queued_bytes_ + bytes > max_queued_bytes_) return false;
     queued_bytes_ += bytes;
     queue_.push_back(Queued{bytes, std::move(job)});
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   return true;
 }
 
 void BoundedWorker::Run() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    cv_.Wait(&mu_, [&] {
+      mu_.AssertHeld();
+      return stopping_ || !queue_.empty();
+    });
     if (stopping_) return;
     Queued next = std::move(queue_.front());
     queue_.pop_front();
     ++running_;
-    lock.unlock();
+    mu_.Unlock();  // the job runs without the lock
     next.job(true);
     next.job = nullptr;  // releases what the job held before the bytes stop counting
-    lock.lock();
+    mu_.Lock();
     --running_;
     queued_bytes_ -= next.bytes;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 }
 
 size_t BoundedWorker::WaitIdle(Duration bound) {
-  std::unique_lock lock(mu_);
-  cv_.wait_for(lock, bound, [&] { return queue_.empty() && running_ == 0; });
+  MutexLock lock(&mu_);
+  cv_.WaitFor(&mu_, bound, [&] {
+    mu_.AssertHeld();
+    return queue_.empty() && running_ == 0;
+  });
   return queue_.size() + running_;
 }
 
 uint64_t BoundedWorker::queued_bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return queued_bytes_;
 }
 

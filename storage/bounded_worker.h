@@ -3,15 +3,15 @@
 // write-back's fdatasync of one chunk overlaps the writing of the next).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "base/clock.h"
+#include "base/mutex.h"
 
 namespace cake {
 
@@ -42,12 +42,12 @@ class BoundedWorker {
   void Run();
 
   const uint64_t max_queued_bytes_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Queued> queue_;
-  uint64_t queued_bytes_ = 0;  // includes the running jobs'
-  size_t running_ = 0;
-  bool stopping_ = false;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // includes the running jobs'
+  size_t running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

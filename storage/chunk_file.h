@@ -30,7 +30,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 
 namespace cake {
 

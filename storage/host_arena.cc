@@ -56,7 +56,7 @@ ExtentAllocator::ExtentAllocator(uint64_t capacity) {
 
 std::optional<uint64_t> ExtentAllocator::Allocate(uint64_t bytes) {
   const uint64_t need = Rounded(bytes);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < need) continue;
     const uint64_t offset = it->first;
@@ -71,7 +71,7 @@ std::optional<uint64_t> ExtentAllocator::Allocate(uint64_t bytes) {
 
 void ExtentAllocator::Free(uint64_t offset, uint64_t bytes) {
   uint64_t length = Rounded(bytes);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   free_bytes_ += length;
   auto next = free_.lower_bound(offset);
   if (next != free_.end() && offset + length == next->first) {
@@ -89,12 +89,12 @@ void ExtentAllocator::Free(uint64_t offset, uint64_t bytes) {
 }
 
 uint64_t ExtentAllocator::free_bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return free_bytes_;
 }
 
 uint64_t ExtentAllocator::largest_free_extent() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t largest = 0;
   for (const auto& [offset, length] : free_) largest = std::max(largest, length);
   return largest;

@@ -2,8 +2,9 @@
 // page-aligned extents.
 //
 // Why not malloc per chunk: memory returned to the kernel and faulted in again costs a page fault per 4 KiB on
-// every reuse, and on virtual machines that report freed pages to the host it costs a host fault too (about 3 s per
-// GiB on the machines of docs/benchmarks.md, against 60 ms to copy into memory touched before). Keeping one mapping
+// every reuse, and on virtual machines that report freed pages to the host it costs a host fault too (seconds per
+// GiB, against tens of milliseconds to copy into memory touched before: docs/benchmarks.md section 4.3 has the
+// figures). Keeping one mapping
 // means each page is faulted in once in the daemon's life (or up front, with Prefault), and gives a future GPU
 // backend a single range to pin.
 #pragma once
@@ -11,7 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <mutex>
+#include "absl/base/thread_annotations.h"
+#include "base/mutex.h"
 #include <optional>
 
 #include "absl/status/statusor.h"
@@ -58,9 +60,9 @@ class ExtentAllocator {
   uint64_t largest_free_extent() const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<uint64_t, uint64_t> free_;  // offset -> length, no two adjacent
-  uint64_t free_bytes_ = 0;
+  mutable Mutex mu_;
+  std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);  // offset -> length, no two adjacent
+  uint64_t free_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cake

@@ -13,7 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "base/mutex.h"
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 
 namespace cake {
 

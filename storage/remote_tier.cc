@@ -15,7 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "storage/chunk_file.h"
-#include "storage/redis_cluster_client.h"
+#include "storage/redis/redis_cluster_client.h"
 #include "storage/remote_codec.h"
 
 namespace cake {

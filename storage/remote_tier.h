@@ -3,7 +3,7 @@
 // checks the value's header and checksum, and anything missing, partial or corrupt is a miss.
 //
 // The value format (a header and parts under one hash tag) is storage/remote_codec.h; talking to Redis (pools,
-// back-off, slot map, redirects, AUTH) is storage/redis_cluster_client.h. This adapter puts the two together
+// back-off, slot map, redirects, AUTH) is storage/redis/redis_cluster_client.h. This adapter puts the two together
 // behind the Tier interface.
 #pragma once
 
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 #include "storage/tier.h"
 
 namespace cake {

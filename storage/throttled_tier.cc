@@ -10,7 +10,7 @@ TokenBucket::TokenBucket(double rate_bytes_per_s, double burst_bytes, Clock* clo
     : clock_(clock), rate_(rate_bytes_per_s), burst_bytes_(burst_bytes) {}
 
 void TokenBucket::Acquire(uint64_t n) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   if (rate_ <= 0 || interrupted_) return;
   const TimePoint now = clock_->Now();
   const auto burst = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(burst_bytes_ / rate_));
@@ -29,14 +29,14 @@ void TokenBucket::Acquire(uint64_t n) {
     const TimePoint ready = next_free_ - after_me;
     const TimePoint at = clock_->Now();
     if (ready <= at) return;
-    lock.unlock();
+    mu_.Unlock();  // others are granted their bytes meanwhile
     clock_->SleepUntil(std::min(ready, at + kWakeSlice));
-    lock.lock();
+    mu_.Lock();
   }
 }
 
 void TokenBucket::SetRate(double rate_bytes_per_s, double burst_bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   const TimePoint now = clock_->Now();
   if (next_free_ > now && rate_ > 0 && rate_bytes_per_s > 0) {
     // What is still owed, in bytes, paid at the new rate.
@@ -50,12 +50,12 @@ void TokenBucket::SetRate(double rate_bytes_per_s, double burst_bytes) {
 }
 
 void TokenBucket::Interrupt() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   interrupted_ = true;
 }
 
 double TokenBucket::rate() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return rate_;
 }
 

@@ -2,9 +2,10 @@
 // experiments can reproduce a given disk or network speed (the paper's 7 to 100 Gbps settings).
 #pragma once
 
-#include <mutex>
+#include "absl/base/thread_annotations.h"
 
 #include "base/clock.h"
+#include "base/mutex.h"
 #include "storage/tier.h"
 
 namespace cake {
@@ -30,13 +31,13 @@ class TokenBucket {
   static constexpr Duration kWakeSlice = std::chrono::milliseconds(5);
 
   Clock* const clock_;
-  mutable std::mutex mu_;
-  double rate_;
-  double burst_bytes_;
+  mutable Mutex mu_;
+  double rate_ ABSL_GUARDED_BY(mu_);
+  double burst_bytes_ ABSL_GUARDED_BY(mu_);
   // When the bytes already granted will all have passed; min() makes a new bucket start full, whatever the clock.
-  TimePoint next_free_ = TimePoint::min();
-  uint64_t granted_bytes_ = 0;  // ever: a waiter's place is the count when its own bytes were added
-  bool interrupted_ = false;
+  TimePoint next_free_ ABSL_GUARDED_BY(mu_) = TimePoint::min();
+  uint64_t granted_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // ever: a waiter's place is the count when its own bytes were added
+  bool interrupted_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 inline double GbpsToBytesPerSecond(double gbps) { return gbps * 1e9 / 8; }

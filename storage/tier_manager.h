@@ -16,7 +16,7 @@
 #include "base/mutex.h"
 #include "storage/bounded_worker.h"
 #include "storage/tier.h"
-#include "storage/tier_kind.h"
+#include "keys/tier_kind.h"
 
 namespace cake {
 

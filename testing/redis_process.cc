@@ -27,7 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "storage/redis_cluster_client.h"
+#include "storage/redis/redis_cluster_client.h"
 
 namespace cake {
 namespace {

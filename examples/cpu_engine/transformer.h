@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 
 namespace cake::engine {
 

@@ -1,5 +1,5 @@
 // cake-demo: time to first token of compute-only, I/O-only and Cake for one cached prompt, with a real engine (the
-// CPU transformer of examples/cpu_engine, bit-exact against full compute) or the paper's simulated one (PAPER.md's
+// CPU transformer of examples/cpu_engine, bit-exact against full compute) or the paper's simulated one (the Cake paper's
 // cost model, sleeping), against a real caked: the one at --socket, or a private one started from next to
 // cake-demo. scripts/demo runs it against a daemon with a disk tier.
 #pragma once
@@ -20,7 +20,7 @@ struct DemoOptions {
   std::string socket_path;  // empty: start a private caked
   std::string json_path;    // empty: no JSON file
   // "real": the CPU transformer computes and its KV cache is loaded from the disk tier; "simulated": the cost
-  // model's sleeping engine (PAPER.md) against stand-in bytes.
+  // model's sleeping engine (docs/architecture.md, "The cost model") against stand-in bytes.
   std::string engine = "real";
   std::optional<double> read_gbps;  // the read cap, Gbit/s; real engine default: loading takes as long as computing
   uint32_t tokens = 8192;           // the simulated engine's prompt

@@ -1,4 +1,4 @@
-// The models of the paper's evaluation: what PAPER.md's prefill cost model and the KV layout need, for every
+// The models of the paper's evaluation: what the Cake paper's prefill cost model (docs/architecture.md, "The cost model") and the KV layout need, for every
 // simulated engine (cake-demo --engine simulated, the benches' GridEngine) and the benches' KV sizes.
 #pragma once
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 
 namespace cake::sim {
 
@@ -19,7 +19,7 @@ struct ModelSpec {
   uint32_t head_dim;
 };
 
-// KV sizes per token (BF16) as PAPER.md lists them: 512 KiB, 800 KiB, 128 KiB, 320 KiB.
+// KV sizes per token (BF16) as the paper lists them: 512 KiB, 800 KiB, 128 KiB, 320 KiB.
 inline constexpr std::array<ModelSpec, 4> kModels = {{
     {"longalpaca-7b", 6.7e9, 32, 4096, 32, 128},
     {"longalpaca-13b", 13.0e9, 40, 5120, 40, 128},
@@ -34,7 +34,7 @@ inline const ModelSpec* FindModel(std::string_view name) {
   return nullptr;
 }
 
-// PAPER.md: a prefix of k tokens costs (2 P k + 2 L d k^2) / F seconds to compute.
+// The paper's cost model: a prefix of k tokens costs (2 P k + 2 L d k^2) / F seconds to compute.
 struct PrefillCostModel {
   double params = 0;
   double layers = 0;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 
 namespace cake::sim {
 

@@ -1,4 +1,4 @@
-"""Cake's split inside vLLM, as plain logic: no vLLM, no torch, no gRPC (shared/design/VLLM-SPLIT.md, section 7).
+"""Cake's split inside vLLM, as plain logic: no vLLM, no torch, no gRPC; docs/engines.md section 11 says how vLLM drives it.
 
 The engine computes the front of a prompt while caked loads the back into a region window; once every
 tensor-parallel rank holds the chunks [F, H) (F the computed front, H the cached end), the scheduler moves the

@@ -16,7 +16,7 @@ cake.vllm.CakeConnector in split mode and cake.vllm_scheduler.CakeScheduler:
 
 The read cap: by default the DRAM tier's reads are capped so that loading the cached chunks takes as long as the
 compute-only run took (cached bytes / compute-only time), where neither loading nor computing alone is the better
-choice: the case Cake is made for (PAPER.md). --read-gbps sets it instead.
+choice: the case Cake is made for. --read-gbps sets it instead.
 """
 import argparse
 import json

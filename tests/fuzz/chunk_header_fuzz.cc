@@ -6,7 +6,7 @@
 #include <span>
 
 #include "storage/chunk_file.h"
-#include "storage/clean_stop_index.h"
+#include "storage/disk/clean_stop_index.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);

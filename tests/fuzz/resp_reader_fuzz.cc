@@ -14,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include "storage/resp_reader.h"
+#include "storage/redis/resp_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0 || size > (60 << 10)) return 0;  // the socket buffer holds it whole: no writer thread needed

@@ -121,6 +121,7 @@ TEST_CASE("a corrupt chunk file is a miss the engine computes, never a failed lo
   REQUIRE(lookup.ok());
   CHECK(lookup->cached_chunks == done.meeting_chunk - 1);
   CHECK(Counter(*client, "load_chunk_read_failures") == 1);
+  CHECK(Counter(*client, "load_chunk_read_failures_data_loss") == 1);  // by its status code: a corrupt chunk
   CHECK(Counter(*client, "tier_disk_corrupt_removed") == 1);
 }
 

@@ -1,5 +1,5 @@
 // The clean-stop index file format: what a start reads from a folder another process may have written.
-#include "storage/clean_stop_index.h"
+#include "storage/disk/clean_stop_index.h"
 
 #include <xxhash.h>
 

@@ -1,6 +1,6 @@
 // The disk tier beyond the common contract: file format, restart, crash leftovers, corruption, eviction,
 // injected I/O faults on both backends, backend choice and unusable roots.
-#include "storage/disk_tier.h"
+#include "storage/disk/disk_tier.h"
 
 #include <fcntl.h>
 #include <sys/mount.h>
@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "base/unique_fd.h"
-#include "storage/aligned_buffer.h"
+#include "storage/io/aligned_buffer.h"
 #include "storage/chunk_file.h"
-#include "storage/clean_stop_index.h"
-#include "storage/io_engine.h"
+#include "storage/disk/clean_stop_index.h"
+#include "storage/io/io_engine.h"
 #include "tests/storage/faulty_io_engine.h"
 #include "tests/storage/tier_test_util.h"
 

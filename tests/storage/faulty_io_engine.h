@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "storage/io_engine.h"
+#include "storage/io/io_engine.h"
 
 namespace cake::testing {
 

@@ -1,5 +1,5 @@
 // Namespace validation and the chained chunk keys, with golden vectors that pin the key format.
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 
 #include <catch2/catch.hpp>
 #include <toml++/toml.h>

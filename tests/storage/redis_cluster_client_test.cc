@@ -1,7 +1,7 @@
 // RedisClusterClient against real redis-server processes: commands on one server and on a 3-master cluster
 // seeded with one node, values received into the caller's buffer, AUTH, a node that is down (back-off) or frozen
 // (timeouts), a slot migrated under the client (ASK, then MOVED) and a master killed.
-#include "storage/redis_cluster_client.h"
+#include "storage/redis/redis_cluster_client.h"
 
 #include <arpa/inet.h>
 #include <hiredis/hiredis.h>

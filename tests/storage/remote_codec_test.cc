@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "storage/chunk_file.h"
-#include "storage/redis_cluster_client.h"
+#include "storage/redis/redis_cluster_client.h"
 #include "tests/storage/tier_test_util.h"
 
 namespace cake {

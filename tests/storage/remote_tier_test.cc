@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "testing/redis_process.h"
-#include "storage/redis_cluster_client.h"
+#include "storage/redis/redis_cluster_client.h"
 #include "storage/remote_tier.h"
 #include "tests/storage/tier_test_util.h"
 

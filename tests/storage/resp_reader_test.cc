@@ -1,6 +1,6 @@
 // RespReader on a real socket (a socketpair): every kind of reply it understands, values into the caller's
 // buffer or not, values larger than its buffer arriving in pieces, and malformed, truncated and stalled replies.
-#include "storage/resp_reader.h"
+#include "storage/redis/resp_reader.h"
 
 #include <hiredis/hiredis.h>
 #include <sys/socket.h>

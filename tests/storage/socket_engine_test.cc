@@ -2,7 +2,7 @@
 // whose other end a test thread plays as Redis) sends requests of many pieces, receives values straight into
 // their sinks, keeps every connection in flight at once, and ends each exchange on its own: a peer that closes,
 // one that stalls and one that sends garbage fail their exchange only, and nothing is left in flight.
-#include "storage/socket_engine.h"
+#include "storage/redis/socket_engine.h"
 
 #include <hiredis/hiredis.h>
 #include <sys/socket.h>

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "testing/redis_process.h"
-#include "storage/disk_tier.h"
+#include "storage/disk/disk_tier.h"
 #include "storage/dram_tier.h"
 #include "storage/remote_tier.h"
 #include "storage/throttled_tier.h"

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 
 namespace cake::testing {
 

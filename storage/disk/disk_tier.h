@@ -16,29 +16,14 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
-#include "storage/aligned_buffer.h"
-#include "storage/io_engine.h"
+#include "storage/io/aligned_buffer.h"
+#include "storage/disk/recovery_scan.h"
+#include "storage/io/io_engine.h"
 #include "storage/lru_index.h"
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 #include "storage/tier.h"
 
 namespace cake {
-
-// What Open found in the root folder.
-struct RecoveryStats {
-  uint64_t chunks_recovered = 0;
-  uint64_t bytes_recovered = 0;              // payload bytes, as Usage() counts them
-  uint64_t temp_files_removed = 0;           // leftovers of writes cut short by a crash
-  // Bad magic or checksum, wrong size, name and header disagree, or a length over max_chunk_bytes.
-  uint64_t corrupt_files_removed = 0;
-  uint64_t newer_version_files_skipped = 0;  // left in place: another (newer) daemon may own them
-  uint64_t foreign_files_ignored = 0;        // names that are not ours; never touched
-  uint64_t evicted_over_capacity = 0;        // recovered chunks beyond a (now smaller) capacity, or larger than it
-  bool clean_stop_index_used = false;        // the last stop was clean and left its index (clean_stop_index.h)
-  uint64_t chunks_trusted_from_index = 0;    // indexed from it, headers left to their first read
-  uint64_t index_entries_without_file = 0;   // named by it, but their files were gone: dropped
-  std::chrono::microseconds duration{0};
-};
 
 class DiskTier final : public Tier {
  public:

@@ -1,5 +1,5 @@
 // RespReader: Redis replies read from the socket by hand, bulk values straight into the caller's buffer.
-#include "storage/resp_reader.h"
+#include "storage/redis/resp_reader.h"
 
 #include <hiredis/hiredis.h>
 #include <sys/socket.h>

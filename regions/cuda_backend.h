@@ -1,5 +1,5 @@
 // CUDA behind an interface: nothing here includes CUDA's headers, so every other module builds without them, and
-// the same binary starts on a machine without a driver (the build links cudart statically; see TOOLCHAIN.md).
+// the same binary starts on a machine without a driver (the build links cudart statically: CMakeLists.txt's CAKE_CUDA).
 // Built from cuda_backend.cc where the toolkit was found, from cuda_unavailable.cc otherwise.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "cuda/region.h"
+#include "regions/region.h"
 
 namespace cake {
 

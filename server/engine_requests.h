@@ -1,5 +1,6 @@
-// A Load's Start, checked: every field bounded against the daemon's limits and the caller's rights, turned into
-// what the load stream works with. Nothing here holds a resource; admission and the region's window come later.
+// An engine's requests that carry a prompt, checked: a Load's Start and a Store, every field bounded against the
+// daemon's limits and the caller's rights and turned into what the load stream or the Store's copies work with.
+// Nothing here holds a resource but a Store's region (admission and a load's window come later).
 #pragma once
 
 #include <chrono>
@@ -14,11 +15,13 @@
 #include "cake/v1/kv.pb.h"
 #include "server/chunk_landing.h"
 #include "server/daemon_state.h"
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 
 namespace cake {
 
 struct LoadRequest {
+  explicit LoadRequest(Namespace checked) : ns(std::move(checked)) {}
+
   Namespace ns;
   std::vector<ChunkKey> keys;  // one per full chunk of the prompt
   std::string client_id;
@@ -50,6 +53,19 @@ struct LoadRequest {
 absl::StatusOr<LoadRequest> ParseLoadStart(const v1::LoadStart& start, const Caller& caller,
                                            const std::function<absl::StatusOr<Caller>()>& identify_again,
                                            DaemonState& state);
+
+// A Store, checked: chunks [first, first + count) of the prompt's keys, in `region` at region_offset or inline in
+// the request.
+struct StoreRequestChecked {
+  std::vector<ChunkKey> keys;
+  uint64_t first = 0;
+  uint64_t count = 0;
+  uint64_t chunk_bytes = 0;
+  std::shared_ptr<Region> region;  // null: inline_chunks
+};
+// INVALID_ARGUMENT or OUT_OF_RANGE naming the field; the region's own errors (NOT_FOUND, FAILED_PRECONDITION).
+absl::StatusOr<StoreRequestChecked> ParseStore(const v1::StoreRequest& request, const Caller& caller,
+                                               DaemonState& state);
 
 // Where a load of `cached` chunks lands: inline, or a lease on the part of its region window that fits them (from
 // the tail: the engine computes the rest). Offsets in the region count from `window_first`.

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "storage/resp_reader.h"
+#include "storage/redis/resp_reader.h"
 
 namespace cake {
 

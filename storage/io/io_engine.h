@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "storage/io_backend.h"
+#include "storage/io/io_backend.h"
 
 namespace cake {
 

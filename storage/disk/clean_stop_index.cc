@@ -1,4 +1,4 @@
-#include "storage/clean_stop_index.h"
+#include "storage/disk/clean_stop_index.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

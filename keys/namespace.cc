@@ -1,4 +1,4 @@
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 
 #include <openssl/evp.h>
 

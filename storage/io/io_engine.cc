@@ -1,4 +1,4 @@
-#include "storage/io_engine.h"
+#include "storage/io/io_engine.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "server/load_request.h"
+#include "server/engine_requests.h"
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -25,7 +25,7 @@ absl::StatusOr<LoadRequest> ParseLoadStart(const v1::LoadStart& start, const Cal
   const DaemonConfig& config = state.config;
   CAKE_RETURN_IF_ERROR(CheckClientId(start.client_id()));
   CAKE_ASSIGN_OR_RETURN(Namespace ns, CallerNamespace(caller, start.namespace_(), config));
-  LoadRequest out{std::move(ns)};
+  LoadRequest out(std::move(ns));
   CAKE_ASSIGN_OR_RETURN(out.keys, PromptKeys(out.ns, start.prompt(), config));
   if (start.window() > config.max_load_window) {
     return absl::InvalidArgumentError(
@@ -74,6 +74,44 @@ absl::StatusOr<LoadRequest> ParseLoadStart(const v1::LoadStart& start, const Cal
   out.computed_through = start.computed_through();
   out.fairness_key = caller.policy->single_tenant() && caller.unix_socket ? absl::StrCat("uid ", caller.uid)
                                                                           : caller.principal->name;
+  return out;
+}
+
+absl::StatusOr<StoreRequestChecked> ParseStore(const v1::StoreRequest& request, const Caller& caller,
+                                               DaemonState& state) {
+  CAKE_RETURN_IF_ERROR(CheckClientId(request.client_id()));
+  CAKE_ASSIGN_OR_RETURN(const Namespace ns, CallerNamespace(caller, request.namespace_(), state.config));
+  StoreRequestChecked out;
+  CAKE_ASSIGN_OR_RETURN(out.keys, PromptKeys(ns, request.prompt(), state.config));
+  out.first = request.first_chunk();
+  out.count = request.chunk_count();
+  out.chunk_bytes = ns.chunk_bytes();
+  if (out.count == 0) return absl::InvalidArgumentError("chunk_count is 0: name the chunks to store");
+  if (out.first + out.count > out.keys.size()) {
+    return absl::OutOfRangeError(absl::StrCat("chunks [", out.first, ", ", out.first + out.count,
+                                              ") are not all full chunks of a ", out.keys.size(), "-chunk prompt"));
+  }
+  if (request.region_id().empty()) {
+    if (static_cast<uint64_t>(request.inline_chunks_size()) != out.count) {
+      return absl::InvalidArgumentError(absl::StrCat("without a region_id, inline_chunks must hold chunk_count (",
+                                                     out.count, ") chunks; it holds ", request.inline_chunks_size()));
+    }
+    for (int i = 0; i < request.inline_chunks_size(); ++i) {
+      if (request.inline_chunks(i).size() != out.chunk_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat("inline chunk ", i, " is ", request.inline_chunks(i).size(),
+                                                       " bytes; this namespace's chunks are ", out.chunk_bytes));
+      }
+    }
+    return out;
+  }
+  if (request.inline_chunks_size() > 0) {
+    return absl::InvalidArgumentError("send chunks in a region or inline, not both");
+  }
+  CAKE_RETURN_IF_ERROR(CheckRegionsReachable(caller));
+  CAKE_ASSIGN_OR_RETURN(out.region,
+                        state.regions.Get(RegionOwner(caller.principal->name, request.client_id()), request.region_id()));
+  if (out.count > UINT64_MAX / out.chunk_bytes) return absl::OutOfRangeError("chunk_count * chunk_bytes overflows");
+  CAKE_RETURN_IF_ERROR(CheckRange(out.region->size(), request.region_offset(), out.count * out.chunk_bytes));
   return out;
 }
 

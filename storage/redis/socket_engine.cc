@@ -1,5 +1,5 @@
 // RunExchanges, the poll(2) engine, and the per-thread engine.
-#include "storage/socket_engine.h"
+#include "storage/redis/socket_engine.h"
 
 #include <poll.h>
 #include <spdlog/spdlog.h>

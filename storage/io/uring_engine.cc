@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "storage/io_engine.h"
-#include "storage/uring_ring.h"
+#include "storage/io/io_engine.h"
+#include "storage/io/uring_ring.h"
 
 namespace cake {
 namespace {

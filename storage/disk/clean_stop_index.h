@@ -27,7 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "storage/namespace.h"
+#include "keys/namespace.h"
 
 namespace cake {
 

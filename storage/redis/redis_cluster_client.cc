@@ -1,6 +1,6 @@
 // RedisClusterClient: connection pools, back-off, the slot map and redirects; hiredis connects, RunExchanges and
 // RespParser carry the commands and replies.
-#include "storage/redis_cluster_client.h"
+#include "storage/redis/redis_cluster_client.h"
 
 #include <hiredis/hiredis.h>
 #include <spdlog/spdlog.h>
@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -17,8 +16,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/base/thread_annotations.h"
+#include "base/mutex.h"
 #include "base/status_macros.h"
-#include "storage/socket_engine.h"
+#include "storage/redis/socket_engine.h"
 
 namespace cake {
 namespace {
@@ -141,11 +142,11 @@ struct RedisClusterClient::Node {
   std::string host;
   int port = 0;
   std::string address;
-  std::mutex mu;
-  std::vector<Connection> idle;
-  SteadyClock::time_point down_until{};
-  std::chrono::milliseconds backoff{0};
-  std::string last_error;
+  Mutex mu;
+  std::vector<Connection> idle ABSL_GUARDED_BY(mu);
+  SteadyClock::time_point down_until ABSL_GUARDED_BY(mu){};
+  std::chrono::milliseconds backoff ABSL_GUARDED_BY(mu){0};
+  std::string last_error ABSL_GUARDED_BY(mu);
 };
 
 class RedisClusterClient::Impl {
@@ -153,10 +154,10 @@ class RedisClusterClient::Impl {
   explicit Impl(const Options& options) : options_(options) {}
   ~Impl() {
     {
-      std::lock_guard lock(probe_mu_);
+      MutexLock lock(&probe_mu_);
       stopping_ = true;
     }
-    probe_wake_.notify_all();
+    probe_wake_.SignalAll();
     if (prober_.joinable()) prober_.join();
   }
 
@@ -167,7 +168,7 @@ class RedisClusterClient::Impl {
         port > 65535) {
       return absl::InvalidArgumentError(absl::StrCat("endpoint '", endpoint, "' is not host:port"));
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (NodeIndexLocked(endpoint.substr(0, colon), port) < 0) {
       return absl::InvalidArgumentError(absl::StrCat("more than ", kMaxNodes, " Redis endpoints"));
     }
@@ -225,7 +226,7 @@ class RedisClusterClient::Impl {
   // makes this a standalone client.
   void RefreshSlotMap(bool force) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       const auto now = SteadyClock::now();
       if (!force && now - last_refresh_ < kMinSlotRefreshInterval) return;
       last_refresh_ = now;
@@ -239,7 +240,7 @@ class RedisClusterClient::Impl {
       const redisReply* r = (*got)[0].get();
       if (r->type == REDIS_REPLY_ERROR) {
         // "ERR This instance has cluster support disabled": a standalone Redis.
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         slot_owner_.clear();
         return;
       }
@@ -265,19 +266,19 @@ class RedisClusterClient::Impl {
           owners[s] = index;
         }
       }
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       slot_owner_ = std::move(owners);
       return;
     }
   }
 
   bool is_cluster() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return !slot_owner_.empty();
   }
 
   std::vector<Node*> Masters() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     std::vector<Node*> out;
     if (slot_owner_.empty()) {
       out.push_back(nodes_.front().get());
@@ -457,7 +458,7 @@ class RedisClusterClient::Impl {
 
   absl::StatusOr<Connection> Checkout(Node& node) {
     {
-      std::lock_guard lock(node.mu);
+      MutexLock lock(&node.mu);
       // A node that failed stays down until the prober has seen it answer: no caller waits to find out (a
       // frozen Redis would cost each one the whole command timeout).
       if (node.backoff.count() > 0) {
@@ -500,7 +501,7 @@ class RedisClusterClient::Impl {
   }
 
   void Return(Node& node, Connection c) {
-    std::lock_guard lock(node.mu);
+    MutexLock lock(&node.mu);
     node.backoff = std::chrono::milliseconds(0);
     if (node.idle.size() < options_.connections) node.idle.push_back(std::move(c));
   }
@@ -510,7 +511,7 @@ class RedisClusterClient::Impl {
     bool first;
     std::chrono::milliseconds backoff;
     {
-      std::lock_guard lock(node.mu);
+      MutexLock lock(&node.mu);
       first = node.backoff.count() == 0;
       node.backoff = first ? std::chrono::duration_cast<std::chrono::milliseconds>(kFirstBackoff)
                            : std::min(node.backoff * 2, options_.max_backoff);
@@ -523,33 +524,33 @@ class RedisClusterClient::Impl {
       spdlog::warn("{}: Redis at {} failed ({}); calls to it fail at once until it answers a probe (first in {} ms)",
                    options_.log_name, node.address, why, backoff.count());
     }
-    std::lock_guard lock(probe_mu_);
+    MutexLock lock(&probe_mu_);
     if (!prober_.joinable() && !stopping_) prober_ = std::thread([this] { ProbeDownNodes(); });
-    probe_wake_.notify_all();
+    probe_wake_.SignalAll();
   }
 
   // The one thread that tries nodes marked down, each when its back-off ends: a PING over a new connection
   // brings a node back; a failure doubles its back-off (up to max_backoff).
   void ProbeDownNodes() {
-    std::unique_lock lock(probe_mu_);
+    MutexLock lock(&probe_mu_);
     while (!stopping_) {
       Node* due = nullptr;
       SteadyClock::time_point next = SteadyClock::time_point::max();
       for (Node* node : NodesSnapshot()) {
-        std::lock_guard node_lock(node->mu);
+        MutexLock node_lock(&node->mu);
         if (node->backoff.count() > 0 && node->down_until < next) {
           next = node->down_until;
           due = node;
         }
       }
       if (due == nullptr) {
-        probe_wake_.wait(lock);
+        probe_wake_.Wait(&probe_mu_);
       } else if (next > SteadyClock::now()) {
-        probe_wake_.wait_until(lock, next);
+        probe_wake_.WaitUntil(&probe_mu_, next);
       } else {
-        lock.unlock();
+        probe_mu_.Unlock();  // a probe waits on the network
         Probe(*due);
-        lock.lock();
+        probe_mu_.Lock();
       }
     }
   }
@@ -565,13 +566,13 @@ class RedisClusterClient::Impl {
   }
 
   Node* OwnerOf(int slot) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!slot_owner_.empty() && slot_owner_[slot] >= 0) return nodes_[slot_owner_[slot]].get();
     return nodes_.front().get();
   }
 
   void SetOwner(int slot, int index) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (slot_owner_.empty()) slot_owner_.assign(kRedisClusterSlots, -1);
     slot_owner_[slot] = index;
   }
@@ -579,10 +580,10 @@ class RedisClusterClient::Impl {
   // The node at host:port, added when it is new (seeds and slot maps only: the sources trusted to name nodes);
   // -1 when the list is full.
   int NodeIndex(const std::string& host, int port) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return NodeIndexLocked(host, port);
   }
-  int NodeIndexLocked(const std::string& host, int port) {
+  int NodeIndexLocked(const std::string& host, int port) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (size_t i = 0; i < nodes_.size(); ++i) {
       if (nodes_[i]->host == host && nodes_[i]->port == port) return static_cast<int>(i);
     }
@@ -596,35 +597,36 @@ class RedisClusterClient::Impl {
   }
   // A node already known, never added: -1 otherwise.
   int KnownNodeIndex(const std::string& host, int port) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (size_t i = 0; i < nodes_.size(); ++i) {
       if (nodes_[i]->host == host && nodes_[i]->port == port) return static_cast<int>(i);
     }
     return -1;
   }
   Node* NodeAt(int index) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return nodes_[index].get();
   }
   std::vector<Node*> NodesSnapshot() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     std::vector<Node*> out;
     for (auto& n : nodes_) out.push_back(n.get());
     return out;
   }
 
   const Options options_;
-  std::mutex probe_mu_;
-  std::condition_variable probe_wake_;
-  bool stopping_ = false;  // guarded by probe_mu_
+  Mutex probe_mu_;
+  CondVar probe_wake_;
+  bool stopping_ ABSL_GUARDED_BY(probe_mu_) = false;
   std::thread prober_;     // started by the first failure
   std::atomic<uint64_t> errors_{0}, connects_{0}, fast_failures_{0}, moved_{0}, ask_{0}, redirects_refused_{0};
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   // Nodes are never removed, so a Node* stays valid for the client's life.
-  std::vector<std::unique_ptr<Node>> nodes_;
-  std::vector<int> slot_owner_;  // index into nodes_ per slot; empty: not a cluster (everything goes to the seed)
-  SteadyClock::time_point last_refresh_{};
+  std::vector<std::unique_ptr<Node>> nodes_ ABSL_GUARDED_BY(mu_);
+  // Index into nodes_ per slot; empty: not a cluster (everything goes to the seed).
+  std::vector<int> slot_owner_ ABSL_GUARDED_BY(mu_);
+  SteadyClock::time_point last_refresh_ ABSL_GUARDED_BY(mu_){};
 };
 
 absl::StatusOr<std::unique_ptr<RedisClusterClient>> RedisClusterClient::Open(const Options& options) {
