@@ -58,9 +58,10 @@ absl::Status CheckSocketFolder(std::string_view folder_arg, std::string_view rem
   const std::string parent = ParentOf(folder);
   struct stat parent_st {};
   if (::stat(parent.c_str(), &parent_st) != 0) {
-    return Refuse(what, folder, absl::StrCat("cannot be judged: its parent ", parent, " cannot be inspected (",
-                                              std::strerror(errno), ")"),
-                  remedy);
+    return Refuse(
+        what, folder,
+        absl::StrCat("cannot be judged: its parent ", parent, " cannot be inspected (", std::strerror(errno), ")"),
+        remedy);
   }
   // In a folder anyone may write to (/tmp), anyone may have made this one first, so only this user's own, closed
   // folder is trusted there. Elsewhere only root or this user could have made it.
@@ -71,10 +72,10 @@ absl::Status CheckSocketFolder(std::string_view folder_arg, std::string_view rem
   }
   // Writable by others is what lets them swap the socket; reading the folder only shows its name.
   if (shared_parent && (st.st_mode & 022) != 0) {
-    return Refuse(what, folder,
-                  absl::StrFormat("is open to other users (mode %04o), who could replace the socket in it",
-                                  st.st_mode & 07777),
-                  remedy);
+    return Refuse(
+        what, folder,
+        absl::StrFormat("is open to other users (mode %04o), who could replace the socket in it", st.st_mode & 07777),
+        remedy);
   }
   return absl::OkStatus();
 }

@@ -63,9 +63,7 @@ class TimerQueue {
     TimePoint when;
     uint64_t order;
     std::function<void()> fire;
-    bool operator>(const Entry& other) const {
-      return when != other.when ? when > other.when : order > other.order;
-    }
+    bool operator>(const Entry& other) const { return when != other.when ? when > other.when : order > other.order; }
   };
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap_;
   uint64_t next_order_ = 0;

@@ -100,7 +100,7 @@ struct RebuildBenchOptions {
   std::string json_path;
   uint64_t files = 100000;
   uint32_t runs = 3;
-  uint32_t writers = 16;  // threads creating the files
+  uint32_t writers = 16;           // threads creating the files
   uint32_t recovery_threads = 32;  // DiskTier::Options::recovery_threads of the in-process opens
 };
 absl::Status RunRebuildBench(const RebuildBenchOptions& options);

@@ -172,8 +172,8 @@ absl::Status RunEngineBench(const EngineBenchOptions& options) {
     row.Set("ttft_cake_s", r.cake_s);
     row.Set("ttft_best_forced_s", r.best_forced_s);
     row.Set("best_forced_token", r.best_forced_token);
-    row.Set("meet_predicted", r.meet_predicted ? static_cast<double>(*r.meet_predicted)
-                                               : std::numeric_limits<double>::quiet_NaN());
+    row.Set("meet_predicted",
+            r.meet_predicted ? static_cast<double>(*r.meet_predicted) : std::numeric_limits<double>::quiet_NaN());
     row.Set("meet_measured", r.meet_measured);
     row.Set("strategy", r.strategy);
     row.SetRaw("bitexact", r.bitexact ? "true" : "false");
@@ -219,11 +219,12 @@ absl::Status RunEngineCurveBench(const EngineCurveOptions& options) {
       curve.seconds.push_back(SecondsSince(start));
     }
     curve.fit = engine::FitChunkTimes(curve.seconds);
-    std::printf("cake-bench engine-curve: %s, %u tokens\n  per chunk %.2f ms + %.3f ms x index; R^2 %.4f; worst chunk "
-                "%.1f%% off the fit; chunk 0 %.2f ms, last %.2f ms\n",
-                curve.name.c_str(), chunks * chunk_tokens, curve.fit.first_s * 1e3, curve.fit.growth_s * 1e3,
-                curve.fit.r_squared, 100 * curve.fit.max_relative_error, curve.seconds.front() * 1e3,
-                curve.seconds.back() * 1e3);
+    std::printf(
+        "cake-bench engine-curve: %s, %u tokens\n  per chunk %.2f ms + %.3f ms x index; R^2 %.4f; worst chunk "
+        "%.1f%% off the fit; chunk 0 %.2f ms, last %.2f ms\n",
+        curve.name.c_str(), chunks * chunk_tokens, curve.fit.first_s * 1e3, curve.fit.growth_s * 1e3,
+        curve.fit.r_squared, 100 * curve.fit.max_relative_error, curve.seconds.front() * 1e3,
+        curve.seconds.back() * 1e3);
     curves.push_back(std::move(curve));
   }
   const std::string csv = options.out_prefix + ".csv";

@@ -2,11 +2,11 @@
 // utilisation: compute-only, I/O-only and Cake time to first token of one cached request, against a real caked,
 // beside the oracle split computed offline from the same cost model.
 //
-// The engine is simulated (the Cake paper's cost model, docs/architecture.md; a vLLM-style step budget of which the request gets a share);
-// storage is the paper's "simulated backend": each chunk is delayed by its size over the bandwidth. The daemon
-// serves stand-in bytes from its DRAM tier behind its read throttle, scaled so each chunk takes exactly as long as
-// the modelled KV chunk would: 1 KiB per token instead of the model's KV, the throttle set to bandwidth x
-// (1 KiB / KV bytes per token) x time scale. Every duration is divided by --time-scale; reported times are
+// The engine is simulated (the Cake paper's cost model, docs/architecture.md; a vLLM-style step budget of which the
+// request gets a share); storage is the paper's "simulated backend": each chunk is delayed by its size over the
+// bandwidth. The daemon serves stand-in bytes from its DRAM tier behind its read throttle, scaled so each chunk takes
+// exactly as long as the modelled KV chunk would: 1 KiB per token instead of the model's KV, the throttle set to
+// bandwidth x (1 KiB / KV bytes per token) x time scale. Every duration is divided by --time-scale; reported times are
 // multiplied back, so they read as the modelled hardware's seconds.
 #include <algorithm>
 #include <cmath>
@@ -178,8 +178,7 @@ absl::Status RunGridBench(const GridOptions& options) {
   std::printf(
       "cake-bench grid: %zu cells, time scale %g, step budget %u tokens, I/O chunk %u tokens, F = %g TFLOP/s, median "
       "of %u I/O-only and Cake runs per cell\n",
-      cells.size(), options.time_scale, options.step_tokens, options.chunk_tokens, options.gpu_tflops,
-      options.repeats);
+      cells.size(), options.time_scale, options.step_tokens, options.chunk_tokens, options.gpu_tflops, options.repeats);
   std::printf("%s\n", tables.c_str());
   std::printf("  worst cell: Cake / oracle = %.3f (goal <= 1.05), Cake / better baseline = %.3f (goal <= 1.02)\n",
               worst_oracle, worst_baseline);

@@ -628,12 +628,13 @@ absl::Status RunRebuildBench(const RebuildBenchOptions& options) {
       CAKE_ASSIGN_OR_RETURN(auto iops, FioFigure(parallel, "read", "", "iops"));
       fio_parallel_iops.push_back(iops);
     }
-    std::printf("  run %u: DiskTier::Open after a crash %.2f s, after a clean stop %.2f s; caked start %.2f / %.2f s%s\n",
-                run + 1, open_s.back(), clean_open_s.back(), caked_s.back(), caked_clean_s.back(),
-                with_fio ? absl::StrCat("; fio 4 KiB random read at QD1 ", absl::SixDigits(fio_lat_us.back()),
-                                        " us mean, 16 jobs ", absl::SixDigits(fio_parallel_iops.back()), " IOPS")
-                               .c_str()
-                         : "");
+    std::printf(
+        "  run %u: DiskTier::Open after a crash %.2f s, after a clean stop %.2f s; caked start %.2f / %.2f s%s\n",
+        run + 1, open_s.back(), clean_open_s.back(), caked_s.back(), caked_clean_s.back(),
+        with_fio ? absl::StrCat("; fio 4 KiB random read at QD1 ", absl::SixDigits(fio_lat_us.back()),
+                                " us mean, 16 jobs ", absl::SixDigits(fio_parallel_iops.back()), " IOPS")
+                       .c_str()
+                 : "");
     std::fflush(stdout);
   }
   // Warm, for comparison: the same open right after the others shows how much of the cold time is metadata.
@@ -853,8 +854,8 @@ absl::Status RunStoreBench(const StoreBenchOptions& options) {
   std::printf("  %-44s %10.3f   %s\n", "Store call returned (s)", Median(call_s), JoinRuns(call_s).c_str());
   std::printf("  %-44s %10.3f   %s\n", "every chunk on disk (s)", Median(total_s), JoinRuns(total_s).c_str());
   std::printf("  %-44s %10.3f   %s\n", "Store to disk, GB/s (1e9 bytes/s)", store, JoinRuns(store_gbps).c_str());
-  std::printf("  %-44s %10.3f   %s\n", absl::StrCat("DiskTier::Write in process, ", options.write_back_threads,
-                                                   " threads, GB/s").c_str(),
+  std::printf("  %-44s %10.3f   %s\n",
+              absl::StrCat("DiskTier::Write in process, ", options.write_back_threads, " threads, GB/s").c_str(),
               Median(alone_gbps), JoinRuns(alone_gbps).c_str());
   std::printf("  %-44s %10.3f   %s\n", "fio write, bs 1M, iodepth 32, io_uring, GB/s", fio, JoinRuns(fio_gbps).c_str());
   std::printf("  %-44s %10.3f   %s\n",

@@ -62,8 +62,9 @@ int main(int argc, char** argv) {
   AddCommonOptions(engine_command, engine.common);
   cake::engine::AddModelOptions(engine_command, engine.model);
   engine_command->add_option("--tokens", engine.tokens, "prompt lengths")->delimiter(',')->capture_default_str();
-  engine_command->add_option("--load-ratios", engine.load_ratios,
-                             "read throttles, as load-everything time over compute-everything time")
+  engine_command
+      ->add_option("--load-ratios", engine.load_ratios,
+                   "read throttles, as load-everything time over compute-everything time")
       ->delimiter(',')
       ->capture_default_str();
   engine_command->add_option("--throttles", engine.throttles_gbps, "read throttles in Gbit/s (replace the ratios)")

@@ -155,8 +155,8 @@ absl::Status RunMixedBench(const MixedOptions& options) {
     }
     std::vector<int> chunk_tier(chunks);
     for (uint32_t c = 0; c < chunks; ++c) chunk_tier[c] = c < dram_chunks ? 0 : c < disk_end ? 1 : 2;
-    row.oracle_s[kMixed] = MixedOracleSeconds(engine, options.time_scale, chunk_tier,
-                                              {tier_s[0], tier_s[1], tier_s[2]}, options.chunk_tokens);
+    row.oracle_s[kMixed] = MixedOracleSeconds(engine, options.time_scale, chunk_tier, {tier_s[0], tier_s[1], tier_s[2]},
+                                              options.chunk_tokens);
 
     CAKE_RETURN_IF_ERROR(store(chunks));
     // Every chunk written back to disk and to Redis.
@@ -205,9 +205,10 @@ absl::Status RunMixedBench(const MixedOptions& options) {
     // all three tiers at once. The other single-tier rows are what the prefix would give had it all been there.
     const double holder_oracle = r.oracle_s[kRemoteAlone];
     const double best_single_oracle = std::min({r.oracle_s[0], r.oracle_s[1], r.oracle_s[2]});
-    std::printf("|   | compute-only %.3f s; mixed Cake / the whole-prefix holder's (Redis) best split %.3f; / the best "
-                "split of any tier holding it all %.3f | | | | |\n",
-                r.compute_s, r.cake_s[kMixed] / holder_oracle, r.cake_s[kMixed] / best_single_oracle);
+    std::printf(
+        "|   | compute-only %.3f s; mixed Cake / the whole-prefix holder's (Redis) best split %.3f; / the best "
+        "split of any tier holding it all %.3f | | | | |\n",
+        r.compute_s, r.cake_s[kMixed] / holder_oracle, r.cake_s[kMixed] / best_single_oracle);
     worst_mixed_over_best_single = std::max(worst_mixed_over_best_single, r.cake_s[kMixed] / holder_oracle);
     JsonReport row;
     row.Set("remote_gbps", r.remote_gbps);

@@ -12,8 +12,8 @@
 #include "base/status_macros.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
-#include "regions/cuda_backend.h"
 #include "examples/simulated_engine/models.h"
+#include "regions/cuda_backend.h"
 
 namespace cake::bench {
 namespace {
@@ -139,8 +139,8 @@ absl::Status RunRegionBench(const RegionBenchOptions& options) {
   std::printf("  %-34s %12s %12s\n", "GB/s (1e9 bytes/s)", "median", "best");
   const double goal = on_device ? 0.85 : 0.7;
   std::printf("  %-34s %12.2f %12.2f\n",
-              on_device ? "I/O-only load, DRAM -> device region" : "I/O-only load, DRAM tier -> region",
-              region_median, Max(region_gbps));
+              on_device ? "I/O-only load, DRAM -> device region" : "I/O-only load, DRAM tier -> region", region_median,
+              Max(region_gbps));
   std::printf("  %-34s %12.2f %12.2f\n", on_device ? "cudaMemcpy from pinned memory" : "memcpy, one thread",
               Median(memcpy_gbps), memcpy_best);
   std::printf("  every load verified byte for byte\n");

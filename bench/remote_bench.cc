@@ -44,8 +44,8 @@ absl::StatusOr<double> RedisBenchmarkGetRps(const ScratchDir& scratch, const std
     if (line.substr(0, 6) != "\"GET\",") continue;
     std::vector<absl::string_view> fields = absl::StrSplit(line, ',');
     double rps = 0;
-    if (fields.size() >= 2 && absl::SimpleAtod(absl::StripAsciiWhitespace(fields[1]).substr(1, fields[1].size() - 2),
-                                               &rps)) {
+    if (fields.size() >= 2 &&
+        absl::SimpleAtod(absl::StripAsciiWhitespace(fields[1]).substr(1, fields[1].size() - 2), &rps)) {
       return rps;
     }
   }
@@ -54,9 +54,8 @@ absl::StatusOr<double> RedisBenchmarkGetRps(const ScratchDir& scratch, const std
 
 // The tier's access pattern without the daemon: per chunk, one call that GETs its parts (one hash tag, so one
 // master) into a buffer, one chunk after another, through RedisClusterClient directly. Gbit/s per run.
-absl::StatusOr<std::vector<double>> ClientAloneGbps(const std::string& endpoints, bool use_io_uring,
-                                                    uint32_t chunks, uint32_t parts_per_chunk, uint64_t part_bytes,
-                                                    uint32_t runs) {
+absl::StatusOr<std::vector<double>> ClientAloneGbps(const std::string& endpoints, bool use_io_uring, uint32_t chunks,
+                                                    uint32_t parts_per_chunk, uint64_t part_bytes, uint32_t runs) {
   RedisClusterClient::Options options;
   options.endpoints = absl::StrSplit(endpoints, ',');
   options.use_io_uring = use_io_uring;

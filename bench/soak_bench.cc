@@ -61,8 +61,8 @@
 #include "bench/benchmarks.h"
 #include "cake/v1/admin.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "storage/chunk_file.h"
 #include "keys/namespace.h"
+#include "storage/chunk_file.h"
 #include "storage/remote_codec.h"
 #include "testing/child_process.h"
 #include "testing/redis_process.h"
@@ -577,8 +577,8 @@ class ConnectionPeers {
     {
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-      auto channel = grpc::CreateCustomChannel(absl::StrCat("unix:", socket_path_),
-                                               grpc::InsecureChannelCredentials(), args);
+      auto channel =
+          grpc::CreateCustomChannel(absl::StrCat("unix:", socket_path_), grpc::InsecureChannelCredentials(), args);
       auto stub = v1::AdminService::NewStub(channel);
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + kPingDeadline);
@@ -589,8 +589,8 @@ class ConnectionPeers {
       ++counts_.pings_ok;
       counts_.ping_ms.push_back(1e3 * SecondsSince(start));
     } else {
-      errors_.Unexplained(absl::StrCat("churn: a fresh channel's Ping failed after ", SecondsSince(start), " s: ",
-                                       status.error_code(), " ", status.error_message()));
+      errors_.Unexplained(absl::StrCat("churn: a fresh channel's Ping failed after ", SecondsSince(start),
+                                       " s: ", status.error_code(), " ", status.error_message()));
     }
   }
 
@@ -1243,9 +1243,9 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   // The connection caps sized to the bench's own peers (kConnectionSlack); the idle timeout the default, or longer
   // than the run and its end when the default would not outlast them.
   const uint32_t per_peer_connections = 1 + options.engines + options.idle_connections + kConnectionSlack;
-  const uint64_t connection_idle_timeout_ms =
-      std::min<uint64_t>(86400000, std::max<uint64_t>(kDefaultConnectionIdleTimeoutMs,
-                                                      static_cast<uint64_t>((options.seconds + 300) * 1000)));
+  const uint64_t connection_idle_timeout_ms = std::min<uint64_t>(
+      86400000,
+      std::max<uint64_t>(kDefaultConnectionIdleTimeoutMs, static_cast<uint64_t>((options.seconds + 300) * 1000)));
   std::string config = absl::StrCat(
       "[server]\nmax_connections = ", std::max<uint32_t>(1024, per_peer_connections),
       "\nmax_connections_per_peer = ", per_peer_connections,
@@ -1716,8 +1716,8 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   // After the warm-up the daemon held the same long-lived descriptors and a few more that came and went; the churn
   // alone opens thousands, so a descriptor kept per connection or per call would show far above this.
   if (fds_end.total > fds_warm.total + kConnectionSlack) {
-    failures.push_back(absl::StrCat("caked holds ", fds_end.total, " descriptors at the end, ", fds_warm.total,
-                                    " after the warm-up"));
+    failures.push_back(
+        absl::StrCat("caked holds ", fds_end.total, " descriptors at the end, ", fds_warm.total, " after the warm-up"));
   }
   if (connections_open_end > connections_expected) {
     failures.push_back(absl::StrCat(connections_open_end, " connections counted open at the end, not ",

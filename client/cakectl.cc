@@ -71,7 +71,8 @@ const std::map<std::string, cake::v1::TierKind> kTiers = {
 std::string StatusText(const cake::v1::StatusResponse& r) {
   std::string backends;
   for (int kind : r.region_kinds()) {
-    absl::StrAppend(&backends, backends.empty() ? "" : ", ", kind == cake::v1::REGION_CUDA_IPC ? "cuda-ipc" : "host-shm");
+    absl::StrAppend(&backends, backends.empty() ? "" : ", ",
+                    kind == cake::v1::REGION_CUDA_IPC ? "cuda-ipc" : "host-shm");
   }
   std::string out = absl::StrFormat(
       "version:        %s\npid:            %u\nuptime:         %s\nlisten:         %s\nregion kinds:   %s\n"
@@ -84,13 +85,13 @@ std::string StatusText(const cake::v1::StatusResponse& r) {
                           r.regions_released_in_use(), Bytes(r.region_bytes_released_in_use()));
   }
   for (const cake::v1::TierStatus& t : r.tiers()) {
-    const double used = t.capacity_bytes() > 0 ? 100.0 * static_cast<double>(t.used_bytes()) /
-                                                     static_cast<double>(t.capacity_bytes())
-                                               : 0;
-    absl::StrAppendFormat(&out, "tier %-6s      %u chunks, %s of %s (%.0f%%)%s\n", std::string(TierName(t.tier())) + ":", t.chunks(),
-                          Bytes(t.used_bytes()), Bytes(t.capacity_bytes()), used,
-                          t.read_limit_gbps() > 0 ? absl::StrFormat(", reads capped at %g Gbit/s", t.read_limit_gbps())
-                                                  : "");
+    const double used = t.capacity_bytes() > 0
+                            ? 100.0 * static_cast<double>(t.used_bytes()) / static_cast<double>(t.capacity_bytes())
+                            : 0;
+    absl::StrAppendFormat(
+        &out, "tier %-6s      %u chunks, %s of %s (%.0f%%)%s\n", std::string(TierName(t.tier())) + ":", t.chunks(),
+        Bytes(t.used_bytes()), Bytes(t.capacity_bytes()), used,
+        t.read_limit_gbps() > 0 ? absl::StrFormat(", reads capped at %g Gbit/s", t.read_limit_gbps()) : "");
   }
   return out;
 }
@@ -125,7 +126,9 @@ int main(int argc, char** argv) {
   auto* read_cap = app.add_subcommand("read-cap", "change a capped tier's read cap while the daemon runs");
   std::string cap_tier;
   double cap_gbps = 0;
-  read_cap->add_option("--tier", cap_tier, "dram, disk or remote")->required()->check(CLI::IsMember({"dram", "disk", "remote"}));
+  read_cap->add_option("--tier", cap_tier, "dram, disk or remote")
+      ->required()
+      ->check(CLI::IsMember({"dram", "disk", "remote"}));
   read_cap->add_option("--gbps", cap_gbps, "the new cap, Gbit/s")->required();
   auto* drain = app.add_subcommand("drain", "take no new loads (health NOT_SERVING); running ones finish");
   bool exit_when_idle = false, resume = false;
@@ -184,7 +187,8 @@ int main(int argc, char** argv) {
     grpc::ClientContext context;
     const grpc::Status s = ((*admin).*rpc)(&context, request, response);
     if (s.ok()) return 0;
-    std::fprintf(stderr, "cakectl: %s: %s\n", absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())).c_str(),
+    std::fprintf(stderr, "cakectl: %s: %s\n",
+                 absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())).c_str(),
                  s.error_message().c_str());
     return s.error_code() == grpc::StatusCode::UNAVAILABLE ? kNotRunning : kRefused;
   };
@@ -201,41 +205,50 @@ int main(int argc, char** argv) {
       std::fputs(Json(r).c_str(), stdout);
     } else {
       std::map<std::string, uint64_t> sorted(r.counters().begin(), r.counters().end());
-      for (const auto& [name, value] : sorted) std::printf("%s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
+      for (const auto& [name, value] : sorted)
+        std::printf("%s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
     }
   } else if (evict->parsed()) {
     cake::v1::EvictRequest request;
     request.set_tier(kTiers.at(evict_tier));
     cake::v1::EvictResponse r;
     if (int rc = call(&Admin::Evict, request, &r); rc != 0) return rc;
-    if (json) std::fputs(Json(r).c_str(), stdout);
-    else std::printf("evicted %llu chunks (%s) from %s\n", static_cast<unsigned long long>(r.chunks()),
-                     Bytes(r.bytes()).c_str(), evict_tier.c_str());
+    if (json)
+      std::fputs(Json(r).c_str(), stdout);
+    else
+      std::printf("evicted %llu chunks (%s) from %s\n", static_cast<unsigned long long>(r.chunks()),
+                  Bytes(r.bytes()).c_str(), evict_tier.c_str());
   } else if (read_cap->parsed()) {
     cake::v1::SetReadCapRequest request;
     request.set_tier(kTiers.at(cap_tier));
     request.set_gbps(cap_gbps);
     cake::v1::SetReadCapResponse r;
     if (int rc = call(&Admin::SetReadCap, request, &r); rc != 0) return rc;
-    if (json) std::fputs(Json(r).c_str(), stdout);
-    else std::printf("%s read cap: %g -> %g Gbit/s\n", cap_tier.c_str(), r.previous_gbps(), cap_gbps);
+    if (json)
+      std::fputs(Json(r).c_str(), stdout);
+    else
+      std::printf("%s read cap: %g -> %g Gbit/s\n", cap_tier.c_str(), r.previous_gbps(), cap_gbps);
   } else if (drain->parsed()) {
     cake::v1::DrainRequest request;
     request.set_exit_when_idle(exit_when_idle);
     request.set_resume(resume);
     cake::v1::DrainResponse r;
     if (int rc = call(&Admin::Drain, request, &r); rc != 0) return rc;
-    if (json) std::fputs(Json(r).c_str(), stdout);
-    else std::printf("%s; %u loads running%s\n", r.draining() ? "draining: new loads are refused" : "taking loads",
-                     r.active_loads(), exit_when_idle ? "; the daemon stops once none is" : "");
+    if (json)
+      std::fputs(Json(r).c_str(), stdout);
+    else
+      std::printf("%s; %u loads running%s\n", r.draining() ? "draining: new loads are refused" : "taking loads",
+                  r.active_loads(), exit_when_idle ? "; the daemon stops once none is" : "");
   } else if (health->parsed()) {
     auto serving = (*client)->Serving(health_service);
     if (!serving.ok()) {
       std::fprintf(stderr, "cakectl: %s\n", serving.status().ToString().c_str());
       return serving.status().code() == absl::StatusCode::kUnavailable ? kNotRunning : kRefused;
     }
-    if (json) std::printf("{\n \"status\": \"%s\"\n}\n", *serving ? "SERVING" : "NOT_SERVING");
-    else std::puts(*serving ? "SERVING" : "NOT_SERVING");
+    if (json)
+      std::printf("{\n \"status\": \"%s\"\n}\n", *serving ? "SERVING" : "NOT_SERVING");
+    else
+      std::puts(*serving ? "SERVING" : "NOT_SERVING");
     return *serving ? 0 : kRefused;
   } else if (regions_release->parsed()) {
     cake::v1::ReleaseAnyRegionRequest request;
@@ -252,9 +265,10 @@ int main(int argc, char** argv) {
       if (end_loads) {
         std::printf("%u loads using it ended; its memory goes once their last reads land\n", r.loads_ended());
       } else if (r.loads_using() > 0) {
-        std::printf("%u loads still use it: it stays (and counts against the region limits) until they end; "
-                    "--end-loads ends them\n",
-                    r.loads_using());
+        std::printf(
+            "%u loads still use it: it stays (and counts against the region limits) until they end; "
+            "--end-loads ends them\n",
+            r.loads_using());
       }
     }
   } else if (regions->parsed() || regions_list->parsed()) {
@@ -267,10 +281,9 @@ int main(int argc, char** argv) {
       for (const cake::v1::RegionSummary& g : r.regions()) {
         const std::string owner = g.principal().empty() ? g.client_id() : g.principal() + "/" + g.client_id();
         // A released one has no lease left to show: what keeps it is its loads.
-        const std::string lease = g.released()
-                                      ? absl::StrFormat("released, in use by %u load%s", g.loads_using(),
-                                                        g.loads_using() == 1 ? "" : "s")
-                                      : Duration(g.lease_left_s());
+        const std::string lease = g.released() ? absl::StrFormat("released, in use by %u load%s", g.loads_using(),
+                                                                 g.loads_using() == 1 ? "" : "s")
+                                               : Duration(g.lease_left_s());
         std::printf("%-34s %-24s %-5s %10s %7u %9s\n", g.region_id().c_str(), owner.c_str(), RegionKindName(g.kind()),
                     Bytes(g.bytes()).c_str(), g.windows(), lease.c_str());
       }
@@ -287,8 +300,9 @@ int main(int argc, char** argv) {
       for (const cake::v1::LoadSummary& l : r.loads()) {
         const std::string client = l.principal().empty() ? l.client_id() : l.principal() + "/" + l.client_id();
         std::printf("%-12s %-20s %-16s %-24s %-12s %-7s %7u/%-7u %8s\n", l.load_id().c_str(), client.c_str(),
-                    l.tenant().c_str(), l.model().c_str(), cake::StrategyName(static_cast<cake::Strategy>(l.strategy())), PhaseName(l.phase()), l.loaded_chunks(),
-                    l.cached_chunks(), Duration(l.age_s()).c_str());
+                    l.tenant().c_str(), l.model().c_str(),
+                    cake::StrategyName(static_cast<cake::Strategy>(l.strategy())), PhaseName(l.phase()),
+                    l.loaded_chunks(), l.cached_chunks(), Duration(l.age_s()).c_str());
       }
       std::printf("%d loads\n", r.loads_size());
     }
@@ -301,13 +315,15 @@ int main(int argc, char** argv) {
     request.set_tier(kTiers.at(verify_tier));
     cake::v1::VerifyResponse r;
     if (int rc = call(&Admin::Verify, request, &r); rc != 0) return rc;
-    if (json) std::fputs(Json(r).c_str(), stdout);
-    else std::printf("%s tier: %llu chunks (%s) checked in %s: %llu corrupt (removed), %llu unreadable, %llu gone "
-                     "meanwhile\n",
-                     verify_tier.c_str(), static_cast<unsigned long long>(r.chunks_checked()),
-                     Bytes(r.bytes_checked()).c_str(), Duration(r.seconds()).c_str(),
-                     static_cast<unsigned long long>(r.corrupt_removed()),
-                     static_cast<unsigned long long>(r.unreadable()), static_cast<unsigned long long>(r.vanished()));
+    if (json)
+      std::fputs(Json(r).c_str(), stdout);
+    else
+      std::printf(
+          "%s tier: %llu chunks (%s) checked in %s: %llu corrupt (removed), %llu unreadable, %llu gone "
+          "meanwhile\n",
+          verify_tier.c_str(), static_cast<unsigned long long>(r.chunks_checked()), Bytes(r.bytes_checked()).c_str(),
+          Duration(r.seconds()).c_str(), static_cast<unsigned long long>(r.corrupt_removed()),
+          static_cast<unsigned long long>(r.unreadable()), static_cast<unsigned long long>(r.vanished()));
     if (r.corrupt_removed() > 0 || r.unreadable() > 0) return kRefused;
   } else if (ping->parsed()) {
     cake::v1::PingResponse r;

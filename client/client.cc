@@ -53,9 +53,9 @@ FrontStep NextFrontStep(const LoadPlan& plan, std::chrono::steady_clock::time_po
   if (plan.strategy == Strategy::kCake && plan.predicted_meeting_chunk && plan.predicted_cake_s) {
     const uint32_t meeting = *plan.predicted_meeting_chunk;
     constexpr double kSlackFraction = 0.2, kSlackSeconds = 1e-3;  // cake/load.py's WAIT_SLACK_FRACTION, WAIT_SLACK_S
-    const auto until = started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                     std::chrono::duration<double>(*plan.predicted_cake_s * (1 + kSlackFraction) +
-                                                                   kSlackSeconds));
+    const auto until =
+        started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double>(*plan.predicted_cake_s * (1 + kSlackFraction) + kSlackSeconds));
     if (next_chunk < meeting) return {Action::kCompute, {}, std::min(meeting, limit)};
     if (now < until) return {Action::kWait, until};
   }
@@ -145,7 +145,8 @@ class GrpcLoadSession final : public LoadSession {
     FrontStep step = NextFrontStep(plan, started_, next_chunk, loaded_low, meeting, std::chrono::steady_clock::now());
     // A stream that ended without Done lands nothing more: waiting for it would only spin until the deadline.
     if (ended && step.action == FrontStep::Action::kWait) {
-      step = {FrontStep::Action::kCompute, {},
+      step = {FrontStep::Action::kCompute,
+              {},
               plan.strategy == Strategy::kIoOnly ? plan.lowest_loadable : plan.cached_chunks};
     }
     return step;
@@ -278,8 +279,8 @@ class GrpcLoadSession final : public LoadSession {
         if (!plan_ || done_) return absl::DataLossError("Done before a Plan, or twice");
         // [meeting, H) must all have been reported loaded: the engine is about to use them.
         if (d.meeting_chunk() > plan_->cached_chunks || d.meeting_chunk() < loaded_low_) {
-          return absl::DataLossError(absl::StrCat("Done at chunk ", d.meeting_chunk(),
-                                                  " with chunks loaded only from ", loaded_low_));
+          return absl::DataLossError(
+              absl::StrCat("Done at chunk ", d.meeting_chunk(), " with chunks loaded only from ", loaded_low_));
         }
         done_ = LoadDone{d.meeting_chunk(), d.loaded_chunks(), d.failed_chunks()};
         return absl::OkStatus();
@@ -300,16 +301,15 @@ class GrpcLoadSession final : public LoadSession {
     }
     if (inline_) {
       if (loaded.data().size() != plan_->chunk_bytes) {
-        return absl::DataLossError(absl::StrCat("inline chunk ", chunk, " of ", loaded.data().size(),
-                                                " bytes, not ", plan_->chunk_bytes));
+        return absl::DataLossError(
+            absl::StrCat("inline chunk ", chunk, " of ", loaded.data().size(), " bytes, not ", plan_->chunk_bytes));
       }
       inline_chunks_[chunk] = std::move(*loaded.mutable_data());
     } else {
       if (loaded.bytes() != plan_->chunk_bytes || loaded.region_offset() > region_->size() ||
           region_->size() - loaded.region_offset() < loaded.bytes()) {
-        return absl::DataLossError(absl::StrCat("chunk ", chunk, " at ", loaded.region_offset(), " (+",
-                                                loaded.bytes(), " bytes) is outside the ", region_->size(),
-                                                "-byte region"));
+        return absl::DataLossError(absl::StrCat("chunk ", chunk, " at ", loaded.region_offset(), " (+", loaded.bytes(),
+                                                " bytes) is outside the ", region_->size(), "-byte region"));
       }
       region_offsets_[chunk] = loaded.region_offset();
     }
@@ -440,8 +440,7 @@ class GrpcClient final : public Client {
       v1::StoreRequest request;
       uint64_t batch_bytes = 0;
       const size_t batch_first = next;
-      while (next < chunks.size() &&
-             (next == batch_first || batch_bytes + chunks[next].size() <= batch_limit)) {
+      while (next < chunks.size() && (next == batch_first || batch_bytes + chunks[next].size() <= batch_limit)) {
         batch_bytes += chunks[next].size();
         request.add_inline_chunks(std::string(chunks[next]));
         ++next;
@@ -549,8 +548,8 @@ class GrpcClient final : public Client {
     out.listen_address = r.listen_address();
     for (int kind : r.region_kinds()) out.cuda_regions |= kind == v1::REGION_CUDA_IPC;
     for (const v1::TierStatus& t : r.tiers()) {
-      out.tiers.push_back({static_cast<TierKind>(t.tier()), t.used_bytes(), t.capacity_bytes(), t.chunks(),
-                           t.read_limit_gbps()});
+      out.tiers.push_back(
+          {static_cast<TierKind>(t.tier()), t.used_bytes(), t.capacity_bytes(), t.chunks(), t.read_limit_gbps()});
     }
     out.active_loads = r.active_loads();
     out.regions = r.regions();
@@ -721,8 +720,7 @@ absl::StatusOr<DaemonSocketChoice> ChooseDaemonSocket(const DaemonSocketCandidat
   if (reasons.empty()) return absl::UnavailableError("no daemon answers: no socket to look for");
   if (!choice.skipped.empty()) {
     // Waiting will not help: someone has to remove or fix what was refused.
-    return absl::FailedPreconditionError(
-        absl::StrCat("no usable daemon socket. ", absl::StrJoin(reasons, ". "), "."));
+    return absl::FailedPreconditionError(absl::StrCat("no usable daemon socket. ", absl::StrJoin(reasons, ". "), "."));
   }
   return absl::UnavailableError(absl::StrCat("no daemon answers: ", absl::StrJoin(reasons, "; "),
                                              " (is caked running? or point CAKE_SOCKET or --socket at its socket)"));

@@ -13,10 +13,10 @@
 
 #include "absl/status/statusor.h"
 #include "base/strategy.h"
-#include "regions/cuda_backend.h"
-#include "regions/region.h"
 #include "keys/namespace.h"
 #include "keys/tier_kind.h"
+#include "regions/cuda_backend.h"
+#include "regions/region.h"
 
 namespace grpc {
 class ChannelInterface;
@@ -32,7 +32,7 @@ struct ClientOptions {
   // Used as given, unchecked: naming a socket is this user's choice. Empty: $CAKE_SOCKET when set (also as given),
   // else ChooseDaemonSocket(DefaultSocketCandidates()).
   std::string socket_path;
-  std::string client_id;    // default: "<hostname>-<pid>"
+  std::string client_id;  // default: "<hostname>-<pid>"
   // An engine or operator on another host: the daemon's TCP listener ("host:port") instead of the socket, with
   // TLS (tls_ca_file: the CA that signed the daemon's certificate), and either a client certificate
   // (tls_cert_file, tls_key_file) or a bearer token read from token_file. No regions over TCP: inline bytes.

@@ -1,6 +1,8 @@
 // The CUDA backend, built where the toolkit was found: device regions exported through CUDA IPC, pinned staging,
 // copies on dedicated streams with an event per copy. Only the runtime API (linked statically) is used, so the
 // binary starts on a machine without a driver and ProbeCuda says why CUDA is off.
+#include "regions/cuda_backend.h"
+
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -8,12 +10,11 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "regions/cuda_backend.h"
 
 namespace cake {
 namespace {
@@ -94,8 +95,7 @@ class DeviceAllocation {
     }
     return DeviceAllocation(data, device);
   }
-  DeviceAllocation(DeviceAllocation&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), device_(o.device_) {}
+  DeviceAllocation(DeviceAllocation&& o) noexcept : data_(std::exchange(o.data_, nullptr)), device_(o.device_) {}
   DeviceAllocation& operator=(DeviceAllocation&&) = delete;
   DeviceAllocation(const DeviceAllocation&) = delete;
   ~DeviceAllocation() {

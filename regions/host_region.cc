@@ -159,9 +159,9 @@ absl::Status ShareWithUser(int fd, uid_t uid) {
   acl.entries[4] = {kOther, 0, kUndefinedId};
   if (fsetxattr(fd, "system.posix_acl_access", &acl, sizeof(acl), 0) != 0) {
     const int err = errno;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot let uid ", uid, " map a host region: this /dev/shm refused a POSIX ACL (", std::strerror(err),
-        "); use inline loads (no region), or run the engine as the daemon's user"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot let uid ", uid, " map a host region: this /dev/shm refused a POSIX ACL (",
+                     std::strerror(err), "); use inline loads (no region), or run the engine as the daemon's user"));
   }
   return absl::OkStatus();
 }

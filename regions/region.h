@@ -43,8 +43,8 @@ absl::Status CheckRange(uint64_t size, uint64_t offset, uint64_t bytes);
 class SharedMemory {
  public:
   // Creates a new object of `bytes` bytes under a fresh random name "/cake-<creator's pid>-<32 hex>", mode 0600
-  // (the pid lets a later daemon tell a dead creator's leftovers from a live one's: SweepOrphanedSharedMemory). Its pages are
-  // reserved and mapped up front (Open maps them too), so copies never fault: this takes time in proportion
+  // (the pid lets a later daemon tell a dead creator's leftovers from a live one's: SweepOrphanedSharedMemory). Its
+  // pages are reserved and mapped up front (Open maps them too), so copies never fault: this takes time in proportion
   // to the size.
   // With shared_with_uid (another user than this process's), that user may open and map it too, and nobody else:
   // FAILED_PRECONDITION where the file system cannot say so (no POSIX ACLs).

@@ -22,7 +22,6 @@
 
 namespace cake {
 
-
 // One load's place in the arbiter. The load keeps `remaining` up to date for kShortestRemaining.
 class IoGroup {
  public:

@@ -113,9 +113,9 @@ struct LoadPlanRequest {
   TierChunkSeconds tier_chunk_s{};    // the tiers' measured speeds
   uint32_t lowest_loadable = 0;       // chunks below it are the engine's whatever the plan: no room, or it has them
   bool io_only_requested = false;
-  double hint_first_chunk_s = 0;      // the engine's own estimate of its costs (both 0: none)
+  double hint_first_chunk_s = 0;  // the engine's own estimate of its costs (both 0: none)
   double hint_growth_s = 0;
-  ComputeModel history;               // what earlier loads of this namespace's engine were seen to cost
+  ComputeModel history;  // what earlier loads of this namespace's engine were seen to cost
 };
 
 struct LoadPlanResult {

@@ -11,14 +11,14 @@
 namespace cake {
 
 struct ReadJudgeInput {
-  bool cake = true;                 // the load's strategy is Cake (the other strategies issue every read)
-  uint32_t chunk = 0;               // the read in question
-  uint32_t queued = 0;              // reads of the same tier issued before it and not yet done
-  uint32_t planned_meeting = 0;     // where the plan told the engine to stop and wait; 0: no prediction
-  uint32_t engine_through = 0;      // chunks the engine reported computed (or holds)
-  double load_chunk_s = 0;          // one chunk's read time at its tier's measured speed; 0: unmeasured
-  double since_progress_s = 0;      // seconds since the engine's last Progress (or the load's start)
-  bool reads_in_flight = false;     // the load has a read outstanding, whose completion asks again
+  bool cake = true;              // the load's strategy is Cake (the other strategies issue every read)
+  uint32_t chunk = 0;            // the read in question
+  uint32_t queued = 0;           // reads of the same tier issued before it and not yet done
+  uint32_t planned_meeting = 0;  // where the plan told the engine to stop and wait; 0: no prediction
+  uint32_t engine_through = 0;   // chunks the engine reported computed (or holds)
+  double load_chunk_s = 0;       // one chunk's read time at its tier's measured speed; 0: unmeasured
+  double since_progress_s = 0;   // seconds since the engine's last Progress (or the load's start)
+  bool reads_in_flight = false;  // the load has a read outstanding, whose completion asks again
 };
 
 struct ReadVerdict {

@@ -32,9 +32,12 @@ uint32_t RoleBits(const std::vector<std::string>& roles) {
 
 std::string_view RoleName(Role role) {
   switch (role) {
-    case Role::kEngine: return "engine";
-    case Role::kMonitor: return "monitor";
-    case Role::kAdmin: return "admin";
+    case Role::kEngine:
+      return "engine";
+    case Role::kMonitor:
+      return "monitor";
+    case Role::kAdmin:
+      return "admin";
   }
   return "?";
 }
@@ -57,8 +60,10 @@ absl::StatusOr<AccessPolicy> AccessPolicy::FromConfig(const DaemonConfig& config
     const size_t index = policy.principals_.size();
     Principal principal{p.name, {}, false, RoleBits(p.roles)};
     for (const std::string& tenant : p.tenants) {
-      if (tenant == "*") principal.any_tenant = true;
-      else principal.tenants.push_back(tenant);
+      if (tenant == "*")
+        principal.any_tenant = true;
+      else
+        principal.tenants.push_back(tenant);
     }
     if (principal.tenants.empty()) principal.tenants.push_back("");  // "*" alone: the default tenant is ""
     policy.principals_.push_back(std::move(principal));
@@ -74,13 +79,13 @@ absl::StatusOr<AccessPolicy> AccessPolicy::FromConfig(const DaemonConfig& config
     for (uid_t uid : uids) {
       if (!policy.by_uid_.emplace(uid, index).second) {
         return absl::InvalidArgumentError(absl::StrCat("uid ", uid, " is named by two principals (",
-                                                       policy.principals_[policy.by_uid_[uid]].name, ", ", p.name, ")"));
+                                                       policy.principals_[policy.by_uid_[uid]].name, ", ", p.name,
+                                                       ")"));
       }
     }
     for (const std::string& identity : p.tls_identities) {
       if (!policy.by_certificate_identity_.emplace(identity, index).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("TLS identity \"", identity, "\" is named by two principals"));
+        return absl::InvalidArgumentError(absl::StrCat("TLS identity \"", identity, "\" is named by two principals"));
       }
     }
     if (!p.token_file.empty()) {

@@ -46,11 +46,11 @@ class AccessPolicy;
 
 // A call's established identity.
 struct Caller {
-  const Principal* principal = nullptr;  // never null for an identified caller; owned by `policy`
+  const Principal* principal = nullptr;        // never null for an identified caller; owned by `policy`
   std::shared_ptr<const AccessPolicy> policy;  // the policy that named it, kept alive while the call needs it
-  bool unix_socket = false;              // only unix callers can use regions (they map shared memory)
-  uid_t uid = 0;                         // unix callers: whom their regions are shared with
-  PeerFacts peer;                        // what identified it, to ask a reloaded policy again (LoadTracker)
+  bool unix_socket = false;                    // only unix callers can use regions (they map shared memory)
+  uid_t uid = 0;                               // unix callers: whom their regions are shared with
+  PeerFacts peer;                              // what identified it, to ask a reloaded policy again (LoadTracker)
 };
 
 class AccessPolicy {

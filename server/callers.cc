@@ -34,7 +34,8 @@ absl::StatusOr<Caller> IdentifyCaller(const grpc::CallbackServerContext& context
   return identified(TcpPeerFacts(context.auth_context().get(), context.client_metadata()));
 }
 
-absl::StatusOr<Namespace> CallerNamespace(const Caller& caller, const v1::Namespace& proto, const DaemonConfig& config) {
+absl::StatusOr<Namespace> CallerNamespace(const Caller& caller, const v1::Namespace& proto,
+                                          const DaemonConfig& config) {
   auto tenant = AccessPolicy::Tenant(caller, proto.tenant());
   if (!tenant.ok()) return tenant.status();
   return ParseNamespace(proto, config, *tenant);

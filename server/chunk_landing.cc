@@ -3,7 +3,6 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
-
 #include "storage/tier_manager.h"
 
 namespace cake {

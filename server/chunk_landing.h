@@ -10,10 +10,10 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "regions/cuda_backend.h"
-#include "regions/region.h"
 #include "keys/namespace.h"
 #include "keys/tier_kind.h"
+#include "regions/cuda_backend.h"
+#include "regions/region.h"
 
 namespace cake {
 
@@ -28,8 +28,8 @@ class ChunkLanding {
                                uint64_t chunk_bytes);
 
   struct Landed {
-    absl::Status status;     // any error: the chunk is a miss the engine computes
-    std::string inline_bytes;  // inline: the chunk, moved into its ChunkLoaded message
+    absl::Status status;                      // any error: the chunk is a miss the engine computes
+    std::string inline_bytes;                 // inline: the chunk, moved into its ChunkLoaded message
     std::span<const std::byte> region_bytes;  // in a host region or the staging buffer; empty when lent or inline
     std::shared_ptr<StagingBuffer> staging;   // holds a staged read's bytes until its promotion is done
     // The read came from a slower tier and its copy into DRAM is the caller's to hand to TierManager::PromoteLater

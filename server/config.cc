@@ -5,12 +5,11 @@
 #include <toml++/toml.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -267,13 +266,14 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
     return absl::InvalidArgumentError(absl::StrCat("config ", path, " line ", where.line, " column ", where.column,
                                                    ": ", std::string(e.description())));
   }
-  static const std::set<std::string> kTables = {"server", "tcp",  "metrics",   "access", "limits", "dram",
-                                                "disk",   "remote", "cuda", "writeback", "loader", "keys"};
+  static const std::set<std::string> kTables = {"server", "tcp",    "metrics", "access",    "limits", "dram",
+                                                "disk",   "remote", "cuda",    "writeback", "loader", "keys"};
   for (const auto& [key, value] : root) {
     if (!kTables.contains(std::string(key.str()))) {
-      return absl::InvalidArgumentError(absl::StrCat("config ", path, ": unknown table [", std::string(key.str()),
-                                                     "]; known: server, tcp, metrics, access, limits, dram, disk, remote, cuda, writeback, "
-                                                     "loader, keys"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config ", path, ": unknown table [", std::string(key.str()),
+                       "]; known: server, tcp, metrics, access, limits, dram, disk, remote, cuda, writeback, "
+                       "loader, keys"));
     }
   }
   constexpr uint64_t kU32 = UINT32_MAX;
@@ -370,16 +370,17 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
   loader.Unsigned("arbiter_starvation_ms", &c.arbiter_starvation_ms, 1, 3600000);
   TableReader keys(root, "keys");
   keys.String("secret", &c.key_secret);
-  for (TableReader* t : {&server, &tcp, &metrics, &access, &limits, &dram, &disk, &remote, &cuda, &writeback, &loader, &keys}) {
+  for (TableReader* t :
+       {&server, &tcp, &metrics, &access, &limits, &dram, &disk, &remote, &cuda, &writeback, &loader, &keys}) {
     if (auto s = t->Finish(); !s.ok())
       return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
   }
   // The config is readable by the engines' group (0640 root:cake): a password written into it is theirs too.
-  if (struct stat st {}; !c.remote_password.empty() && ::stat(path.c_str(), &st) == 0 && (st.st_mode & 044) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "config ", path, " holds remote.password but group or others may read it (mode ",
-        absl::StrFormat("%04o", st.st_mode & 07777),
-        "): move the password to remote.password_file (mode 0600) or $CAKE_REMOTE_PASSWORD"));
+  if (struct stat st{}; !c.remote_password.empty() && ::stat(path.c_str(), &st) == 0 && (st.st_mode & 044) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("config ", path, " holds remote.password but group or others may read it (mode ",
+                     absl::StrFormat("%04o", st.st_mode & 07777),
+                     "): move the password to remote.password_file (mode 0600) or $CAKE_REMOTE_PASSWORD"));
   }
   return c;
 }
@@ -410,14 +411,15 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
         absl::StrCat("loader.window (", c.load_window, ") exceeds loader.max_window (", c.max_load_window, ")"));
   }
   if (c.transport_memory_bytes < 2 * c.max_message_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "server.transport_memory_bytes (", c.transport_memory_bytes, ") must be at least twice server.max_message_bytes (",
-        c.max_message_bytes, "): one message of the largest size must fit beside the rest of the traffic"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("server.transport_memory_bytes (", c.transport_memory_bytes,
+                     ") must be at least twice server.max_message_bytes (", c.max_message_bytes,
+                     "): one message of the largest size must fit beside the rest of the traffic"));
   }
   if (c.max_connections_per_peer > c.max_connections) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "server.max_connections_per_peer (", c.max_connections_per_peer, ") exceeds server.max_connections (",
-        c.max_connections, "): one peer could then hold every connection"));
+    return absl::InvalidArgumentError(absl::StrCat("server.max_connections_per_peer (", c.max_connections_per_peer,
+                                                   ") exceeds server.max_connections (", c.max_connections,
+                                                   "): one peer could then hold every connection"));
   }
   if (c.max_health_watches_per_peer > c.max_health_watches) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -438,20 +440,22 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   for (const PrincipalConfig& p : c.principals) {
     for (const std::string& role : p.roles) {
       if (!kRoles.contains(role)) {
-        return absl::InvalidArgumentError(absl::StrCat("principal \"", p.name, "\" has role \"", role,
-                                                       "\"; accepted: engine, monitor, admin"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("principal \"", p.name, "\" has role \"", role, "\"; accepted: engine, monitor, admin"));
       }
     }
     if (p.roles.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("principal \"", p.name, "\" has no roles (engine, monitor, admin)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("principal \"", p.name, "\" has no roles (engine, monitor, admin)"));
     }
     if (std::find(p.roles.begin(), p.roles.end(), "engine") != p.roles.end() && p.tenants.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("principal \"", p.name,
-                                                     "\" is an engine but has no tenants: give tenants = [\"...\"]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("principal \"", p.name, "\" is an engine but has no tenants: give tenants = [\"...\"]"));
     }
     if (p.unix_uids.empty() && p.unix_users.empty() && p.tls_identities.empty() && p.token_file.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "principal \"", p.name, "\" names no way to recognise it: unix_uids, unix_users, tls_identities or token_file"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("principal \"", p.name,
+                       "\" names no way to recognise it: unix_uids, unix_users, tls_identities or token_file"));
     }
   }
   if (!c.metrics_listen.empty()) {
@@ -459,8 +463,8 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     const std::string port = colon == std::string::npos ? "" : c.metrics_listen.substr(colon + 1);
     if (colon == 0 || port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
         std::stoul(port) > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat("metrics.listen \"", c.metrics_listen,
-                                                     "\" must be host:port, e.g. \"127.0.0.1:9464\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("metrics.listen \"", c.metrics_listen, "\" must be host:port, e.g. \"127.0.0.1:9464\""));
     }
   }
   if (!c.tcp_listen.empty()) {
@@ -470,7 +474,8 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     }
     if (!tls && !c.tcp_allow_plaintext_loopback) {
       return absl::InvalidArgumentError(
-          "tcp.listen needs tcp.tls_cert_file and tcp.tls_key_file: plaintext TCP is refused (tcp.allow_plaintext_loopback "
+          "tcp.listen needs tcp.tls_cert_file and tcp.tls_key_file: plaintext TCP is refused "
+          "(tcp.allow_plaintext_loopback "
           "permits it on a loopback address, for tests)");
     }
     if (!tls && !IsLoopbackListenAddress(c.tcp_listen)) {
@@ -479,7 +484,8 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
                                                      "127.0.0.1, [::1] or localhost"));
     }
     bool someone_can_call = false;
-    for (const PrincipalConfig& p : c.principals) someone_can_call |= !p.tls_identities.empty() || !p.token_file.empty();
+    for (const PrincipalConfig& p : c.principals)
+      someone_can_call |= !p.tls_identities.empty() || !p.token_file.empty();
     if (!someone_can_call) {
       return absl::InvalidArgumentError(
           "tcp.listen is set but no [[access.principal]] has tls_identities or a token_file: nobody could call");
@@ -504,9 +510,12 @@ constexpr const char* kMasked = "(set; masked)";
 
 const char* IoBackendWord(IoBackend backend) {
   switch (backend) {
-    case IoBackend::kUring: return "uring";
-    case IoBackend::kPread: return "pread";
-    case IoBackend::kAuto: break;
+    case IoBackend::kUring:
+      return "uring";
+    case IoBackend::kPread:
+      return "pread";
+    case IoBackend::kAuto:
+      break;
   }
   return "auto";
 }
@@ -531,19 +540,20 @@ int64_t Int(uint64_t v) { return v > static_cast<uint64_t>(INT64_MAX) ? INT64_MA
 
 std::string FormatConfig(const DaemonConfig& c) {
   toml::table root;
-  root.insert("server", toml::table{{"run_dir", c.run_dir},
-                                    {"socket", c.socket_path()},
-                                    {"socket_mode", static_cast<int64_t>(c.socket_mode)},
-                                    {"max_message_bytes", Int(c.max_message_bytes)},
-                                    {"transport_memory_bytes", Int(c.transport_memory_bytes)},
-                                    {"shutdown_grace_s", c.shutdown_grace_s},
-                                    {"log_level", c.log_level},
-                                    {"max_connections", static_cast<int64_t>(c.max_connections)},
-                                    {"max_connections_per_peer", static_cast<int64_t>(c.max_connections_per_peer)},
-                                    {"connection_idle_timeout_ms", static_cast<int64_t>(c.connection_idle_timeout_ms)},
-                                    {"max_streams_per_connection", static_cast<int64_t>(c.max_streams_per_connection)},
-                                    {"max_health_watches", static_cast<int64_t>(c.max_health_watches)},
-                                    {"max_health_watches_per_peer", static_cast<int64_t>(c.max_health_watches_per_peer)}});
+  root.insert("server",
+              toml::table{{"run_dir", c.run_dir},
+                          {"socket", c.socket_path()},
+                          {"socket_mode", static_cast<int64_t>(c.socket_mode)},
+                          {"max_message_bytes", Int(c.max_message_bytes)},
+                          {"transport_memory_bytes", Int(c.transport_memory_bytes)},
+                          {"shutdown_grace_s", c.shutdown_grace_s},
+                          {"log_level", c.log_level},
+                          {"max_connections", static_cast<int64_t>(c.max_connections)},
+                          {"max_connections_per_peer", static_cast<int64_t>(c.max_connections_per_peer)},
+                          {"connection_idle_timeout_ms", static_cast<int64_t>(c.connection_idle_timeout_ms)},
+                          {"max_streams_per_connection", static_cast<int64_t>(c.max_streams_per_connection)},
+                          {"max_health_watches", static_cast<int64_t>(c.max_health_watches)},
+                          {"max_health_watches_per_peer", static_cast<int64_t>(c.max_health_watches_per_peer)}});
   root.insert("tcp", toml::table{{"listen", c.tcp_listen},
                                  {"tls_cert_file", c.tls_cert_file},
                                  {"tls_key_file", c.tls_key_file},
@@ -567,21 +577,21 @@ std::string FormatConfig(const DaemonConfig& c) {
   if (!principals.empty()) access.insert("principal", std::move(principals));
   if (c.access_single_user) access.insert("single_user", true);
   root.insert("access", std::move(access));
-  root.insert("limits", toml::table{{"max_prompt_tokens", Int(c.max_prompt_tokens)},
-                                    {"max_chunk_bytes", Int(c.max_chunk_bytes)},
-                                    {"min_chunk_bytes", Int(c.min_chunk_bytes)},
-                                    {"max_chunk_tokens", static_cast<int64_t>(c.max_chunk_tokens)},
-                                    {"default_chunk_tokens", static_cast<int64_t>(c.default_chunk_tokens)},
-                                    {"max_region_bytes", Int(c.max_region_bytes)},
-                                    {"max_regions_per_client", static_cast<int64_t>(c.max_regions_per_client)},
-                                    {"max_regions", static_cast<int64_t>(c.max_regions)},
-                                    {"max_total_region_bytes", Int(c.max_total_region_bytes)},
-                                    {"max_concurrent_loads", static_cast<int64_t>(c.max_concurrent_loads)},
-                                    {"max_concurrent_loads_per_principal",
-                                     static_cast<int64_t>(c.max_concurrent_loads_per_principal)},
-                                    {"max_concurrent_loads_per_client",
-                                     static_cast<int64_t>(c.max_concurrent_loads_per_client)},
-                                    {"region_lease_ms", static_cast<int64_t>(c.region_lease_ms)}});
+  root.insert(
+      "limits",
+      toml::table{{"max_prompt_tokens", Int(c.max_prompt_tokens)},
+                  {"max_chunk_bytes", Int(c.max_chunk_bytes)},
+                  {"min_chunk_bytes", Int(c.min_chunk_bytes)},
+                  {"max_chunk_tokens", static_cast<int64_t>(c.max_chunk_tokens)},
+                  {"default_chunk_tokens", static_cast<int64_t>(c.default_chunk_tokens)},
+                  {"max_region_bytes", Int(c.max_region_bytes)},
+                  {"max_regions_per_client", static_cast<int64_t>(c.max_regions_per_client)},
+                  {"max_regions", static_cast<int64_t>(c.max_regions)},
+                  {"max_total_region_bytes", Int(c.max_total_region_bytes)},
+                  {"max_concurrent_loads", static_cast<int64_t>(c.max_concurrent_loads)},
+                  {"max_concurrent_loads_per_principal", static_cast<int64_t>(c.max_concurrent_loads_per_principal)},
+                  {"max_concurrent_loads_per_client", static_cast<int64_t>(c.max_concurrent_loads_per_client)},
+                  {"region_lease_ms", static_cast<int64_t>(c.region_lease_ms)}});
   root.insert("dram", toml::table{{"capacity_bytes", Int(c.dram_capacity_bytes)},
                                   {"read_gbps", c.dram_read_gbps},
                                   {"read_burst_us", c.dram_read_burst_us},

@@ -50,16 +50,16 @@ struct DaemonConfig {
   uint32_t max_health_watches = 256;
   uint32_t max_health_watches_per_peer = 8;
   // [tcp] engines on other hosts: TLS, inline bytes only. Empty listen: no TCP listener.
-  std::string tcp_listen;              // "host:port"
-  std::string tls_cert_file;           // the daemon's certificate chain (PEM)
-  std::string tls_key_file;            // its private key (PEM; owner-only permissions)
-  std::string tls_client_ca_file;      // set: clients must present a certificate this CA signed (mTLS)
-  uint32_t tls_reload_s = 60;          // how often the certificate files are re-read (rotation without restart)
+  std::string tcp_listen;                // "host:port"
+  std::string tls_cert_file;             // the daemon's certificate chain (PEM)
+  std::string tls_key_file;              // its private key (PEM; owner-only permissions)
+  std::string tls_client_ca_file;        // set: clients must present a certificate this CA signed (mTLS)
+  uint32_t tls_reload_s = 60;            // how often the certificate files are re-read (rotation without restart)
   uint32_t handshake_timeout_ms = 5000;  // a connection that has not finished its handshake (TLS, HTTP/2) is closed
   bool tcp_allow_plaintext_loopback = false;  // tests and local tools: plaintext TCP, on a loopback address only
   // [metrics] the Prometheus endpoint. Empty listen: none. It answers anyone who can reach it, so it listens on
   // loopback unless the operator names another address.
-  std::string metrics_listen;              // "host:port", e.g. "127.0.0.1:9464"; port 0: any free port
+  std::string metrics_listen;                  // "host:port", e.g. "127.0.0.1:9464"; port 0: any free port
   uint32_t metrics_max_namespace_series = 64;  // (tenant, model) label pairs; past it, loads count as "other"
   // [access] who may do what. No principals: one trusted user (every peer on the socket may do everything).
   std::vector<PrincipalConfig> principals;
@@ -94,9 +94,9 @@ struct DaemonConfig {
   uint64_t disk_capacity_bytes = uint64_t{64} << 30;
   uint32_t disk_queue_depth = 32;
   IoBackend disk_io_backend = IoBackend::kAuto;
-  bool disk_allow_buffered = false;      // accept a filesystem without O_DIRECT (page cache in the way)
-  double disk_read_gbps = 0;             // 0: not throttled
-  uint32_t disk_recovery_threads = 32;   // header reads in flight while the index is rebuilt after a crash
+  bool disk_allow_buffered = false;           // accept a filesystem without O_DIRECT (page cache in the way)
+  double disk_read_gbps = 0;                  // 0: not throttled
+  uint32_t disk_recovery_threads = 32;        // header reads in flight while the index is rebuilt after a crash
   uint32_t disk_index_checkpoint_ms = 60000;  // the index also written this often while chunks arrive; 0: at stop only
   // [remote] Redis (standalone or cluster), shared by daemons on many machines
   std::vector<std::string> remote_endpoints;  // "host:port"; empty: no remote tier
@@ -108,8 +108,8 @@ struct DaemonConfig {
   uint32_t remote_connections = 8;  // idle connections kept per Redis node
   uint32_t remote_connect_timeout_ms = 500;
   uint32_t remote_command_timeout_ms = 2000;
-  uint64_t remote_ttl_s = 0;      // 0: keys do not expire (Redis's maxmemory policy evicts)
-  double remote_read_gbps = 0;    // 0: not throttled
+  uint64_t remote_ttl_s = 0;            // 0: keys do not expire (Redis's maxmemory policy evicts)
+  double remote_read_gbps = 0;          // 0: not throttled
   bool remote_promote_to_disk = false;  // a remote hit is also copied onto the local disk tier
   // [cuda] device regions through CUDA IPC, where the build has CUDA and a device answers
   bool cuda_enabled = true;

@@ -47,17 +47,20 @@ bool ConnectionGate::AdmitOrClose(int fd, const std::string& peer, std::string_v
   }
   if (warn) {
     if (verdict == Verdict::kPeerCapReached) {
-      spdlog::warn("a connection on the {} from {} closed at accept: that peer holds server.max_connections_per_peer "
-                   "({}) already ({} refused in all)",
-                   listener, peer, max_per_peer_, refused());
+      spdlog::warn(
+          "a connection on the {} from {} closed at accept: that peer holds server.max_connections_per_peer "
+          "({}) already ({} refused in all)",
+          listener, peer, max_per_peer_, refused());
     } else if (origin == Origin::kNetwork) {
-      spdlog::warn("a connection on the {} from {} closed at accept: the network holds its share of "
-                   "server.max_connections ({} of {}: a quarter stays for the unix socket) already ({} refused in all)",
-                   listener, peer, max_network_connections_, max_connections_, refused());
+      spdlog::warn(
+          "a connection on the {} from {} closed at accept: the network holds its share of "
+          "server.max_connections ({} of {}: a quarter stays for the unix socket) already ({} refused in all)",
+          listener, peer, max_network_connections_, max_connections_, refused());
     } else {
-      spdlog::warn("a connection on the {} from {} closed at accept: the daemon serves server.max_connections ({}) "
-                   "already ({} refused in all)",
-                   listener, peer, max_connections_, refused());
+      spdlog::warn(
+          "a connection on the {} from {} closed at accept: the daemon serves server.max_connections ({}) "
+          "already ({} refused in all)",
+          listener, peer, max_connections_, refused());
     }
   }
   return false;

@@ -9,22 +9,45 @@
 
 namespace cake {
 
-#define CAKE_COUNTERS(X)                                                                                              \
-  X(lookups)                                                                                                          \
-  X(lookup_chunks)                                                                                                    \
-  X(lookup_cached_chunks)                                                                                             \
-  X(loads_started) X(loads_finished) X(loads_cancelled) X(load_chunks_loaded) X(load_bytes_loaded)                    \
-      X(load_chunk_read_failures) X(load_chunks_computed) X(loads_not_promoted) X(loads_cake) X(loads_io_only)        \
-          X(loads_compute_only) X(stores) X(store_chunks_stored) X(store_chunks_already_cached) X(store_bytes_stored) \
-              X(store_chunks_rejected) X(regions_registered) X(regions_released) X(invalid_requests)   \
-                  X(loads_idle_ended) X(regions_reclaimed) X(regions_expired) X(inline_reads_waited) X(lookups_network_skipped)
+// One counter a line, kept as written: clang-format reflows a long macro differently on every pass.
+// clang-format off
+#define CAKE_COUNTERS(X) \
+  X(lookups) \
+  X(lookup_chunks) \
+  X(lookup_cached_chunks) \
+  X(loads_started) \
+  X(loads_finished) \
+  X(loads_cancelled) \
+  X(load_chunks_loaded) \
+  X(load_bytes_loaded) \
+  X(load_chunk_read_failures) \
+  X(load_chunks_computed) \
+  X(loads_not_promoted) \
+  X(loads_cake) \
+  X(loads_io_only) \
+  X(loads_compute_only) \
+  X(stores) \
+  X(store_chunks_stored) \
+  X(store_chunks_already_cached) \
+  X(store_bytes_stored) \
+  X(store_chunks_rejected) \
+  X(regions_registered) \
+  X(regions_released) \
+  X(invalid_requests) \
+  X(loads_idle_ended) \
+  X(regions_reclaimed) \
+  X(regions_expired) \
+  X(inline_reads_waited) \
+  X(lookups_network_skipped)
+// clang-format on
 
 // The status codes a failed read can end with, in absl::StatusCode's order (OK, 0, never counted).
 inline constexpr size_t kStatusCodes = 17;
 inline constexpr const char* kStatusCodeNames[kStatusCodes] = {
-    "ok",        "cancelled",          "unknown",        "invalid_argument", "deadline_exceeded", "not_found",
-    "already_exists", "permission_denied", "resource_exhausted", "failed_precondition", "aborted",  "out_of_range",
-    "unimplemented", "internal",        "unavailable",    "data_loss",        "unauthenticated"};
+    "ok",        "cancelled",      "unknown",           "invalid_argument",   "deadline_exceeded",
+    "not_found", "already_exists", "permission_denied", "resource_exhausted", "failed_precondition",
+    "aborted",   "out_of_range",   "unimplemented",     "internal",           "unavailable",
+    "data_loss", "unauthenticated"};
 
 struct Counters {
 #define CAKE_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};

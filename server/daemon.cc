@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -19,15 +19,15 @@
 #include "absl/strings/str_join.h"
 #include "base/socket_folder.h"
 #include "base/status_macros.h"
-#include "regions/cuda_backend.h"
 #include "cake/v1/admin.grpc.pb.h"
 #include "grpcpp/create_channel.h"
-#include "grpcpp/resource_quota.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
 #include "grpcpp/server_builder.h"
+#include "regions/cuda_backend.h"
 #include "server/tcp_authentication.h"
 #include "server/tier_factory.h"
 #include "spdlog/spdlog.h"
@@ -38,15 +38,15 @@ absl::StatusOr<uint64_t> LoadTracker::TryAdd(const LoadCaps& caps, LoadOwner own
                                              std::function<std::optional<LoadSummary>()> describe) {
   MutexLock lock(&mu_);
   if (loads_.size() >= caps.total) {
-    return absl::ResourceExhaustedError(absl::StrCat("the daemon is running limits.max_concurrent_loads (", caps.total,
-                                                     ") loads; retry shortly"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the daemon is running limits.max_concurrent_loads (", caps.total, ") loads; retry shortly"));
   }
   uint32_t& principal_loads = per_principal_[owner.fairness_key];
   if (principal_loads >= caps.per_principal) {
     if (principal_loads == 0) per_principal_.erase(owner.fairness_key);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        owner.fairness_key, " is running limits.max_concurrent_loads_per_principal (", caps.per_principal,
-        ") loads; end one, or retry shortly"));
+    return absl::ResourceExhaustedError(absl::StrCat(owner.fairness_key,
+                                                     " is running limits.max_concurrent_loads_per_principal (",
+                                                     caps.per_principal, ") loads; end one, or retry shortly"));
   }
   auto client_key = std::make_pair(owner.fairness_key, owner.client_id);
   uint32_t& client_loads = per_client_[client_key];
@@ -109,9 +109,9 @@ size_t LoadTracker::CancelRevoked(const AccessPolicy& policy) {
     if (now.ok() && now->principal->name == owner.principal && now->principal->Has(Role::kEngine)) {
       return std::nullopt;
     }
-    return absl::PermissionDeniedError(absl::StrCat(
-        "the daemon's access policy was reloaded and no longer lets ", owner.principal.empty() ? "this caller" : owner.principal,
-        " load; the load is ended: compute the rest of the prompt"));
+    return absl::PermissionDeniedError(absl::StrCat("the daemon's access policy was reloaded and no longer lets ",
+                                                    owner.principal.empty() ? "this caller" : owner.principal,
+                                                    " load; the load is ended: compute the rest of the prompt"));
   });
 }
 
@@ -167,8 +167,7 @@ absl::Status ClearStaleSocket(const std::string& path) {
 absl::Status PrepareSocketFolder(const std::filesystem::path& dir) {
   const std::filesystem::path parent = dir.parent_path();
   struct stat parent_st {};
-  const bool shared_parent =
-      ::stat(parent.c_str(), &parent_st) == 0 && (parent_st.st_mode & S_IWOTH) != 0;
+  const bool shared_parent = ::stat(parent.c_str(), &parent_st) == 0 && (parent_st.st_mode & S_IWOTH) != 0;
   if (!shared_parent) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
@@ -195,9 +194,10 @@ uint32_t ConnectionCapWithinDescriptorLimit(uint32_t wanted) {
   const uint64_t reserve = std::max<uint64_t>(64, limit.rlim_cur / 4);
   const uint64_t room = limit.rlim_cur > reserve + 1 ? limit.rlim_cur - reserve : 1;
   if (wanted <= room) return wanted;
-  spdlog::warn("server.max_connections is {}, but the descriptor limit is {}: serving at most {} connections at once "
-               "(raise LimitNOFILE, or ulimit -n, to serve more)",
-               wanted, limit.rlim_cur, room);
+  spdlog::warn(
+      "server.max_connections is {}, but the descriptor limit is {}: serving at most {} connections at once "
+      "(raise LimitNOFILE, or ulimit -n, to serve more)",
+      wanted, limit.rlim_cur, room);
   return static_cast<uint32_t>(room);
 }
 
@@ -211,8 +211,10 @@ void DecideCudaRegions(const DaemonConfig& config, DaemonState& state) {
     state.cuda_off_reason = probe.reason;
   } else {
     for (int device : config.cuda_devices) {
-      if (device < probe.device_count) state.cuda_devices.push_back(device);
-      else spdlog::warn("cuda.devices names device {}, but this machine has {}; ignored", device, probe.device_count);
+      if (device < probe.device_count)
+        state.cuda_devices.push_back(device);
+      else
+        spdlog::warn("cuda.devices names device {}, but this machine has {}; ignored", device, probe.device_count);
     }
     if (config.cuda_devices.empty()) {
       for (int device = 0; device < probe.device_count; ++device) state.cuda_devices.push_back(device);
@@ -285,7 +287,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   d->state_ = std::make_unique<DaemonState>(config, std::move(*access));
   DecideCudaRegions(config, *d->state_);
   CAKE_RETURN_IF_ERROR(AddTiersFromConfig(config, d->state_->cuda_usable && config.cuda_pin_dram, d->state_->tiers,
-                                         d->state_->dram_pinned));
+                                          d->state_->dram_pinned));
 
   d->kv_service_ = std::make_unique<KvServiceImpl>(*d->state_);
   d->admin_service_ = std::make_unique<AdminServiceImpl>(*d->state_);
@@ -297,8 +299,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   d->unix_listener_ = std::move(*unix_listener);
   d->state_->unix_connections = d->unix_listener_.get();
   const uint32_t max_connections = ConnectionCapWithinDescriptorLimit(config.max_connections);
-  d->connection_gate_ = std::make_unique<ConnectionGate>(
-      max_connections, std::min(config.max_connections_per_peer, max_connections));
+  d->connection_gate_ =
+      std::make_unique<ConnectionGate>(max_connections, std::min(config.max_connections_per_peer, max_connections));
   d->state_->connection_gate = d->connection_gate_.get();
   // The standard health service (grpc.health.v1.Health: grpcurl, Kubernetes gRPC probes, cakectl health), our own
   // rather than gRPC's default, whose Watch streams have no cap and never end; and server reflection. Both answer
@@ -370,14 +372,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   if (!config.tcp_listen.empty()) {
     d->state_->tcp_port = d->tcp_listener_->port();
     spdlog::info("listening on TCP {} (port {}): {}, inline bytes only", config.tcp_listen, d->state_->tcp_port,
-                 config.tls_cert_file.empty() ? "plaintext, loopback only"
+                 config.tls_cert_file.empty()        ? "plaintext, loopback only"
                  : config.tls_client_ca_file.empty() ? "TLS, callers name themselves with bearer tokens"
-                                                      : "TLS, callers present a client certificate or a bearer token");
+                                                     : "TLS, callers present a client certificate or a bearer token");
   }
   if (config.load_start_timeout_ms < 25000) {
-    spdlog::warn("loader.start_timeout_ms is {} ms: the Python client keeps a Load stream open ahead of its next "
-                 "load for up to 20 s, and one ended just as its Start arrives fails that load (the engine computes)",
-                 config.load_start_timeout_ms);
+    spdlog::warn(
+        "loader.start_timeout_ms is {} ms: the Python client keeps a Load stream open ahead of its next "
+        "load for up to 20 s, and one ended just as its Start arrives fails that load (the engine computes)",
+        config.load_start_timeout_ms);
   }
   d->housekeeping_ = std::thread([daemon = d.get()] { daemon->Housekeep(); });
   spdlog::info("caked {} listening on {} (DRAM tier {} MiB{}, {} I/O threads, window {})", CAKE_VERSION,
@@ -426,14 +429,16 @@ absl::Status Daemon::Reload(const DaemonConfig& next) {
     TierKind kind;
     double DaemonConfig::*gbps;
   };
-  for (const Cap& cap : {Cap{TierKind::kDram, &DaemonConfig::dram_read_gbps}, Cap{TierKind::kDisk, &DaemonConfig::disk_read_gbps},
-                         Cap{TierKind::kRemote, &DaemonConfig::remote_read_gbps}}) {
+  for (const Cap& cap :
+       {Cap{TierKind::kDram, &DaemonConfig::dram_read_gbps}, Cap{TierKind::kDisk, &DaemonConfig::disk_read_gbps},
+        Cap{TierKind::kRemote, &DaemonConfig::remote_read_gbps}}) {
     Tier* tier = state_->tiers.tier(cap.kind);
     if (tier == nullptr || next.*cap.gbps == before.*cap.gbps) continue;
     if (absl::Status set = tier->SetReadCapGbps(next.*cap.gbps); !set.ok()) {
-      spdlog::warn("SIGHUP: the {} tier's read cap stays {} Gbit/s ({}; a tier started without a cap needs a restart "
-                   "to get one)",
-                   TierKindName(cap.kind), tier->read_cap_gbps(), std::string(set.message()));
+      spdlog::warn(
+          "SIGHUP: the {} tier's read cap stays {} Gbit/s ({}; a tier started without a cap needs a restart "
+          "to get one)",
+          TierKindName(cap.kind), tier->read_cap_gbps(), std::string(set.message()));
       continue;
     }
     state_->tiers.ForgetLoadThroughput(cap.kind);
@@ -446,8 +451,9 @@ absl::Status Daemon::Reload(const DaemonConfig& next) {
   wanted.disk_read_gbps = applied.disk_read_gbps;
   wanted.remote_read_gbps = applied.remote_read_gbps;
   if (FormatConfig(wanted) != FormatConfig(applied)) {
-    spdlog::warn("SIGHUP: the file changes settings that need a restart; they are not applied (cakectl config shows "
-                 "the running ones)");
+    spdlog::warn(
+        "SIGHUP: the file changes settings that need a restart; they are not applied (cakectl config shows "
+        "the running ones)");
   }
   state_->SetEffectiveConfig(std::move(applied));
   return absl::OkStatus();
@@ -473,8 +479,8 @@ absl::Status Daemon::CheckServing(std::chrono::milliseconds timeout) const {
 
 void Daemon::Housekeep() {
   // Often enough that an expired region goes within a quarter of its lease; rarely enough to cost nothing.
-  const auto period = std::clamp<std::chrono::milliseconds>(state_->regions.lease() / 4,
-                                                            std::chrono::milliseconds(20), std::chrono::seconds(1));
+  const auto period = std::clamp<std::chrono::milliseconds>(state_->regions.lease() / 4, std::chrono::milliseconds(20),
+                                                            std::chrono::seconds(1));
   constexpr auto kTrimPeriod = std::chrono::seconds(10);
   auto last_trim = std::chrono::steady_clock::now();
   std::unique_lock lock(housekeeping_mu_);

@@ -12,12 +12,12 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "server/config.h"
+#include "server/connection_gate.h"
 #include "server/daemon_state.h"
 #include "server/metrics.h"
 #include "server/services.h"
 #include "server/tcp_listener.h"
 #include "server/unix_listener.h"
-#include "server/connection_gate.h"
 
 namespace cake {
 

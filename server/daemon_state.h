@@ -18,12 +18,12 @@
 #include "scheduler/planner.h"
 #include "server/access.h"
 #include "server/config.h"
+#include "server/connection_gate.h"
 #include "server/counters.h"
 #include "server/health_service.h"
 #include "server/inline_budget.h"
 #include "server/load_metrics.h"
 #include "server/region_registry.h"
-#include "server/connection_gate.h"
 #include "server/unix_listener.h"
 #include "storage/tier_manager.h"
 
@@ -44,7 +44,7 @@ struct LoadSummary {
   LoadPhase phase = LoadPhase::kLookingUp;
   uint32_t total_chunks = 0;
   uint32_t cached_chunks = 0;
-  uint32_t loaded_chunks = 0;  // landed so far
+  uint32_t loaded_chunks = 0;     // landed so far
   uint32_t computed_through = 0;  // what the engine reported
   bool inline_bytes = false;
   double age_s = 0;
@@ -140,10 +140,10 @@ struct DaemonState {
                                        c.max_regions, c.max_total_region_bytes,
                                        std::chrono::milliseconds(c.region_lease_ms)}),
         // Room for every live load's full window, so a load that got admitted is never refused a read.
-        network_reads(c.remote_endpoints.empty() ? 1 : static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024,
-                      c.arbiter, std::chrono::milliseconds(c.arbiter_starvation_ms)),
-        pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024,
-             c.arbiter,
+        network_reads(c.remote_endpoints.empty() ? 1 : static_cast<int>(c.io_threads),
+                      size_t{c.max_concurrent_loads} * c.max_load_window + 1024, c.arbiter,
+                      std::chrono::milliseconds(c.arbiter_starvation_ms)),
+        pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024, c.arbiter,
              std::chrono::milliseconds(c.arbiter_starvation_ms)) {
     // A region is unmapped (or cudaFree'd) on a background thread, never on the gRPC or I/O thread that let it go.
     regions.SetDisposer([this](std::function<void()> destroy) { return background.TrySubmit(std::move(destroy)); });
@@ -193,7 +193,9 @@ struct DaemonState {
   LoadMetrics load_metrics{config.metrics_max_namespace_series};
   RpcMetrics rpc_metrics;
   std::string metrics_address;  // the Prometheus endpoint's "host:port" (empty: none); set once, at start
-  InlineBudget inline_budget{config.max_inline_bytes, config.max_inline_bytes_per_principal};  // before the pools: queued reads hold loads that use it
+  InlineBudget inline_budget{
+      config.max_inline_bytes,
+      config.max_inline_bytes_per_principal};  // before the pools: queued reads hold loads that use it
   LoadTracker loads;
   ComputeModels compute_models;
   TimerThread timers;  // the loads' idle watches and re-checks
@@ -208,10 +210,10 @@ struct DaemonState {
   // housekeeping thread asks for a stop (request_stop) once no load runs.
   std::atomic<bool> draining{false};
   std::atomic<bool> drain_exit_when_idle{false};
-  std::atomic<bool> stopping{false};         // Daemon::Stop began: long background jobs (Verify) end early
-  std::atomic<bool> verify_running{false};   // one Verify at a time
-  HealthService* health = nullptr;  // grpc.health.v1.Health, served by the daemon (set once, at start)
-  int tcp_port = 0;  // the TCP listener's port (tcp.listen may ask for port 0: any)
+  std::atomic<bool> stopping{false};        // Daemon::Stop began: long background jobs (Verify) end early
+  std::atomic<bool> verify_running{false};  // one Verify at a time
+  HealthService* health = nullptr;          // grpc.health.v1.Health, served by the daemon (set once, at start)
+  int tcp_port = 0;                         // the TCP listener's port (tcp.listen may ask for port 0: any)
   // Calls that wait on a networked tier (Lookups that reach Redis, Status and Stats with a remote tier, Evict of
   // it): here rather than on gRPC's threads, which Ping and every other call need, or the I/O threads, which
   // DRAM and disk reads need; a frozen Redis ties up these threads only. Destroyed before what it touches.

@@ -72,8 +72,8 @@ absl::StatusOr<LoadRequest> ParseLoadStart(const v1::LoadStart& start, const Cal
   out.hint_first_chunk_s = start.compute_first_chunk_s();
   out.hint_growth_s = start.compute_growth_s();
   out.computed_through = start.computed_through();
-  out.fairness_key = caller.policy->single_tenant() && caller.unix_socket ? absl::StrCat("uid ", caller.uid)
-                                                                          : caller.principal->name;
+  out.fairness_key =
+      caller.policy->single_tenant() && caller.unix_socket ? absl::StrCat("uid ", caller.uid) : caller.principal->name;
   return out;
 }
 
@@ -108,8 +108,8 @@ absl::StatusOr<StoreRequestChecked> ParseStore(const v1::StoreRequest& request, 
     return absl::InvalidArgumentError("send chunks in a region or inline, not both");
   }
   CAKE_RETURN_IF_ERROR(CheckRegionsReachable(caller));
-  CAKE_ASSIGN_OR_RETURN(out.region,
-                        state.regions.Get(RegionOwner(caller.principal->name, request.client_id()), request.region_id()));
+  CAKE_ASSIGN_OR_RETURN(
+      out.region, state.regions.Get(RegionOwner(caller.principal->name, request.client_id()), request.region_id()));
   if (out.count > UINT64_MAX / out.chunk_bytes) return absl::OutOfRangeError("chunk_count * chunk_bytes overflows");
   CAKE_RETURN_IF_ERROR(CheckRange(out.region->size(), request.region_offset(), out.count * out.chunk_bytes));
   return out;
@@ -133,8 +133,8 @@ absl::StatusOr<LoadLanding> ReserveLanding(RegionRegistry& regions, const LoadRe
   const uint64_t fit = std::min<uint64_t>(cached, request.region->bytes / chunk_bytes);
   const uint32_t window_first = cached - static_cast<uint32_t>(fit);
   CAKE_ASSIGN_OR_RETURN(RegionRegistry::WindowLease lease,
-                        regions.ReserveWindow(request.region->owner, request.region->region_id,
-                                              request.region->offset, fit * chunk_bytes));
+                        regions.ReserveWindow(request.region->owner, request.region->region_id, request.region->offset,
+                                              fit * chunk_bytes));
   ChunkLanding landing = ChunkLanding::InRegion(lease.region(), request.region->offset, window_first, chunk_bytes);
   return LoadLanding{std::move(landing), std::move(lease), window_first};
 }
@@ -142,18 +142,19 @@ absl::StatusOr<LoadLanding> ReserveLanding(RegionRegistry& regions, const LoadRe
 absl::StatusOr<uint64_t> AdmitLoad(DaemonState& state, const LoadRequest& request, const Caller& caller,
                                    std::weak_ptr<LoadStream> stream) {
   const DaemonConfig& config = state.config;
-  LoadOwner owner{request.fairness_key, request.client_id, request.region ? request.region->region_id : "",
-                  caller.peer, caller.principal->name};
-  return state.loads.TryAdd(LoadCaps{config.max_concurrent_loads, config.max_concurrent_loads_per_principal,
-                                     config.max_concurrent_loads_per_client},
-                            std::move(owner),
-                            [stream](const absl::Status& why) {
-                              if (auto live = stream.lock()) live->Cancel(why);
-                            },
-                            [stream]() -> std::optional<LoadSummary> {
-                              auto live = stream.lock();
-                              return live ? live->Describe() : std::nullopt;
-                            });
+  LoadOwner owner{request.fairness_key, request.client_id, request.region ? request.region->region_id : "", caller.peer,
+                  caller.principal->name};
+  return state.loads.TryAdd(
+      LoadCaps{config.max_concurrent_loads, config.max_concurrent_loads_per_principal,
+               config.max_concurrent_loads_per_client},
+      std::move(owner),
+      [stream](const absl::Status& why) {
+        if (auto live = stream.lock()) live->Cancel(why);
+      },
+      [stream]() -> std::optional<LoadSummary> {
+        auto live = stream.lock();
+        return live ? live->Describe() : std::nullopt;
+      });
 }
 
 }  // namespace cake

@@ -13,9 +13,9 @@
 
 #include "absl/status/statusor.h"
 #include "cake/v1/kv.pb.h"
+#include "keys/namespace.h"
 #include "server/chunk_landing.h"
 #include "server/daemon_state.h"
-#include "keys/namespace.h"
 
 namespace cake {
 

@@ -201,7 +201,7 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
 }
 
 grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(grpc::CallbackServerContext* context,
-                                                                   const HealthCheckRequest* request) {
+                                                                    const HealthCheckRequest* request) {
   auto* watch = new WatchReactor(*this, peer_of_call_(*context), request->service());
   std::optional<grpc::Status> refusal;
   ServingStatus status = HealthCheckResponse::UNKNOWN;
@@ -215,10 +215,10 @@ grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(grpc::Callba
                              absl::StrCat("the daemon serves server.max_health_watches (", limits_.max_watches,
                                           ") health Watch streams already; use Check, or retry later"));
     } else if (uint32_t& mine = watches_per_peer_[watch->peer()]; mine >= limits_.max_watches_per_peer) {
-      refusal = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                             absl::StrCat(watch->peer(), " holds server.max_health_watches_per_peer (",
-                                          limits_.max_watches_per_peer,
-                                          ") health Watch streams already; end one, or use Check"));
+      refusal = grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat(watch->peer(), " holds server.max_health_watches_per_peer (", limits_.max_watches_per_peer,
+                       ") health Watch streams already; end one, or use Check"));
     } else {
       ++mine;
       watches_.insert(watch);

@@ -27,8 +27,8 @@ std::string GatePeerOfCall(std::string_view grpc_peer, const UnixListener* unix_
 class HealthService final : public grpc::health::v1::Health::CallbackService {
  public:
   struct Limits {
-    uint32_t max_watches = 256;          // server.max_health_watches
-    uint32_t max_watches_per_peer = 8;   // server.max_health_watches_per_peer
+    uint32_t max_watches = 256;         // server.max_health_watches
+    uint32_t max_watches_per_peer = 8;  // server.max_health_watches_per_peer
   };
   using PeerOfCall = std::function<std::string(const grpc::CallbackServerContext&)>;
 

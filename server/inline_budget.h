@@ -19,8 +19,7 @@ class InlineBudget {
  public:
   // `per_holder_bytes`: what one holder (a principal) may hold of it, so one caller that reads slowly cannot make
   // every other caller's inline loads wait.
-  explicit InlineBudget(uint64_t capacity_bytes,
-                        uint64_t per_holder_bytes = std::numeric_limits<uint64_t>::max())
+  explicit InlineBudget(uint64_t capacity_bytes, uint64_t per_holder_bytes = std::numeric_limits<uint64_t>::max())
       : capacity_(capacity_bytes), per_holder_capacity_(per_holder_bytes) {}
 
   // Takes `bytes` for `holder` when they fit both the whole budget and the holder's share. Otherwise keeps

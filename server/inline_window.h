@@ -24,10 +24,10 @@ class InlineWindow {
   InlineWindow& operator=(const InlineWindow&) = delete;
 
   enum class Room {
-    kYes,             // read: a chunk's worth of the budget is held for it
-    kWindowFull,      // wait for a read to land or a write to finish
+    kYes,              // read: a chunk's worth of the budget is held for it
+    kWindowFull,       // wait for a read to land or a write to finish
     kQueuedForBudget,  // wait: `on_room` runs once some of the budget comes back (then ask again)
-    kStillQueued,     // the same, queued by an earlier call
+    kStillQueued,      // the same, queued by an earlier call
   };
   // Before each read. The budget is taken before the read, so the bytes count from the moment they exist.
   Room Reserve(const std::function<void()>& on_room);

@@ -26,8 +26,10 @@ void RpcMetrics::Count(std::string_view method, int code) {
     MutexLock lock(&mu_);
     auto it = methods_.find(method);
     if (it == methods_.end()) {
-      it = methods_.emplace(methods_.size() < kMaxMethods ? std::string(method) : std::string("other"),
-                            std::make_unique<PerCode>()).first;
+      it = methods_
+               .emplace(methods_.size() < kMaxMethods ? std::string(method) : std::string("other"),
+                        std::make_unique<PerCode>())
+               .first;
     }
     counts = it->second.get();
   }

@@ -2,8 +2,8 @@
 
 namespace cake {
 
-LoadPlanRequest PlanRequestFor(const LoadRequest& request, std::vector<TierKind> chunk_tiers,
-                               uint32_t lowest_loadable, const TierManager& tiers, const ComputeModel& history) {
+LoadPlanRequest PlanRequestFor(const LoadRequest& request, std::vector<TierKind> chunk_tiers, uint32_t lowest_loadable,
+                               const TierManager& tiers, const ComputeModel& history) {
   LoadPlanRequest out;
   for (TierKind kind : chunk_tiers) {
     out.tier_chunk_s[static_cast<size_t>(kind)] =
@@ -46,8 +46,7 @@ v1::LoadResponse DoneMessage(const LoadCursor& cursor, uint32_t meeting) {
   return response;
 }
 
-v1::LoadResponse LoadedMessage(uint32_t chunk, uint64_t chunk_bytes, std::string inline_bytes,
-                               uint64_t region_offset) {
+v1::LoadResponse LoadedMessage(uint32_t chunk, uint64_t chunk_bytes, std::string inline_bytes, uint64_t region_offset) {
   v1::LoadResponse response;
   v1::ChunkLoaded* message = response.mutable_loaded();
   message->set_chunk(chunk);

@@ -8,10 +8,8 @@
 
 namespace cake {
 
-using namespace std::chrono_literals;
-
-LoadStream::LoadStream(DaemonState& state, Timers& timers, absl::StatusOr<Caller> caller,
-                       IdentifyAgain identify_again, std::string peer)
+LoadStream::LoadStream(DaemonState& state, Timers& timers, absl::StatusOr<Caller> caller, IdentifyAgain identify_again,
+                       std::string peer)
     : state_(state),
       timers_(timers),
       who_{std::move(caller), std::move(identify_again), std::move(peer)},
@@ -63,8 +61,7 @@ void LoadStream::OnWriteDone(bool ok) {
   Event event(this);
   outbox_.WriteDone();
   if (inline_) inline_->WriteDone();
-  if (ok) idle_.Activity();
-  if (!ok) FinishLocked(absl::CancelledError("the client stopped reading the Load stream"));
+  ok ? idle_.Activity() : FinishLocked(absl::CancelledError("the client stopped reading the Load stream"));
   IssueReadsLocked();
 }
 
@@ -194,10 +191,11 @@ absl::Status LoadStream::ProgressLocked(uint32_t computed_through) {
   // Every advance is a measured span of the engine's compute, for the next loads' plans; not under I/O-only,
   // where the engine was told to wait and what it reports is not its compute speed.
   const TimePoint now = timers_.Now();
-  const bool io_only = phase_ == Phase::kLookingUp ? request_->io_only_requested
-                                                   : plan_.decision.strategy == Strategy::kIoOnly;
+  const bool io_only =
+      phase_ == Phase::kLookingUp ? request_->io_only_requested : plan_.decision.strategy == Strategy::kIoOnly;
   if (computed_through > engine_.reported_through && !io_only) {
-    engine_.observed.Observe(engine_.reported_through, computed_through, std::chrono::duration<double>(now - engine_.last_progress_at).count());
+    engine_.observed.Observe(engine_.reported_through, computed_through,
+                             std::chrono::duration<double>(now - engine_.last_progress_at).count());
     engine_.reported_through = computed_through;
     engine_.last_progress_at = now;
   }
@@ -232,7 +230,8 @@ void LoadStream::IssueReadsLocked() {
     // disk reads need (this load's and every other's).
     const bool networked = reads_.tiers[c] == TierKind::kRemote;
     if ((networked ? state_.network_reads : state_.pool)
-            .TrySubmit(networked ? network_io_group_ : io_group_, [self = shared_from_this(), c] { self->ReadChunk(c); })) {
+            .TrySubmit(networked ? network_io_group_ : io_group_,
+                       [self = shared_from_this(), c] { self->ReadChunk(c); })) {
       ++reads_outstanding_;
       if (inline_) inline_->ReadIssued();
     } else {
@@ -252,8 +251,7 @@ bool LoadStream::ReadBeatsEngineLocked(uint32_t chunk, uint32_t queued) {
   in.queued = queued;
   in.planned_meeting = plan_.decision.meeting_chunk.value_or(0);
   in.engine_through = std::max(engine_.reported_through, cursor_->computed_through());
-  in.load_chunk_s =
-      state_.tiers.LoadSecondsPerByte(reads_.tiers[chunk]) * static_cast<double>(request_->chunk_bytes());
+  in.load_chunk_s = state_.tiers.LoadSecondsPerByte(reads_.tiers[chunk]) * static_cast<double>(request_->chunk_bytes());
   in.since_progress_s = std::chrono::duration<double>(timers_.Now() - engine_.last_progress_at).count();
   in.reads_in_flight = cursor_->in_flight() > 0;
   const ReadVerdict verdict = JudgeRead(in, plan_.compute);
@@ -278,9 +276,10 @@ void LoadStream::ReadChunk(uint32_t chunk) {
     if (live) ChunkReadLocked(chunk, landed.status);
   }
   if (landed.promote_later &&
-      state_.tiers.PromoteLater(request_->keys[chunk], landed.bytes(),
-                                [self = shared_from_this(), staging = std::move(landed.staging)] { self->ReadRetired(); },
-                                reads_.tiers[chunk])) {
+      state_.tiers.PromoteLater(
+          request_->keys[chunk], landed.bytes(),
+          [self = shared_from_this(), staging = std::move(landed.staging)] { self->ReadRetired(); },
+          reads_.tiers[chunk])) {
     return;
   }
   ReadRetired();
@@ -349,7 +348,8 @@ void LoadStream::CheckIdle(uint64_t generation) {
     if (finish_ || idle_.Check(generation, timeout) != IdleWatch::Verdict::kExpired) return;
     if (phase_ != Phase::kAwaitStart) {  // else a stream opened ahead of a load that never came
       Bump(state_.counters.loads_idle_ended);
-      spdlog::info("load-{}: its client was silent for {} ms; the load is ended", ticket_, timeout / 1ms);
+      spdlog::info("load-{}: its client was silent for {} ms; the load is ended", ticket_,
+                   timeout / std::chrono::milliseconds(1));
     }
     FinishLocked(SilentClientError(phase_ == Phase::kAwaitStart, timeout));
     abort_write = outbox_.writing();

@@ -22,9 +22,9 @@
 #include "scheduler/planner.h"
 #include "server/chunk_landing.h"
 #include "server/daemon_state.h"
+#include "server/engine_requests.h"
 #include "server/inline_window.h"
 #include "server/load_outbox.h"
-#include "server/engine_requests.h"
 #include "server/load_tally.h"
 
 namespace cake {

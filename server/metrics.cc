@@ -11,11 +11,12 @@
 #include <cstring>
 #include <deque>
 #include <limits>
-#include <thread>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/unique_fd.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "prometheus/collectable.h"
@@ -24,7 +25,6 @@
 #include "server/daemon_state.h"
 #include "server/load_metrics.h"
 #include "server/tcp_listener.h"
-#include "base/unique_fd.h"
 
 namespace cake {
 namespace {
@@ -35,9 +35,10 @@ using prometheus::MetricType;
 using Labels = std::vector<ClientMetric::Label>;
 
 constexpr const char* kCodeNames[RpcMetrics::kCodes] = {
-    "OK",        "CANCELLED",         "UNKNOWN",       "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",  "NOT_FOUND",
-    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-    "UNIMPLEMENTED", "INTERNAL",     "UNAVAILABLE",   "DATA_LOSS",        "UNAUTHENTICATED"};
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
 
 // The families of one scrape, each with its series in a stable order.
 class Families {
@@ -90,8 +91,8 @@ void CollectTiers(const DaemonState& state, Families& out) {
                             MetricType::Counter);
   auto& written = out.Family("cake_tier_written_bytes_total", "Bytes written into the tier", MetricType::Counter);
   auto& evictions = out.Family("cake_tier_evictions_total", "Chunks dropped to make room", MetricType::Counter);
-  auto& corrupt = out.Family("cake_tier_corrupt_removed_total", "Chunks a read found corrupt and removed",
-                             MetricType::Counter);
+  auto& corrupt =
+      out.Family("cake_tier_corrupt_removed_total", "Chunks a read found corrupt and removed", MetricType::Counter);
   auto& used = out.Family("cake_tier_used_bytes", "Bytes the stored chunks cost the tier", MetricType::Gauge);
   auto& capacity = out.Family("cake_tier_capacity_bytes", "The tier's configured capacity", MetricType::Gauge);
   auto& chunks = out.Family("cake_tier_chunks", "Chunks stored in the tier", MetricType::Gauge);
@@ -99,12 +100,14 @@ void CollectTiers(const DaemonState& state, Families& out) {
                                "What recent single-tier loads achieved from the tier (0: none measured yet); the "
                                "planner's estimate",
                                MetricType::Gauge);
-  auto& read_cap = out.Family("cake_tier_read_limit_gbps", "The tier's read cap in Gbit/s (0: not throttled)",
-                              MetricType::Gauge);
-  auto& latency = out.Family("cake_tier_read_seconds", "Time one chunk read took, throttling included",
-                             MetricType::Histogram);
-  auto& own = out.Family("cake_tier_events_total", "Events only some tiers count (a remote tier's reconnects and "
-                         "redirects), by event", MetricType::Counter);
+  auto& read_cap =
+      out.Family("cake_tier_read_limit_gbps", "The tier's read cap in Gbit/s (0: not throttled)", MetricType::Gauge);
+  auto& latency =
+      out.Family("cake_tier_read_seconds", "Time one chunk read took, throttling included", MetricType::Histogram);
+  auto& own = out.Family("cake_tier_events_total",
+                         "Events only some tiers count (a remote tier's reconnects and "
+                         "redirects), by event",
+                         MetricType::Counter);
   for (const auto& entry : state.tiers.tiers()) {
     const std::string tier = TierKindName(entry->kind);
     const TierManager::IoMeter& io = entry->io;
@@ -133,15 +136,14 @@ void CollectTiers(const DaemonState& state, Families& out) {
 }
 
 void CollectLoads(const DaemonState& state, Families& out) {
-  auto& loads = out.Family("cake_loads_total", "Loads planned, by the strategy the planner chose",
-                           MetricType::Counter);
+  auto& loads = out.Family("cake_loads_total", "Loads planned, by the strategy the planner chose", MetricType::Counter);
   auto& chunks = out.Family("cake_load_chunks_total",
                             "Chunks of finished loads by where they came from: loaded, computed (cached but below the "
                             "meeting point), failed (read failed, computed), uncached (beyond the cached prefix)",
                             MetricType::Counter);
-  auto& duration = out.Family("cake_load_duration_seconds",
-                              "Start to the meeting point: the daemon's part of time to first token",
-                              MetricType::Histogram);
+  auto& duration =
+      out.Family("cake_load_duration_seconds", "Start to the meeting point: the daemon's part of time to first token",
+                 MetricType::Histogram);
   auto& share = out.Family("cake_load_loaded_share",
                            "Loaded chunks over cached chunks per load: where the meeting point fell (1: all loaded)",
                            MetricType::Histogram);
@@ -162,9 +164,9 @@ void CollectLoads(const DaemonState& state, Families& out) {
   Families::Add(out.Family("cake_load_plan_seconds", "Start received to the Plan sent, the prefix lookup included",
                            MetricType::Histogram),
                 {}, state.load_metrics.plan_seconds.Read());
-  Families::Add(out.Family("cake_load_first_chunk_seconds", "Start received to the first chunk landed",
-                           MetricType::Histogram),
-                {}, state.load_metrics.first_chunk_seconds.Read());
+  Families::Add(
+      out.Family("cake_load_first_chunk_seconds", "Start received to the first chunk landed", MetricType::Histogram),
+      {}, state.load_metrics.first_chunk_seconds.Read());
 }
 
 void CollectDaemon(const DaemonState& state, Families& out) {
@@ -211,8 +213,8 @@ void CollectDaemon(const DaemonState& state, Families& out) {
   const TierManager::WriteBackStats wb = state.tiers.write_back_stats();
   out.Single("cake_write_back_queued_bytes", "Bytes waiting to be written back to slower tiers", MetricType::Gauge,
              static_cast<double>(wb.queued_bytes));
-  auto& write_back = out.Family("cake_write_back_total", "Write-backs and promotions between tiers, by outcome",
-                                MetricType::Counter);
+  auto& write_back =
+      out.Family("cake_write_back_total", "Write-backs and promotions between tiers, by outcome", MetricType::Counter);
   Families::Add(write_back, {{"outcome", "written"}}, static_cast<double>(wb.written));
   Families::Add(write_back, {{"outcome", "failed"}}, static_cast<double>(wb.failed));
   Families::Add(write_back, {{"outcome", "inline"}}, static_cast<double>(wb.inline_writes));
@@ -233,8 +235,8 @@ void CollectDaemon(const DaemonState& state, Families& out) {
     const uint64_t n = state.counters.load_chunk_read_failures_by_code[code].load(std::memory_order_relaxed);
     if (n > 0) Families::Add(read_failures, {{"code", kStatusCodeNames[code]}}, static_cast<double>(n));
   }
-  auto& rpcs = out.Family("cake_rpc_responses_total", "RPCs answered, by method and gRPC status code",
-                          MetricType::Counter);
+  auto& rpcs =
+      out.Family("cake_rpc_responses_total", "RPCs answered, by method and gRPC status code", MetricType::Counter);
   state.rpc_metrics.ForEach([&](const std::string& method, int code, uint64_t count) {
     Families::Add(rpcs, {{"code", kCodeNames[code]}, {"method", method}}, static_cast<double>(count));
   });

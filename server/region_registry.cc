@@ -24,12 +24,14 @@ std::string ReleasedInUseNote(uint32_t regions, uint64_t bytes) {
 
 absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const RegionOwner& owner, uint64_t bytes,
                                                                     Placement placement) {
-  if (owner.client_id.empty()) return absl::InvalidArgumentError("client_id is empty: name the engine that owns the region");
+  if (owner.client_id.empty())
+    return absl::InvalidArgumentError("client_id is empty: name the engine that owns the region");
   const bool on_device = placement.backend == RegionBackend::kCudaIpc;
   const uint64_t limit = on_device ? limits_.max_cuda_region_bytes : limits_.max_region_bytes;
   if (bytes == 0 || bytes > limit) {
-    return absl::InvalidArgumentError(absl::StrCat("region size ", bytes, " bytes; accepted: 1 to ", limit,
-                                                   on_device ? " (cuda.max_region_bytes)" : " (limits.max_region_bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("region size ", bytes, " bytes; accepted: 1 to ", limit,
+                     on_device ? " (cuda.max_region_bytes)" : " (limits.max_region_bytes)"));
   }
   {
     MutexLock lock(&mu_);
@@ -63,7 +65,8 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const Region
     ++pending_regions_;
     pending_bytes_ += bytes;
   }
-  auto created = on_device ? CreateCudaRegion(bytes, placement.device) : CreateHostRegion(bytes, placement.shared_with_uid);
+  auto created =
+      on_device ? CreateCudaRegion(bytes, placement.device) : CreateHostRegion(bytes, placement.shared_with_uid);
   MutexLock lock(&mu_);
   --pending_regions_;
   pending_bytes_ -= bytes;
@@ -184,8 +187,7 @@ absl::StatusOr<RegionRegistry::WindowLease> RegionRegistry::ReserveWindow(const 
   return lease;
 }
 
-absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Get(const RegionOwner& owner,
-                                                            const std::string& region_id) {
+absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Get(const RegionOwner& owner, const std::string& region_id) {
   MutexLock lock(&mu_);
   CAKE_ASSIGN_OR_RETURN(Entry* const entry, FindOwned(owner, region_id));
   return entry->region;

@@ -33,7 +33,7 @@ struct RegionPlacement {
 // engines (the client's own word) registered it. Only the same pair may use or release it.
 struct RegionOwner {
   RegionOwner() = default;
-  RegionOwner(const char* client) : client_id(client) {}  // NOLINT: one principal (tests, single-user mode)
+  RegionOwner(const char* client) : client_id(client) {}             // NOLINT: one principal (tests, single-user mode)
   RegionOwner(std::string client) : client_id(std::move(client)) {}  // NOLINT
   RegionOwner(std::string principal_name, std::string client)
       : principal(std::move(principal_name)), client_id(std::move(client)) {}
@@ -100,9 +100,9 @@ class RegionRegistry {
     uint64_t lease_id_ = 0;
     std::shared_ptr<Region> region_;
   };
-  // Checks ownership (which renews the region's lease) and reserves [offset, offset + bytes) of the region for one load.
-  // NOT_FOUND / PERMISSION_DENIED as above; OUT_OF_RANGE outside the region; FAILED_PRECONDITION when the
-  // range overlaps a window another live load holds.
+  // Checks ownership (which renews the region's lease) and reserves [offset, offset + bytes) of the region for one
+  // load. NOT_FOUND / PERMISSION_DENIED as above; OUT_OF_RANGE outside the region; FAILED_PRECONDITION when the range
+  // overlaps a window another live load holds.
   absl::StatusOr<WindowLease> ReserveWindow(const RegionOwner& owner, const std::string& region_id, uint64_t offset,
                                             uint64_t bytes);
   // Ownership check only, for Store (which reads the region once and holds nothing).
@@ -142,9 +142,9 @@ class RegionRegistry {
     std::string region_id;
     RegionBackend backend;
     uint64_t bytes;
-    uint32_t windows;  // live loads' windows in it: one per load
+    uint32_t windows;     // live loads' windows in it: one per load
     double lease_left_s;  // 0 for a released one
-    bool released;  // by its owner or an operator; still in use by `windows` loads
+    bool released;        // by its owner or an operator; still in use by `windows` loads
   };
   std::vector<Listed> List() const;
 

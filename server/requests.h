@@ -8,8 +8,8 @@
 #include "cake/v1/kv.pb.h"
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/support/status.h"
-#include "server/config.h"
 #include "keys/namespace.h"
+#include "server/config.h"
 
 namespace cake {
 

@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/mutex.h"
-#include "server/load_reactor.h"
-#include "server/requests.h"
 #include "server/callers.h"
 #include "server/engine_requests.h"
+#include "server/load_reactor.h"
+#include "server/requests.h"
 #include "spdlog/spdlog.h"
 
 namespace cake {
@@ -102,12 +102,11 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
     return Reply(context, absl::InvalidArgumentError(absl::StrCat("unknown region kind ", request->kind())));
   }
   RegionRegistry::Placement placement;
-  if (request->kind() == v1::REGION_CUDA_IPC ||
-      (request->kind() == v1::REGION_AUTO && state_.cuda_usable)) {
+  if (request->kind() == v1::REGION_CUDA_IPC || (request->kind() == v1::REGION_AUTO && state_.cuda_usable)) {
     if (!state_.cuda_usable) {
-      return Reply(context, absl::FailedPreconditionError(absl::StrCat(
-                                "this daemon has no device regions (", state_.cuda_off_reason,
-                                "); register a REGION_HOST_SHM or REGION_AUTO region")));
+      return Reply(context, absl::FailedPreconditionError(
+                                absl::StrCat("this daemon has no device regions (", state_.cuda_off_reason,
+                                             "); register a REGION_HOST_SHM or REGION_AUTO region")));
     }
     if (std::find(state_.cuda_devices.begin(), state_.cuda_devices.end(), request->device()) ==
         state_.cuda_devices.end()) {
@@ -124,26 +123,27 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
   // Creating a region maps every page of it, which takes a while for large ones: a background thread does it,
   // never one a load's reads wait for.
   auto* reactor = new RegisterRegionReactor(context, state_);
-  const bool submitted = state_.background.TrySubmit(AnsweredEvenIfItThrows(reactor, [this, reactor, request, response, placement, owner] {
-    auto registered = state_.regions.Register(owner, request->bytes(), placement);
-    if (registered.ok()) {
-      response->set_region_id(registered->region_id);
-      response->set_bytes(registered->region->size());
-      response->set_lease_ms(static_cast<uint32_t>(state_.regions.lease().count()));
-      if (placement.backend == RegionBackend::kCudaIpc) {
-        response->set_kind(v1::REGION_CUDA_IPC);
-        response->set_cuda_ipc_handle(registered->region->export_handle());
-      } else {
-        response->set_kind(v1::REGION_HOST_SHM);
-        response->set_shm_name(registered->region->export_handle());
-      }
-      Bump(state_.counters.regions_registered);
-      // The id is the region's capability: never logged.
-      spdlog::info("region of {} bytes registered for client {}", request->bytes(), owner.ToString());
-      reactor->Created(owner, registered->region_id);
-    }
-    reactor->Finish(ToGrpcStatus(registered.status()));
-  }));
+  const bool submitted =
+      state_.background.TrySubmit(AnsweredEvenIfItThrows(reactor, [this, reactor, request, response, placement, owner] {
+        auto registered = state_.regions.Register(owner, request->bytes(), placement);
+        if (registered.ok()) {
+          response->set_region_id(registered->region_id);
+          response->set_bytes(registered->region->size());
+          response->set_lease_ms(static_cast<uint32_t>(state_.regions.lease().count()));
+          if (placement.backend == RegionBackend::kCudaIpc) {
+            response->set_kind(v1::REGION_CUDA_IPC);
+            response->set_cuda_ipc_handle(registered->region->export_handle());
+          } else {
+            response->set_kind(v1::REGION_HOST_SHM);
+            response->set_shm_name(registered->region->export_handle());
+          }
+          Bump(state_.counters.regions_registered);
+          // The id is the region's capability: never logged.
+          spdlog::info("region of {} bytes registered for client {}", request->bytes(), owner.ToString());
+          reactor->Created(owner, registered->region_id);
+        }
+        reactor->Finish(ToGrpcStatus(registered.status()));
+      }));
   if (!submitted) {
     reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError("the daemon's I/O queue is full; retry shortly")));
   }
@@ -224,7 +224,8 @@ grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* con
   };
   auto lookup = std::make_shared<TierManager::PrefixLookup>(state_.tiers.LookupPrefixInMemory(*keys));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (lookup->needs_network() && state_.network_calls.TrySubmit(AnsweredEvenIfItThrows(reactor, [this, reactor, lookup, answer] {
+  if (lookup->needs_network() &&
+      state_.network_calls.TrySubmit(AnsweredEvenIfItThrows(reactor, [this, reactor, lookup, answer] {
         state_.tiers.FinishLookupOverNetwork(*lookup);
         answer(*lookup);
         reactor->Finish(grpc::Status::OK);
@@ -319,8 +320,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::AskEveryTier(grpc::CallbackServerCon
                fill();
                reactor->Finish(grpc::Status::OK);
              }))) {
-    reactor->Finish(ToGrpcStatus(
-        absl::ResourceExhaustedError("too many calls are waiting on the remote tier; retry shortly")));
+    reactor->Finish(
+        ToGrpcStatus(absl::ResourceExhaustedError("too many calls are waiting on the remote tier; retry shortly")));
   }
   return reactor;
 }
@@ -360,8 +361,8 @@ void AdminServiceImpl::FillStatus(v1::StatusResponse* response) {
   response->set_metrics_address(state_.metrics_address);
 }
 
-grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* context,
-                                                  const v1::StatsRequest* request, v1::StatsResponse* response) {
+grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* context, const v1::StatsRequest* request,
+                                                  v1::StatsResponse* response) {
   if (auto caller = Authorize(context, state_, Role::kMonitor, "Stats"); !caller.ok()) {
     return Reply(context, caller.status());
   }
@@ -432,23 +433,23 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* c
   // A networked tier's scan and deletes wait on it: not on the I/O threads that DRAM and disk reads need.
   IoPool& runner = tier->waits_on_network() ? state_.network_calls : state_.background;
   DaemonState& state = state_;
-  const bool submitted = runner.TrySubmit(AnsweredEvenIfItThrows(reactor, [&state, reactor, tier, response,
-                                                                          name = tier->name()] {
-    std::vector<std::pair<ChunkKey, uint64_t>> chunks;
-    tier->ForEach([&](const ChunkKey& key, uint64_t bytes) { chunks.emplace_back(key, bytes); });
-    for (const auto& [key, bytes] : chunks) {
-      // A stop ends the eviction within the grace period: what is left stays stored.
-      if (state.stopping) break;
-      // A chunk another reader removed meanwhile is simply gone already.
-      if (tier->Remove(key).ok()) {
-        response->set_chunks(response->chunks() + 1);
-        response->set_bytes(response->bytes() + bytes);
-      }
-    }
-    spdlog::info("evicted {} chunks ({} bytes) from the {} tier on request", response->chunks(), response->bytes(),
-                 name);
-    reactor->Finish(grpc::Status::OK);
-  }));
+  const bool submitted =
+      runner.TrySubmit(AnsweredEvenIfItThrows(reactor, [&state, reactor, tier, response, name = tier->name()] {
+        std::vector<std::pair<ChunkKey, uint64_t>> chunks;
+        tier->ForEach([&](const ChunkKey& key, uint64_t bytes) { chunks.emplace_back(key, bytes); });
+        for (const auto& [key, bytes] : chunks) {
+          // A stop ends the eviction within the grace period: what is left stays stored.
+          if (state.stopping) break;
+          // A chunk another reader removed meanwhile is simply gone already.
+          if (tier->Remove(key).ok()) {
+            response->set_chunks(response->chunks() + 1);
+            response->set_bytes(response->bytes() + bytes);
+          }
+        }
+        spdlog::info("evicted {} chunks ({} bytes) from the {} tier on request", response->chunks(), response->bytes(),
+                     name);
+        reactor->Finish(grpc::Status::OK);
+      }));
   if (!submitted) {
     reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError("the daemon's I/O queue is full; retry shortly")));
   }
@@ -555,8 +556,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ReleaseAnyRegion(grpc::CallbackServe
   return Reply(context, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* AdminServiceImpl::ListLoads(grpc::CallbackServerContext* context,
-                                                      const v1::ListLoadsRequest*, v1::ListLoadsResponse* response) {
+grpc::ServerUnaryReactor* AdminServiceImpl::ListLoads(grpc::CallbackServerContext* context, const v1::ListLoadsRequest*,
+                                                      v1::ListLoadsResponse* response) {
   if (auto caller = Authorize(context, state_, Role::kMonitor, "ListLoads"); !caller.ok()) {
     return Reply(context, caller.status());
   }
@@ -579,8 +580,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListLoads(grpc::CallbackServerContex
   return Reply(context, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* AdminServiceImpl::GetConfig(grpc::CallbackServerContext* context,
-                                                      const v1::GetConfigRequest*, v1::GetConfigResponse* response) {
+grpc::ServerUnaryReactor* AdminServiceImpl::GetConfig(grpc::CallbackServerContext* context, const v1::GetConfigRequest*,
+                                                      v1::GetConfigResponse* response) {
   // Paths, limits and principals, no secrets: still an operator's business, not an engine's.
   if (auto caller = Authorize(context, state_, Role::kAdmin, "GetConfig"); !caller.ok()) {
     return Reply(context, caller.status());
@@ -603,9 +604,10 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Verify(grpc::CallbackServerContext* 
   if (!named.ok()) return Reply(context, named.status());
   Tier* tier = *named;
   if (!tier->Capabilities().checksummed) {
-    return Reply(context, absl::InvalidArgumentError(absl::StrCat(
-                              "the ", std::string(tier->name()), " tier keeps no checksums (its chunks never leave memory); verify "
-                              "a tier that does (disk or remote)")));
+    return Reply(context, absl::InvalidArgumentError(
+                              absl::StrCat("the ", std::string(tier->name()),
+                                           " tier keeps no checksums (its chunks never leave memory); verify "
+                                           "a tier that does (disk or remote)")));
   }
   if (state_.verify_running.exchange(true)) {
     return Reply(context, absl::FailedPreconditionError("a verify is already running; wait for it to answer"));
@@ -615,7 +617,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Verify(grpc::CallbackServerContext* 
   // The job holds the daemon's state (whose pool runs it), not this service, which is destroyed first at a stop.
   DaemonState& state = state_;
   const bool submitted = runner.TrySubmit(AnsweredEvenIfItThrows(reactor, [&state, reactor, tier, response,
-                                                                          name = tier->name()] {
+                                                                           name = tier->name()] {
     // Whatever ends the job, the next Verify may run.
     struct VerifyDone {
       DaemonState& state;
@@ -652,10 +654,10 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Verify(grpc::CallbackServerContext* 
     response->set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     const bool bad = response->corrupt_removed() > 0 || response->unreadable() > 0;
     spdlog::log(bad ? spdlog::level::warn : spdlog::level::info,
-        "verify of the {} tier: {} chunks checked, {} corrupt removed, {} unreadable in {:.1f} s", name,
-        response->chunks_checked(), response->corrupt_removed(), response->unreadable(), response->seconds());
+                "verify of the {} tier: {} chunks checked, {} corrupt removed, {} unreadable in {:.1f} s", name,
+                response->chunks_checked(), response->corrupt_removed(), response->unreadable(), response->seconds());
     reactor->Finish(state.stopping ? ToGrpcStatus(absl::UnavailableError("the daemon is stopping; verify ended early"))
-                                    : grpc::Status::OK);
+                                   : grpc::Status::OK);
   }));
   if (!submitted) {
     state_.verify_running = false;

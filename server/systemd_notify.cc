@@ -6,14 +6,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <string>
 
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/spdlog.h"
-
-#include <cstdlib>
-#include <cstring>
-#include <string>
 
 namespace cake {
 

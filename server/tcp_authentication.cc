@@ -8,7 +8,8 @@
 
 namespace cake {
 
-PeerFacts TcpPeerFacts(const grpc::AuthContext* auth, const std::multimap<grpc::string_ref, grpc::string_ref>& headers) {
+PeerFacts TcpPeerFacts(const grpc::AuthContext* auth,
+                       const std::multimap<grpc::string_ref, grpc::string_ref>& headers) {
   PeerFacts facts;
   bool tls = false;
   if (auth != nullptr) {

@@ -100,9 +100,10 @@ void UnixListener::RefuseUnnamed(int fd, uid_t uid) {
   const uint64_t refused = refused_unnamed_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (const auto now = std::chrono::steady_clock::now(); now - last_refusal_warning_ > std::chrono::seconds(10)) {
     last_refusal_warning_ = now;
-    spdlog::warn("a connection on the unix socket from uid {} closed at accept: no [[access.principal]] names that "
-                 "uid (name it in unix_uids or unix_users, then reload; {} refused in all)",
-                 uid, refused);
+    spdlog::warn(
+        "a connection on the unix socket from uid {} closed at accept: no [[access.principal]] names that "
+        "uid (name it in unix_uids or unix_users, then reload; {} refused in all)",
+        uid, refused);
   }
 }
 

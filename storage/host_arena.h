@@ -12,11 +12,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include "absl/base/thread_annotations.h"
-#include "base/mutex.h"
 #include <optional>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 
 namespace cake {
 

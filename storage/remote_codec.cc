@@ -59,7 +59,8 @@ std::string EncodeRemoteHeader(const RemoteHeader& h) {
 
 absl::StatusOr<RemoteHeader> ParseRemoteHeader(std::string_view bytes, const ChunkKey& expected_key) {
   if (bytes.size() != kRemoteHeaderBytes) {
-    return absl::DataLossError(absl::StrCat("remote header is ", bytes.size(), " bytes; expected ", kRemoteHeaderBytes));
+    return absl::DataLossError(
+        absl::StrCat("remote header is ", bytes.size(), " bytes; expected ", kRemoteHeaderBytes));
   }
   const char* p = bytes.data();
   if (std::memcmp(p, kRemoteMagic.data(), kRemoteMagic.size()) != 0) {

@@ -148,10 +148,10 @@ class RemoteTier::Impl {
   }
 
   struct ScanTally {
-    uint64_t corrupt = 0;     // deleted
-    uint64_t oversized = 0;   // claiming more than max_chunk_bytes
-    uint64_t newer = 0;       // a format version this daemon does not know
-    uint64_t cut_short = 0;   // nodes whose scan did not reach cursor 0
+    uint64_t corrupt = 0;    // deleted
+    uint64_t oversized = 0;  // claiming more than max_chunk_bytes
+    uint64_t newer = 0;      // a format version this daemon does not know
+    uint64_t cut_short = 0;  // nodes whose scan did not reach cursor 0
   };
 
   // Reads the headers named, each through the checks a load applies, and reports the ones that pass. False when
@@ -202,9 +202,10 @@ class RemoteTier::Impl {
       if (interrupted_.load() || rounds >= budget.rounds || names >= budget.names) {
         ++tally.cut_short;
         if (!interrupted_.load()) {
-          spdlog::warn("remote tier: a SCAN of Redis went past {} rounds or {} key names, more than a node of its "
-                       "size needs (its cursor never ends?); this scan stopped there",
-                       budget.rounds, budget.names);
+          spdlog::warn(
+              "remote tier: a SCAN of Redis went past {} rounds or {} key names, more than a node of its "
+              "size needs (its cursor never ends?); this scan stopped there",
+              budget.rounds, budget.names);
         }
         return;
       }
@@ -341,8 +342,8 @@ absl::Status RemoteTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   if (head->type != REDIS_REPLY_STRING) {
     impl.reply_errors_++;
     return absl::UnavailableError(absl::StrCat("Redis answered GET with ", head->type == REDIS_REPLY_ERROR
-                                                                                 ? std::string(head->str, head->len)
-                                                                                 : "a reply that is not a value"));
+                                                                               ? std::string(head->str, head->len)
+                                                                               : "a reply that is not a value"));
   }
   auto corrupt = [&](const std::string& why, uint64_t parts) {
     (void)impl.DeleteChunk(names, parts);
@@ -423,7 +424,8 @@ absl::Status RemoteTier::Write(const ChunkKey& key, std::span<const std::byte> s
 absl::Status RemoteTier::Remove(const ChunkKey& key) {
   Impl& impl = *impl_;
   const RemoteChunkNames names(impl.options_.key_prefix, key);
-  CAKE_ASSIGN_OR_RETURN(const std::vector<RedisReply> replies, impl.redis_->Execute({Impl::Cmd("GET", names.header())}));
+  CAKE_ASSIGN_OR_RETURN(const std::vector<RedisReply> replies,
+                        impl.redis_->Execute({Impl::Cmd("GET", names.header())}));
   const redisReply* head = replies[0].get();
   if (head->type == REDIS_REPLY_NIL) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in Redis"));
   // A header that does not parse names no parts worth believing (a load deletes it alone too); one that claims
@@ -473,9 +475,10 @@ void RemoteTier::ForEach(const std::function<void(const ChunkKey&, uint64_t)>& f
   impl.headers_skipped_ += skipped;
   impl.scans_cut_short_ += tally.cut_short;
   if (skipped > 0) {
-    spdlog::warn("remote tier: a scan skipped {} chunk headers: {} corrupt (removed), {} claiming more than "
-                 "max_chunk_bytes ({}), {} of a newer format (both left in place)",
-                 skipped, tally.corrupt, tally.oversized, impl.options_.max_chunk_bytes, tally.newer);
+    spdlog::warn(
+        "remote tier: a scan skipped {} chunk headers: {} corrupt (removed), {} claiming more than "
+        "max_chunk_bytes ({}), {} of a newer format (both left in place)",
+        skipped, tally.corrupt, tally.oversized, impl.options_.max_chunk_bytes, tally.newer);
   }
   if (impl.interrupted_.load() && tally.cut_short > 0) spdlog::info("remote tier: a scan ended early: stopping");
 }
@@ -501,9 +504,14 @@ TierStats RemoteTier::Stats() const {
   const Counters c = counters();
   TierStats stats;
   stats.corrupt_removed = c.corrupt_removed;
-  stats.own = {{"errors", c.errors}, {"connects", c.connects}, {"fast_failures", c.fast_failures},
-               {"moved", c.moved}, {"ask", c.ask}, {"redirects_refused", c.redirects_refused},
-               {"headers_skipped", c.headers_skipped}, {"scans_cut_short", c.scans_cut_short}};
+  stats.own = {{"errors", c.errors},
+               {"connects", c.connects},
+               {"fast_failures", c.fast_failures},
+               {"moved", c.moved},
+               {"ask", c.ask},
+               {"redirects_refused", c.redirects_refused},
+               {"headers_skipped", c.headers_skipped},
+               {"scans_cut_short", c.scans_cut_short}};
   return stats;
 }
 

@@ -46,13 +46,13 @@ class RemoteTier final : public Tier {
   };
 
   struct Counters {
-    uint64_t errors = 0;           // a command or connection failed (timeouts included)
-    uint64_t connects = 0;         // connections opened
-    uint64_t fast_failures = 0;    // calls refused at once because their node was backing off
-    uint64_t moved = 0;            // MOVED redirects followed (the slot map was refreshed)
-    uint64_t ask = 0;              // ASK redirects followed (a slot being migrated)
+    uint64_t errors = 0;             // a command or connection failed (timeouts included)
+    uint64_t connects = 0;           // connections opened
+    uint64_t fast_failures = 0;      // calls refused at once because their node was backing off
+    uint64_t moved = 0;              // MOVED redirects followed (the slot map was refreshed)
+    uint64_t ask = 0;                // ASK redirects followed (a slot being migrated)
     uint64_t redirects_refused = 0;  // redirects to nodes no seed or slot map named, not followed
-    uint64_t corrupt_removed = 0;  // values with a bad header, missing part or checksum, deleted
+    uint64_t corrupt_removed = 0;    // values with a bad header, missing part or checksum, deleted
     // Headers a scan (ForEach) did not report: corrupt ones (also deleted and counted above), ones claiming more
     // than max_chunk_bytes, and newer formats' (those two left in place: maybe another daemon's).
     uint64_t headers_skipped = 0;

@@ -41,7 +41,8 @@ void TokenBucket::SetRate(double rate_bytes_per_s, double burst_bytes) {
   if (next_free_ > now && rate_ > 0 && rate_bytes_per_s > 0) {
     // What is still owed, in bytes, paid at the new rate.
     const double owed_bytes = std::chrono::duration<double>(next_free_ - now).count() * rate_;
-    next_free_ = now + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(owed_bytes / rate_bytes_per_s));
+    next_free_ =
+        now + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(owed_bytes / rate_bytes_per_s));
   }
   rate_ = rate_bytes_per_s;
   burst_bytes_ = burst_bytes;

@@ -3,7 +3,6 @@
 #pragma once
 
 #include "absl/base/thread_annotations.h"
-
 #include "base/clock.h"
 #include "base/mutex.h"
 #include "storage/tier.h"
@@ -36,7 +35,8 @@ class TokenBucket {
   double burst_bytes_ ABSL_GUARDED_BY(mu_);
   // When the bytes already granted will all have passed; min() makes a new bucket start full, whatever the clock.
   TimePoint next_free_ ABSL_GUARDED_BY(mu_) = TimePoint::min();
-  uint64_t granted_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // ever: a waiter's place is the count when its own bytes were added
+  uint64_t granted_bytes_ ABSL_GUARDED_BY(mu_) =
+      0;  // ever: a waiter's place is the count when its own bytes were added
   bool interrupted_ ABSL_GUARDED_BY(mu_) = false;
 };
 

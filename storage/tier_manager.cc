@@ -8,7 +8,9 @@
 namespace cake {
 
 TierManager::TierManager(const Options& options)
-    : options_(options), write_back_(options.write_back_queue_bytes, options.write_back_threads), promotion_(options.promotion_queue_bytes) {}
+    : options_(options),
+      write_back_(options.write_back_queue_bytes, options.write_back_threads),
+      promotion_(options.promotion_queue_bytes) {}
 
 TierManager::~TierManager() = default;
 
@@ -193,9 +195,10 @@ void TierManager::WriteToSlowerTiers(const ChunkKey& key, std::span<const std::b
       // down for long does not flood the log.
       const uint64_t failures = write_back_failures_.fetch_add(1, std::memory_order_relaxed) + 1;
       if ((failures & (failures - 1)) == 0) {
-        spdlog::warn("write-back of a chunk to the {} tier failed ({}); {} write-backs have failed so far: those "
-                     "chunks stay in the faster tiers only",
-                     std::string(tier.name()), written.ToString(), failures);
+        spdlog::warn(
+            "write-back of a chunk to the {} tier failed ({}); {} write-backs have failed so far: those "
+            "chunks stay in the faster tiers only",
+            std::string(tier.name()), written.ToString(), failures);
       }
     }
   }
@@ -204,7 +207,7 @@ void TierManager::WriteToSlowerTiers(const ChunkKey& key, std::span<const std::b
 size_t TierManager::FlushWriteBack(Duration bound) { return write_back_.WaitIdle(bound); }
 
 TierManager::PromotionFit TierManager::FitForPromotion(std::span<const TierKind> chunk_tiers, uint32_t from,
-                                                      uint64_t chunk_bytes) const {
+                                                       uint64_t chunk_bytes) const {
   const Tier* dram = tier(TierKind::kDram);
   if (dram == nullptr) return PromotionFit::kNothingToPromote;
   uint64_t slower_bytes = 0;

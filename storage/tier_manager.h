@@ -14,9 +14,9 @@
 #include "base/clock.h"
 #include "base/histogram.h"
 #include "base/mutex.h"
+#include "keys/tier_kind.h"
 #include "storage/bounded_worker.h"
 #include "storage/tier.h"
-#include "keys/tier_kind.h"
 
 namespace cake {
 

@@ -74,11 +74,10 @@ absl::StatusOr<ReplyPtr> Execute(redisContext* context, const std::vector<std::s
     args.push_back(arg.data());
     lengths.push_back(arg.size());
   }
-  ReplyPtr reply(static_cast<redisReply*>(
-      redisCommandArgv(context, static_cast<int>(args.size()), args.data(), lengths.data())));
+  ReplyPtr reply(
+      static_cast<redisReply*>(redisCommandArgv(context, static_cast<int>(args.size()), args.data(), lengths.data())));
   if (reply == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("redis ", argv.empty() ? "" : argv[0], " failed: ", context->errstr));
+    return absl::UnavailableError(absl::StrCat("redis ", argv.empty() ? "" : argv[0], " failed: ", context->errstr));
   }
   if (reply->type == REDIS_REPLY_ERROR) return absl::UnknownError(std::string(reply->str, reply->len));
   return reply;
@@ -193,8 +192,8 @@ absl::StatusOr<RedisServer> RedisServer::Start(const Options& options) {
     last = server.status();
     // Only a lost race for the port is worth another try; anything else would fail the same way again.
     if (!absl::IsUnavailable(last) || !absl::StrContains(last.message(), "Address already in use")) return last;
-    spdlog::warn("redis-server lost its port to someone else (attempt {} of {}); retrying on another port",
-                 attempt, kStartAttempts);
+    spdlog::warn("redis-server lost its port to someone else (attempt {} of {}); retrying on another port", attempt,
+                 kStartAttempts);
   }
   return last;
 }
@@ -209,24 +208,29 @@ absl::StatusOr<RedisServer> RedisServer::StartOnce(const Options& options) {
   server.password_ = options.password;
 
   std::vector<std::string> args = {"redis-server",
-                                   "--port", absl::StrCat(server.port_),
-                                   "--bind", kLoopback,
-                                   "--dir", server.dir_,
-                                   "--save", "",
-                                   "--appendonly", "no",
-                                   "--logfile", server.dir_ + "/redis.log",
-                                   "--daemonize", "no"};
+                                   "--port",
+                                   absl::StrCat(server.port_),
+                                   "--bind",
+                                   kLoopback,
+                                   "--dir",
+                                   server.dir_,
+                                   "--save",
+                                   "",
+                                   "--appendonly",
+                                   "no",
+                                   "--logfile",
+                                   server.dir_ + "/redis.log",
+                                   "--daemonize",
+                                   "no"};
   if (options.cluster) {
     // The bus port is chosen explicitly (rather than Redis's port + 10000, which can pass 65535 or be taken)
     // and the announced address is fixed, so no node has to learn its own address from gossip. A cache cluster
     // keeps serving the slots it has when a master dies (full coverage off), as docs/operations.md advises.
     server.cluster_bus_port_ = ports[1];
-    args.insert(args.end(), {"--cluster-enabled", "yes",
-                             "--cluster-config-file", server.dir_ + "/nodes.conf",
-                             "--cluster-node-timeout", "2000",
-                             "--cluster-require-full-coverage", "no",
-                             "--cluster-port", absl::StrCat(server.cluster_bus_port_),
-                             "--cluster-announce-ip", kLoopback});
+    args.insert(args.end(),
+                {"--cluster-enabled", "yes", "--cluster-config-file", server.dir_ + "/nodes.conf",
+                 "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no", "--cluster-port",
+                 absl::StrCat(server.cluster_bus_port_), "--cluster-announce-ip", kLoopback});
   }
   if (!options.password.empty()) args.insert(args.end(), {"--requirepass", options.password});
   args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
@@ -240,16 +244,15 @@ absl::StatusOr<RedisServer> RedisServer::StartOnce(const Options& options) {
   while (true) {
     if (std::optional<int> exited = server.child_.Poll()) {
       std::string why = *exited == 127 ? " (is redis-server on PATH?)" : "";
-      return absl::UnavailableError(absl::StrCat("redis-server exited with status ", *exited,
-                                                 " during start-up", why, "; its output:\n",
-                                                 ReadFile(stdout_path), "\nits log:\n", server.log()));
+      return absl::UnavailableError(absl::StrCat("redis-server exited with status ", *exited, " during start-up", why,
+                                                 "; its output:\n", ReadFile(stdout_path), "\nits log:\n",
+                                                 server.log()));
     }
     if (RunCommand(server, {"PING"}, 200ms).ok()) return server;
     if (std::chrono::steady_clock::now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("redis-server on port ", server.port_,
-                                                      " did not answer PING within ",
-                                                      options.start_timeout.count(), " s; its log:\n",
-                                                      server.log()));
+                                                      " did not answer PING within ", options.start_timeout.count(),
+                                                      " s; its log:\n", server.log()));
     }
     std::this_thread::sleep_for(kPollInterval);
   }
@@ -294,7 +297,8 @@ void RedisServer::Kill() { child_.Signal(SIGKILL); }
 
 absl::StatusOr<std::string> RedisServer::Command(const std::vector<std::string>& argv) const {
   if (argv.empty()) return absl::InvalidArgumentError("no command");
-  if (!child_.running()) return absl::FailedPreconditionError(absl::StrCat("redis-server ", address(), " is not running"));
+  if (!child_.running())
+    return absl::FailedPreconditionError(absl::StrCat("redis-server ", address(), " is not running"));
   CAKE_ASSIGN_OR_RETURN(auto reply, RunCommand(*this, argv));
   if (reply->type == REDIS_REPLY_NIL) return absl::NotFoundError(absl::StrCat(argv[0], ": nil reply"));
   std::vector<std::string> lines;
@@ -326,13 +330,13 @@ absl::StatusOr<RedisCluster> RedisCluster::Start(int masters) {
     const int first = static_cast<int>(int64_t{kSlots} * i / masters);
     const int last = static_cast<int>(int64_t{kSlots} * (i + 1) / masters) - 1;
     RedisServer& node = cluster.nodes_[i];
-    for (const auto& command : std::vector<std::vector<std::string>>{
-             {"CLUSTER", "ADDSLOTSRANGE", absl::StrCat(first), absl::StrCat(last)},
-             {"CLUSTER", "SET-CONFIG-EPOCH", absl::StrCat(i + 1)}}) {
+    for (const auto& command :
+         std::vector<std::vector<std::string>>{{"CLUSTER", "ADDSLOTSRANGE", absl::StrCat(first), absl::StrCat(last)},
+                                               {"CLUSTER", "SET-CONFIG-EPOCH", absl::StrCat(i + 1)}}) {
       auto reply = node.Command(command);
       if (!reply.ok()) {
-        return absl::Status(reply.status().code(), absl::StrCat("node ", node.address(), " ", command[1], ": ",
-                                                                reply.status().message()));
+        return absl::Status(reply.status().code(),
+                            absl::StrCat("node ", node.address(), " ", command[1], ": ", reply.status().message()));
       }
     }
   }
@@ -419,8 +423,8 @@ absl::StatusOr<int> RedisCluster::NodeForSlot(int slot) const {
     const int seen = owners[slot];
     if (seen < 0) return absl::FailedPreconditionError(absl::StrCat("node ", i, " knows no owner for slot ", slot));
     if (owner && *owner != seen) {
-      return absl::FailedPreconditionError(absl::StrCat("nodes disagree on the owner of slot ", slot, ": ", *owner,
-                                                        " and ", seen));
+      return absl::FailedPreconditionError(
+          absl::StrCat("nodes disagree on the owner of slot ", slot, ": ", *owner, " and ", seen));
     }
     owner = seen;
   }
@@ -431,8 +435,8 @@ absl::StatusOr<int> RedisCluster::NodeForSlot(int slot) const {
 absl::Status RedisCluster::CheckMigrationArgs(int slot, size_t from, size_t to) const {
   if (slot < 0 || slot >= kSlots) return absl::InvalidArgumentError(absl::StrCat("slot ", slot));
   if (from >= nodes_.size() || to >= nodes_.size() || from == to) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot move from node ", from, " to node ", to, " of ",
-                                                   nodes_.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot move from node ", from, " to node ", to, " of ", nodes_.size()));
   }
   if (nodes_[from].pid() <= 0 || nodes_[to].pid() <= 0) {
     return absl::FailedPreconditionError(absl::StrCat("node ", from, " or node ", to, " is not running"));
@@ -454,8 +458,8 @@ absl::Status RedisCluster::MigrateKeys(int slot, size_t from, size_t to, const s
   if (keys.empty()) return absl::OkStatus();
   for (const auto& key : keys) {
     if (KeySlot(key) != slot) {
-      return absl::InvalidArgumentError(absl::StrCat("key of ", key.size(), " bytes is in slot ", KeySlot(key),
-                                                     ", not ", slot));
+      return absl::InvalidArgumentError(
+          absl::StrCat("key of ", key.size(), " bytes is in slot ", KeySlot(key), ", not ", slot));
     }
   }
   const RedisServer& target = nodes_[to];
@@ -491,8 +495,8 @@ absl::Status RedisCluster::FinishSlotMigration(int slot, size_t from, size_t to)
   for (size_t i : order) {
     auto assigned = nodes_[i].Command({"CLUSTER", "SETSLOT", absl::StrCat(slot), "NODE", node_ids_[to]});
     if (!assigned.ok()) {
-      return absl::Status(assigned.status().code(), absl::StrCat("CLUSTER SETSLOT ", slot, " NODE on node ", i,
-                                                                 ": ", assigned.status().message()));
+      return absl::Status(assigned.status().code(), absl::StrCat("CLUSTER SETSLOT ", slot, " NODE on node ", i, ": ",
+                                                                 assigned.status().message()));
     }
   }
   return WaitUntilOk(

@@ -26,9 +26,9 @@ namespace cake {
 class RedisServer {
  public:
   struct Options {
-    bool cluster = false;                  // --cluster-enabled yes, its nodes.conf in the folder, node timeout 2 s
-    std::string password;                  // --requirepass when not empty; Command() authenticates with it
-    std::vector<std::string> extra_args;   // appended to the command line, e.g. {"--maxmemory", "64mb"}
+    bool cluster = false;                 // --cluster-enabled yes, its nodes.conf in the folder, node timeout 2 s
+    std::string password;                 // --requirepass when not empty; Command() authenticates with it
+    std::vector<std::string> extra_args;  // appended to the command line, e.g. {"--maxmemory", "64mb"}
     std::chrono::seconds start_timeout{10};
   };
 
@@ -49,7 +49,7 @@ class RedisServer {
   int port() const { return port_; }
   int cluster_bus_port() const { return cluster_bus_port_; }  // 0 unless Options::cluster
   std::string host() const { return "127.0.0.1"; }
-  std::string address() const;  // "127.0.0.1:<port>"
+  std::string address() const;                // "127.0.0.1:<port>"
   pid_t pid() const { return child_.pid(); }  // -1 once stopped or killed
   const std::string& dir() const { return dir_; }
   const std::string& password() const { return password_; }
@@ -96,7 +96,7 @@ class RedisCluster {
   size_t size() const { return nodes_.size(); }
   RedisServer& node(size_t i) { return nodes_[i]; }
   const RedisServer& node(size_t i) const { return nodes_[i]; }
-  std::vector<std::string> addresses() const;  // "127.0.0.1:port" of every node, in node order
+  std::vector<std::string> addresses() const;                  // "127.0.0.1:port" of every node, in node order
   std::string NodeId(size_t i) const { return node_ids_[i]; }  // CLUSTER MYID, read at start
 
   // The index of the node that owns `slot`, as every live node sees it. FAILED_PRECONDITION when the nodes

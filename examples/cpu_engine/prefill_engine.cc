@@ -20,8 +20,8 @@ double SecondsBetween(Clock::time_point from, Clock::time_point to) {
 
 }  // namespace
 
-PrefillEngine::PrefillEngine(Transformer& model, uint32_t chunk_tokens, std::vector<uint32_t> prompt,
-                             Client* client, const MappedRegion& region)
+PrefillEngine::PrefillEngine(Transformer& model, uint32_t chunk_tokens, std::vector<uint32_t> prompt, Client* client,
+                             const MappedRegion& region)
     : model_(model),
       chunk_tokens_(chunk_tokens),
       prompt_(std::move(prompt)),

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "examples/cpu_engine/transformer.h"
 #include "client/client.h"
+#include "examples/cpu_engine/transformer.h"
 
 namespace cake::engine {
 

@@ -48,13 +48,11 @@ void RoundToBf16(std::vector<float>& values) {
 
 // out = rows x weights, [m x k] times [k x n]; beta 1 accumulates into out (the residual adds).
 void Gemm(const float* rows, uint32_t m, uint32_t k, const float* weights, uint32_t n, float* out, float beta = 0) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, rows, static_cast<int>(k), weights, static_cast<int>(n), beta, out,
-              static_cast<int>(n));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+              1.0f, rows, static_cast<int>(k), weights, static_cast<int>(n), beta, out, static_cast<int>(n));
 }
 
-void RmsNorm(const float* in, uint32_t rows, uint32_t width, const std::vector<float>& weight, float eps,
-             float* out) {
+void RmsNorm(const float* in, uint32_t rows, uint32_t width, const std::vector<float>& weight, float eps, float* out) {
   for (uint32_t r = 0; r < rows; ++r) {
     const float* x = in + static_cast<size_t>(r) * width;
     float* y = out + static_cast<size_t>(r) * width;
@@ -105,8 +103,8 @@ void SetBlasThreads(int threads) { openblas_set_num_threads(std::max(1, threads)
 absl::Status TransformerConfig::Validate() const {
   if (layers == 0) return absl::InvalidArgumentError("layers must be positive");
   if (hidden == 0 || heads == 0 || hidden % heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("hidden (", hidden, ") must be a positive multiple of heads (",
-                                                   heads, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("hidden (", hidden, ") must be a positive multiple of heads (", heads, ")"));
   }
   if (head_dim() % 2 != 0) return absl::InvalidArgumentError("hidden / heads must be even (rotary pairs)");
   if (kv_heads == 0 || heads % kv_heads != 0) {
@@ -180,9 +178,8 @@ void Transformer::StoreKv(const float* rows, uint32_t first, uint32_t count, uin
   for (uint32_t r = 0; r < count; ++r) {
     const uint32_t position = first + r;
     std::byte* page = pages.base + pages.offsets[position / chunk_tokens];
-    std::byte* dst =
-        page + ((static_cast<uint64_t>(layer) * 2 + which) * chunk_tokens + position % chunk_tokens) * width *
-                   value_bytes_;
+    std::byte* dst = page + ((static_cast<uint64_t>(layer) * 2 + which) * chunk_tokens + position % chunk_tokens) *
+                                width * value_bytes_;
     const float* src = rows + static_cast<size_t>(r) * width;
     if (config_.storage == Storage::kFp32) {
       std::memcpy(dst, src, width * sizeof(float));

@@ -86,8 +86,8 @@ class Transformer {
   // (after the last norm) in hidden_.
   void Forward(std::span<const uint32_t> prompt, uint32_t first, uint32_t count, uint32_t chunk_tokens,
                const KvPages& pages, bool write_kv);
-  void StoreKv(const float* rows, uint32_t first, uint32_t count, uint32_t layer, uint32_t which,
-               uint32_t chunk_tokens, const KvPages& pages) const;
+  void StoreKv(const float* rows, uint32_t first, uint32_t count, uint32_t layer, uint32_t which, uint32_t chunk_tokens,
+               const KvPages& pages) const;
   void GatherKv(uint32_t tokens, uint32_t layer, uint32_t which, uint32_t kv_head, uint32_t chunk_tokens,
                 const KvPages& pages, float* out) const;
 

@@ -1,6 +1,6 @@
 // cake-demo: time to first token of compute-only, I/O-only and Cake for one cached prompt, with a real engine (the
-// CPU transformer of examples/cpu_engine, bit-exact against full compute) or the paper's simulated one (the Cake paper's
-// cost model, sleeping), against a real caked: the one at --socket, or a private one started from next to
+// CPU transformer of examples/cpu_engine, bit-exact against full compute) or the paper's simulated one (the Cake
+// paper's cost model, sleeping), against a real caked: the one at --socket, or a private one started from next to
 // cake-demo. scripts/demo runs it against a daemon with a disk tier.
 #pragma once
 

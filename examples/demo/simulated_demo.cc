@@ -1,5 +1,5 @@
-// cake-demo --engine simulated: a simulated engine that "computes" prefill chunks by sleeping what the Cake paper's cost
-// model (examples/simulated_engine/models.h) says they cost, against a real caked that loads them, and compares
+// cake-demo --engine simulated: a simulated engine that "computes" prefill chunks by sleeping what the Cake paper's
+// cost model (examples/simulated_engine/models.h) says they cost, against a real caked that loads them, and compares
 // time to first token of compute-only, I/O-only and Cake for one cached prompt. Every loaded chunk is checked byte
 // for byte against the pattern it was stored with.
 #include <algorithm>

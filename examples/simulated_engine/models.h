@@ -1,5 +1,6 @@
-// The models of the paper's evaluation: what the Cake paper's prefill cost model (docs/architecture.md, "The cost model") and the KV layout need, for every
-// simulated engine (cake-demo --engine simulated, the benches' GridEngine) and the benches' KV sizes.
+// The models of the paper's evaluation: what the Cake paper's prefill cost model (docs/architecture.md, "The cost
+// model") and the KV layout need, for every simulated engine (cake-demo --engine simulated, the benches' GridEngine)
+// and the benches' KV sizes.
 #pragma once
 
 #include <array>

@@ -57,7 +57,10 @@ absl::StatusOr<double> TimedComputeOnly(GridEngine& engine, uint32_t tokens) {
   const Clock::time_point start = Clock::now();
   const uint32_t chunks = (tokens + engine.chunk_tokens() - 1) / engine.chunk_tokens();
   auto computed = engine.Run(
-      start, [chunks](uint32_t) -> absl::StatusOr<FrontStep> { return FrontStep{FrontStep::Action::kCompute, {}, chunks}; },
+      start,
+      [chunks](uint32_t) -> absl::StatusOr<FrontStep> {
+        return FrontStep{FrontStep::Action::kCompute, {}, chunks};
+      },
       [](uint32_t) { return false; }, [](uint32_t) { return absl::OkStatus(); },
       [](uint32_t, Clock::time_point) { return false; });
   if (!computed.ok()) return computed.status();

@@ -1,8 +1,8 @@
 // The paper's simulated engine (library cake_simulated_engine, beside the cost model in models.h that cake-demo
 // --engine simulated uses too), for the benches that need compute beside the daemon's loads (cake-bench grid and
-// mixed): the Cake paper's prefill cost model (docs/architecture.md) with a vLLM-style step budget of which the request gets a share, a Cake load
-// that follows the daemon's plan, and the oracle split computed offline from the same model. It sleeps instead of
-// computing, so a bench can model any GPU on a machine without one.
+// mixed): the Cake paper's prefill cost model (docs/architecture.md) with a vLLM-style step budget of which the request
+// gets a share, a Cake load that follows the daemon's plan, and the oracle split computed offline from the same model.
+// It sleeps instead of computing, so a bench can model any GPU on a machine without one.
 #pragma once
 
 #include <algorithm>

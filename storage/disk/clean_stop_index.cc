@@ -42,15 +42,17 @@ std::vector<std::byte> EncodeCleanStopIndex(std::span<const IndexedChunk> entrie
   StoreLittleEndian<uint32_t>(out.data() + kVersionOffset, kIndexFormatVersion);
   StoreLittleEndian<uint32_t>(out.data() + kEntryBytesOffset, kCleanStopIndexEntryBytes);
   StoreLittleEndian<uint64_t>(out.data() + kCountOffset, entries.size());
-  StoreLittleEndian<uint64_t>(out.data() + kEntriesChecksumOffset,
-                  XXH3_64bits(out.data() + kCleanStopIndexHeaderBytes, out.size() - kCleanStopIndexHeaderBytes));
+  StoreLittleEndian<uint64_t>(
+      out.data() + kEntriesChecksumOffset,
+      XXH3_64bits(out.data() + kCleanStopIndexHeaderBytes, out.size() - kCleanStopIndexHeaderBytes));
   StoreLittleEndian<uint64_t>(out.data() + kHeaderChecksumOffset, XXH3_64bits(out.data(), kHeaderChecksumOffset));
   return out;
 }
 
 absl::StatusOr<std::vector<IndexedChunk>> ParseCleanStopIndex(std::span<const std::byte> bytes) {
   if (bytes.size() < kCleanStopIndexHeaderBytes) {
-    return absl::DataLossError(absl::StrCat("the clean-stop index is ", bytes.size(), " bytes, shorter than its header"));
+    return absl::DataLossError(
+        absl::StrCat("the clean-stop index is ", bytes.size(), " bytes, shorter than its header"));
   }
   const std::byte* p = bytes.data();
   if (std::memcmp(p, kIndexMagic.data(), kIndexMagic.size()) != 0) {
@@ -73,7 +75,8 @@ absl::StatusOr<std::vector<IndexedChunk>> ParseCleanStopIndex(std::span<const st
     return absl::DataLossError(
         absl::StrCat("the clean-stop index claims ", count, " entries in ", entry_bytes, " bytes of entries"));
   }
-  if (LoadLittleEndian<uint64_t>(p + kEntriesChecksumOffset) != XXH3_64bits(p + kCleanStopIndexHeaderBytes, entry_bytes)) {
+  if (LoadLittleEndian<uint64_t>(p + kEntriesChecksumOffset) !=
+      XXH3_64bits(p + kCleanStopIndexHeaderBytes, entry_bytes)) {
     return absl::DataLossError("the clean-stop index entries checksum does not match");
   }
   std::vector<IndexedChunk> entries(count);
@@ -134,8 +137,8 @@ absl::StatusOr<std::vector<IndexedChunk>> TakeCleanStopIndex(const fs::path& lay
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return removed(ErrnoStatus(errno, "inspecting", path));
   if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kMaxCleanStopIndexBytes) {
-    return removed(absl::DataLossError(absl::StrCat(path.string(), " is not a regular file of at most ",
-                                                    kMaxCleanStopIndexBytes, " bytes")));
+    return removed(absl::DataLossError(
+        absl::StrCat(path.string(), " is not a regular file of at most ", kMaxCleanStopIndexBytes, " bytes")));
   }
   std::vector<std::byte> bytes(static_cast<size_t>(st.st_size));
   for (size_t done = 0; done < bytes.size();) {
@@ -146,7 +149,8 @@ absl::StatusOr<std::vector<IndexedChunk>> TakeCleanStopIndex(const fs::path& lay
     done += static_cast<size_t>(n);
   }
   absl::StatusOr<std::vector<IndexedChunk>> parsed = ParseCleanStopIndex(bytes);
-  if (!parsed.ok()) return removed(absl::Status(parsed.status().code(), absl::StrCat(path.string(), ": ", parsed.status().message())));
+  if (!parsed.ok())
+    return removed(absl::Status(parsed.status().code(), absl::StrCat(path.string(), ": ", parsed.status().message())));
   return removed(std::move(parsed));
 }
 

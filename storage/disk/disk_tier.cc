@@ -19,10 +19,10 @@
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
 #include "spdlog/spdlog.h"
-#include "storage/io/aligned_buffer.h"
 #include "storage/chunk_file.h"
 #include "storage/disk/clean_stop_index.h"
 #include "storage/disk/recovery_scan.h"
+#include "storage/io/aligned_buffer.h"
 
 namespace cake {
 namespace {
@@ -164,10 +164,9 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const Options& options)
       options.root.string(), IoBackendName(backend), options.queue_depth, direct_io ? "O_DIRECT" : "buffered I/O",
       r.chunks_recovered, r.bytes_recovered, r.duration.count() / 1000.0, r.temp_files_removed, r.corrupt_files_removed,
       r.newer_version_files_skipped, r.foreign_files_ignored, r.evicted_over_capacity,
-      r.clean_stop_index_used
-          ? absl::StrCat(r.chunks_trusted_from_index, " from the clean-stop index (", r.index_entries_without_file,
-                         " of its entries had no file)")
-          : std::string("no clean-stop index: every header read"));
+      r.clean_stop_index_used ? absl::StrCat(r.chunks_trusted_from_index, " from the clean-stop index (",
+                                             r.index_entries_without_file, " of its entries had no file)")
+                              : std::string("no clean-stop index: every header read"));
   return tier;
 }
 
@@ -201,8 +200,9 @@ absl::Status DiskTier::WriteIndex() {
   {
     MutexLock lock(&mu_);
     entries.reserve(index_.size());
-    index_.ForEachLeastRecentFirst(
-        [&](const ChunkKey& key, const Entry& entry) { entries.push_back(IndexedChunk{key, entry.bytes}); });
+    index_.ForEachLeastRecentFirst([&](const ChunkKey& key, const Entry& entry) {
+      entries.push_back(IndexedChunk{key, entry.bytes});
+    });
   }
   return WriteCleanStopIndex(root_ / std::string(kChunkLayoutFolder), entries);
 }

@@ -16,11 +16,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
-#include "storage/io/aligned_buffer.h"
+#include "keys/namespace.h"
 #include "storage/disk/recovery_scan.h"
+#include "storage/io/aligned_buffer.h"
 #include "storage/io/io_engine.h"
 #include "storage/lru_index.h"
-#include "keys/namespace.h"
 #include "storage/tier.h"
 
 namespace cake {

@@ -62,7 +62,8 @@ absl::StatusOr<std::vector<ScannedChunk>> ScanChunkFolder(const RecoveryScanOpti
   if (absl::StatusOr<std::vector<IndexedChunk>> index = TakeCleanStopIndex(layout); index.ok()) {
     recovery.clean_stop_index_used = true;
     indexed.reserve(index->size());
-    for (size_t i = 0; i < index->size(); ++i) indexed.emplace((*index)[i].key, IndexedEntry{(*index)[i].payload_bytes, i});
+    for (size_t i = 0; i < index->size(); ++i)
+      indexed.emplace((*index)[i].key, IndexedEntry{(*index)[i].payload_bytes, i});
   } else if (!absl::IsNotFound(index.status())) {
     spdlog::warn("disk tier: not using the clean-stop index ({}); reading every chunk header instead",
                  std::string(index.status().message()));

@@ -19,8 +19,8 @@ namespace cake {
 // What Open found in the root folder.
 struct RecoveryStats {
   uint64_t chunks_recovered = 0;
-  uint64_t bytes_recovered = 0;              // payload bytes, as Usage() counts them
-  uint64_t temp_files_removed = 0;           // leftovers of writes cut short by a crash
+  uint64_t bytes_recovered = 0;     // payload bytes, as Usage() counts them
+  uint64_t temp_files_removed = 0;  // leftovers of writes cut short by a crash
   // Bad magic or checksum, wrong size, name and header disagree, or a length over max_chunk_bytes.
   uint64_t corrupt_files_removed = 0;
   uint64_t newer_version_files_skipped = 0;  // left in place: another (newer) daemon may own them
@@ -42,8 +42,8 @@ struct RecoveryScanOptions {
   uint64_t max_chunk_bytes = 0;  // a header that claims more was not written by this tier
   // Whether the tier could hold a chunk of this payload at all (its whole capacity): larger ones are removed.
   std::function<bool(uint64_t payload_bytes)> may_hold;
-  uint32_t threads = 1;          // header readers at once (a cold folder is seek-bound)
-  int open_flags = 0;            // for reading a chunk's header (O_RDONLY, with O_DIRECT where the tier uses it)
+  uint32_t threads = 1;  // header readers at once (a cold folder is seek-bound)
+  int open_flags = 0;    // for reading a chunk's header (O_RDONLY, with O_DIRECT where the tier uses it)
 };
 
 // Oldest first: the clean-stop index's recency order for the files it names, modification time for the rest

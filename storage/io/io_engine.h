@@ -17,7 +17,6 @@
 
 namespace cake {
 
-
 // The largest single read the driver asks for: big enough to stream at NVMe speed, small enough that a
 // queue of them spreads one chunk over several device queues.
 inline constexpr size_t kMaxIoBytes = size_t{1} << 20;

@@ -13,10 +13,10 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/base/thread_annotations.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "storage/redis/socket_engine.h"
@@ -114,7 +114,8 @@ timeval ToTimeval(std::chrono::milliseconds ms) {
 }
 
 bool IsError(const redisReply* r, std::string_view prefix) {
-  return r != nullptr && r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).substr(0, prefix.size()) == prefix;
+  return r != nullptr && r->type == REDIS_REPLY_ERROR &&
+         std::string_view(r->str, r->len).substr(0, prefix.size()) == prefix;
 }
 
 // "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381": the address at the end.
@@ -253,8 +254,8 @@ class RedisClusterClient::Impl {
         if (master->type != REDIS_REPLY_ARRAY || master->elements < 2) continue;
         const redisReply* host_reply = master->element[0];
         const redisReply* port_reply = master->element[1];
-        if (host_reply->type != REDIS_REPLY_STRING || host_reply->len > 255 || port_reply->type != REDIS_REPLY_INTEGER ||
-            port_reply->integer <= 0 || port_reply->integer > 65535) {
+        if (host_reply->type != REDIS_REPLY_STRING || host_reply->len > 255 ||
+            port_reply->type != REDIS_REPLY_INTEGER || port_reply->integer <= 0 || port_reply->integer > 65535) {
           continue;  // not a node address
         }
         std::string host(host_reply->str, host_reply->len);
@@ -618,7 +619,7 @@ class RedisClusterClient::Impl {
   Mutex probe_mu_;
   CondVar probe_wake_;
   bool stopping_ ABSL_GUARDED_BY(probe_mu_) = false;
-  std::thread prober_;     // started by the first failure
+  std::thread prober_;  // started by the first failure
   std::atomic<uint64_t> errors_{0}, connects_{0}, fast_failures_{0}, moved_{0}, ask_{0}, redirects_refused_{0};
 
   mutable Mutex mu_;

@@ -88,9 +88,10 @@ class RedisClusterClient {
   RedisClusterClient& operator=(const RedisClusterClient&) = delete;
 
   // Runs the commands, each on the node owning its key's slot, pipelined per node, following MOVED and ASK
-  // redirects to nodes the seeds or the slot map named (a redirect elsewhere is refused and the map refreshed). One reply per command, in order; error replies other than redirects are replies. UNAVAILABLE when
-  // a node cannot be reached or redirects loop; with allow_partial, the commands of a node that cannot be reached
-  // get a null reply instead and the others still run.
+  // redirects to nodes the seeds or the slot map named (a redirect elsewhere is refused and the map refreshed). One
+  // reply per command, in order; error replies other than redirects are replies. UNAVAILABLE when a node cannot be
+  // reached or redirects loop; with allow_partial, the commands of a node that cannot be reached get a null reply
+  // instead and the others still run.
   absl::StatusOr<std::vector<RedisReply>> Execute(const std::vector<RedisCommand>& commands,
                                                   bool allow_partial = false);
 

@@ -159,8 +159,10 @@ absl::Status RespParser::OnLine(std::string_view line) {
         return absl::OkStatus();
       }
       if (static_cast<uint64_t>(length) > kMaxBulkBytes) {
-        return absl::DataLossError(absl::StrCat("Redis announced a value of ", length, " bytes; no value this daemon "
-                                                "writes exceeds ", kMaxBulkBytes));
+        return absl::DataLossError(absl::StrCat("Redis announced a value of ", length,
+                                                " bytes; no value this daemon "
+                                                "writes exceeds ",
+                                                kMaxBulkBytes));
       }
       const std::span<std::byte> sink = depth == 0 ? awaited_.front().sink : std::span<std::byte>();
       body_progress_ = nullptr;
@@ -194,8 +196,10 @@ absl::Status RespParser::OnLine(std::string_view line) {
         return absl::DataLossError(absl::StrCat("Redis sent arrays nested deeper than ", kMaxReplyDepth));
       }
       if (static_cast<uint64_t>(count) > allowance_.elements) {
-        return absl::DataLossError(absl::StrCat("Redis announced an array of ", count, " elements; one reply holds at "
-                                                "most ", kMaxReplyElements, " in all"));
+        return absl::DataLossError(absl::StrCat("Redis announced an array of ", count,
+                                                " elements; one reply holds at "
+                                                "most ",
+                                                kMaxReplyElements, " in all"));
       }
       allowance_.elements -= count;
       RedisReply array = NewRedisReply(REDIS_REPLY_ARRAY);

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "storage/redis/socket_engine.h"
 #include "storage/io/uring_ring.h"
+#include "storage/redis/socket_engine.h"
 
 namespace cake {
 namespace {

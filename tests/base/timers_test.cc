@@ -1,9 +1,8 @@
 // Timers: the queue's order, the hand-driven service on a fake clock, and the daemon's timer thread.
 #include "base/timers.h"
 
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
 #include <vector>

@@ -1,13 +1,14 @@
 // The CPU transformer against a straightforward reference (whole-sequence, double precision, no BLAS, no pages)
 // on a tiny size, and the properties Cake's bit-exactness rests on: chunked prefill is deterministic and reads
 // only the pages.
+#include "examples/cpu_engine/transformer.h"
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 
 #include "examples/cpu_engine/prefill_engine.h"
-#include "examples/cpu_engine/transformer.h"
 
 using namespace cake;
 using namespace cake::engine;
@@ -201,8 +202,8 @@ TEST_CASE("chunked prefill agrees with a whole-sequence reference", "[engine]") 
         for (size_t p = 0; p < prompt.size(); ++p) {
           const std::byte* page = buffer.bytes.data() + buffer.pages.offsets[p / chunk_tokens];
           for (uint32_t i = 0; i < width; ++i) {
-            const std::byte* at = page + ((l * 2 + which) * chunk_tokens + p % chunk_tokens) * width * value_bytes +
-                                  i * value_bytes;
+            const std::byte* at =
+                page + ((l * 2 + which) * chunk_tokens + p % chunk_tokens) * width * value_bytes + i * value_bytes;
             const double e = expected[p * width + i];
             worst = std::max(worst, std::abs(ReadValue(at, storage) - e) / (1 + std::abs(e)));
           }

@@ -14,7 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const cake::ChunkKey& expected : {key, cake::ChunkKey()}) {
     auto header = cake::ParseRemoteHeader(bytes.size() > 16 ? bytes.substr(16) : bytes, expected);
     if (header.ok()) {
-      if (header->part_bytes < cake::kMinRemotePartBytes || header->part_bytes > cake::kMaxRemotePartBytes) __builtin_trap();
+      if (header->part_bytes < cake::kMinRemotePartBytes || header->part_bytes > cake::kMaxRemotePartBytes)
+        __builtin_trap();
       if (header->parts != cake::RemotePartCount(header->payload_length, header->part_bytes)) __builtin_trap();
     }
   }
@@ -26,7 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::memcpy(&h.part_bytes, data + 8, 8);
     std::memcpy(&h.parts, data + 16, 4);
     auto parsed = cake::ParseRemoteHeader(cake::EncodeRemoteHeader(h), key);
-    if (parsed.ok() && parsed->parts != cake::RemotePartCount(parsed->payload_length, parsed->part_bytes)) __builtin_trap();
+    if (parsed.ok() && parsed->parts != cake::RemotePartCount(parsed->payload_length, parsed->part_bytes))
+      __builtin_trap();
   }
   return 0;
 }

@@ -132,8 +132,8 @@ TEST_CASE("bad requests get specific codes and the daemon keeps serving", "[bad-
   }
 
   SECTION("Load") {
-    ExpectCode(RunLoadStream(raw, {StartOf(ns, tokens, "engine-b", region->id())}),
-               grpc::StatusCode::PERMISSION_DENIED, "another client");
+    ExpectCode(RunLoadStream(raw, {StartOf(ns, tokens, "engine-b", region->id())}), grpc::StatusCode::PERMISSION_DENIED,
+               "another client");
     ExpectCode(RunLoadStream(raw, {StartOf(ns, tokens, "engine-a", "r-doesnotexist")}), grpc::StatusCode::NOT_FOUND,
                "not registered");
     ExpectCode(RunLoadStream(raw, {StartOf(ns, tokens, "engine-a", region->id(), region->size() + 1)}),
@@ -188,8 +188,8 @@ TEST_CASE("bad requests get specific codes and the daemon keeps serving", "[bad-
 }
 
 TEST_CASE("too many regions for one client is RESOURCE_EXHAUSTED", "[bad-input]") {
-  auto config = WriteFile("/tmp", "cake-regions-" + std::to_string(getpid()) + ".toml",
-                          "[limits]\nmax_regions_per_client = 2\n");
+  auto config =
+      WriteFile("/tmp", "cake-regions-" + std::to_string(getpid()) + ".toml", "[limits]\nmax_regions_per_client = 2\n");
   auto daemon = StartDaemon({"--config", config});
   std::remove(config.c_str());
   auto client = Connect(daemon);

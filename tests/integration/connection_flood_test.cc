@@ -113,8 +113,8 @@ std::string ConfigIn(const std::string& dir, const std::string& text) {
   return WriteFile(dir, "caked.toml",
                    text + "\n[[access.principal]]\nname = \"engine\"\nunix_uids = [" + std::to_string(::geteuid()) +
                        "]\ntenants = [\"*\"]\nroles = [\"engine\", \"monitor\", \"admin\"]\n"
-                       "[[access.principal]]\nname = \"remote\"\ntoken_file = \"" + token +
-                       "\"\ntenants = [\"*\"]\nroles = [\"engine\", \"monitor\"]\n");
+                       "[[access.principal]]\nname = \"remote\"\ntoken_file = \"" +
+                       token + "\"\ntenants = [\"*\"]\nroles = [\"engine\", \"monitor\"]\n");
 }
 
 std::string TempConfig(const std::string& text) { return ConfigIn(TempDir(), text); }
@@ -137,11 +137,12 @@ double MillisecondsOf(Call&& call) {
 
 }  // namespace
 
-TEST_CASE("an idle connection is closed after connection_idle_timeout_ms, a silent TCP one after the handshake timeout") {
+TEST_CASE(
+    "an idle connection is closed after connection_idle_timeout_ms, a silent TCP one after the handshake timeout") {
   const int port = FreeLoopbackPort();
-  const std::string config = TempConfig(
-      "[server]\nconnection_idle_timeout_ms = 300\n[tcp]\nlisten = \"127.0.0.1:" + std::to_string(port) +
-      "\"\nallow_plaintext_loopback = true\nhandshake_timeout_ms = 300\n");
+  const std::string config =
+      TempConfig("[server]\nconnection_idle_timeout_ms = 300\n[tcp]\nlisten = \"127.0.0.1:" + std::to_string(port) +
+                 "\"\nallow_plaintext_loopback = true\nhandshake_timeout_ms = 300\n");
   SpawnedDaemon daemon = StartDaemon({"--config", config});
   auto client = Connect(daemon);
   REQUIRE(client->Ping().ok());
@@ -180,8 +181,9 @@ TEST_CASE("one peer's connections past max_connections_per_peer are closed at ac
   std::filesystem::remove_all(std::filesystem::path(config).parent_path());
 }
 
-TEST_CASE("a flood of idle connections, unauthenticated TLS connections and health Watch streams at 4x the "
-          "descriptor limit leaves the daemon alive, small and stoppable, and an engine answered") {
+TEST_CASE(
+    "a flood of idle connections, unauthenticated TLS connections and health Watch streams at 4x the "
+    "descriptor limit leaves the daemon alive, small and stoppable, and an engine answered") {
   if (::geteuid() != 0) {
     WARN("skipped: the flood comes from a second local user, which needs root to become");
     return;
@@ -202,10 +204,10 @@ TEST_CASE("a flood of idle connections, unauthenticated TLS connections and heal
   // attacker holds everything it got for the whole test.
   const std::string dir = TempDir();
   MakeCertificates(dir);
-  const std::string config = ConfigIn(
-      dir, "[server]\nsocket_mode = 0o666\nconnection_idle_timeout_ms = 600000\n[tcp]\nlisten = \"127.0.0.1:" +
-               std::to_string(port) + "\"\ntls_cert_file = \"" + dir + "/server.pem\"\ntls_key_file = \"" + dir +
-               "/server.key\"\nhandshake_timeout_ms = 600000\n");
+  const std::string config =
+      ConfigIn(dir, "[server]\nsocket_mode = 0o666\nconnection_idle_timeout_ms = 600000\n[tcp]\nlisten = \"127.0.0.1:" +
+                        std::to_string(port) + "\"\ntls_cert_file = \"" + dir + "/server.pem\"\ntls_key_file = \"" +
+                        dir + "/server.key\"\nhandshake_timeout_ms = 600000\n");
   auto started = SpawnedDaemon::Start(CakedUnderDescriptorLimit(dir, kDescriptorLimit), {"--config", config});
   REQUIRE(started.ok());
   SpawnedDaemon daemon = std::move(*started);
@@ -307,7 +309,8 @@ TEST_CASE("a flood of idle connections, unauthenticated TLS connections and heal
   auto region = client->RegisterRegion(4 * 16 * kSmallBytesPerToken);
   register_ms = std::chrono::duration<double, std::milli>(Clock::now() - register_started).count();
   REQUIRE(region.ok());
-  for (uint32_t i = 0; i < 4; ++i) FillChunk(region->data() + i * 16 * kSmallBytesPerToken, 16 * kSmallBytesPerToken, 7, i);
+  for (uint32_t i = 0; i < 4; ++i)
+    FillChunk(region->data() + i * 16 * kSmallBytesPerToken, 16 * kSmallBytesPerToken, 7, i);
   store_ms = MillisecondsOf([&] { CHECK(client->Store(ns, PromptRef{tokens, {}}, 0, 4, *region, 0).ok()); });
   // A probe on the socket: Check answered, and a Watch of its own served (the attacker's 8 are its address's).
   auto health =
@@ -348,16 +351,17 @@ TEST_CASE("a flood of idle connections, unauthenticated TLS connections and heal
   // The figures docs/reliability.md quotes (run with -s to see them).
   std::cout << "flood at a descriptor limit of " << kDescriptorLimit << ", from uid 65534 (" << flood_s
             << " s to open): " << kFlood << " idle connections on the socket and " << kFlood
-            << " from 127.0.0.2 on the TLS port (" << idle_connects << " connects succeeded); from 127.0.0.3 "
-            << kFlood << " Watch streams over " << kWatchConnections << " connections (" << tls["watch_connections"]
-            << " established, " << tls["watches"] << " streams served, " << tls["watches_refused"]
-            << " refused) and " << kFlood << " TLS connections without credentials (" << tls["handshakes"]
+            << " from 127.0.0.2 on the TLS port (" << idle_connects << " connects succeeded); from 127.0.0.3 " << kFlood
+            << " Watch streams over " << kWatchConnections << " connections (" << tls["watch_connections"]
+            << " established, " << tls["watches"] << " streams served, " << tls["watches_refused"] << " refused) and "
+            << kFlood << " TLS connections without credentials (" << tls["handshakes"]
             << " finished the TLS and HTTP/2 handshakes, " << tls["handshakes_refused"]
             << " closed at accept). Daemon: " << open << " connections served, " << refused
             << " refused; Watch streams " << watches_open << " open, " << watches_refused
             << " refused. Engine on the socket: Ping " << ping_ms << " ms, Lookup " << lookup_ms
             << " ms, RegisterRegion " << register_ms << " ms, Store " << store_ms << " ms, health Check " << check_ms
-            << " ms, its own Watch's first status " << watch_ms << " ms. RSS " << rss_before / 1024 << " -> " << rss_after / 1024 << " MiB\n";
+            << " ms, its own Watch's first status " << watch_ms << " ms. RSS " << rss_before / 1024 << " -> "
+            << rss_after / 1024 << " MiB\n";
   // The attacker holds at most the loopback peer's cap (64 by default), whatever addresses it connects from; the
   // rest was closed at accept; the engine's are a few.
   CHECK(open <= kPerPeer + 8);

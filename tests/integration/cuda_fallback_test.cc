@@ -71,7 +71,8 @@ TEST_CASE("without a usable CUDA device the daemon serves host regions and says 
 TEST_CASE("cuda settings are validated", "[cuda][config]") {
   const std::string dir = "/tmp/cake-cuda-config-" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
-  const std::string good = WriteFile(dir, "good.toml", "[cuda]\nenabled = false\ndevices = [0, 1]\nmax_region_bytes = 1048576\n");
+  const std::string good =
+      WriteFile(dir, "good.toml", "[cuda]\nenabled = false\ndevices = [0, 1]\nmax_region_bytes = 1048576\n");
   auto ok = Run(std::string(CAKE_CAKED_PATH) + " --config " + good + " --check-config");
   CHECK(ok.exit_code == 0);
   const std::string bad = WriteFile(dir, "bad.toml", "[cuda]\ndevices = [\"zero\"]\n");

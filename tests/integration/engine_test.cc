@@ -96,7 +96,8 @@ TEST_CASE("Cake's assembled KV cache is full compute's, byte for byte, at every 
     // A model per case (another seed), so no case finds another's chunks in the daemon.
     Transformer model(SmallModel(c.storage, 100 + c.tokens));
     const auto prompt = Prompt(c.tokens, static_cast<uint32_t>(c.tokens));
-    auto region = client->RegisterRegion(model.PageBytes(chunk_tokens) * ((c.tokens + chunk_tokens - 1) / chunk_tokens));
+    auto region =
+        client->RegisterRegion(model.PageBytes(chunk_tokens) * ((c.tokens + chunk_tokens - 1) / chunk_tokens));
     REQUIRE(region.ok());
     PrefillEngine engine(model, chunk_tokens, prompt, client.get(), *region);
     const Truth truth = ComputeTruth(engine);

@@ -7,8 +7,8 @@
 #include <signal.h>
 #include <sys/socket.h>
 
-#include <filesystem>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 
@@ -123,8 +123,7 @@ TEST_CASE("one principal, or one client of it, cannot hold every load slot", "[f
   INFO(status.error_message());
   CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK(status.error_message().find("uid " + std::to_string(::geteuid()) +
-                                    " is running limits.max_concurrent_loads_per_principal (3)") !=
-        std::string::npos);
+                                    " is running limits.max_concurrent_loads_per_principal (3)") != std::string::npos);
   CHECK(raw.Status().active_loads() == 3);
 
   // A slot that ends is the principal's again at once.

@@ -19,8 +19,8 @@
 #include "cake/v1/admin.grpc.pb.h"
 #include "cake/v1/kv.grpc.pb.h"
 #include "client/client.h"
-#include "testing/spawned_daemon.h"
 #include "grpcpp/grpcpp.h"
+#include "testing/spawned_daemon.h"
 
 namespace cake::testing {
 
@@ -205,8 +205,8 @@ inline uint64_t Counter(Client& client, const std::string& name) {
 
 // Loads the whole cached prefix (I/O only), into `region` or inline, and checks every loaded chunk against its
 // pattern.
-inline LoadDone LoadAndVerify(Client& client, const NamespaceSpec& ns, const std::vector<uint32_t>& tokens, uint32_t seed,
-                       const MappedRegion* region = nullptr) {
+inline LoadDone LoadAndVerify(Client& client, const NamespaceSpec& ns, const std::vector<uint32_t>& tokens,
+                              uint32_t seed, const MappedRegion* region = nullptr) {
   LoadOptions options{ns, {tokens, {}}, region};
   options.io_only = true;
   auto session = client.StartLoad(options);
@@ -217,9 +217,8 @@ inline LoadDone LoadAndVerify(Client& client, const NamespaceSpec& ns, const std
   REQUIRE(done.ok());
   for (uint32_t c = done->meeting_chunk; c < plan->cached_chunks; ++c) {
     INFO("chunk " << c);
-    const std::byte* bytes = region != nullptr
-                                 ? region->data() + (*session)->RegionOffset(c)
-                                 : reinterpret_cast<const std::byte*>((*session)->InlineChunk(c).data());
+    const std::byte* bytes = region != nullptr ? region->data() + (*session)->RegionOffset(c)
+                                               : reinterpret_cast<const std::byte*>((*session)->InlineChunk(c).data());
     REQUIRE(ChunkMatches(bytes, plan->chunk_bytes, seed, c));
   }
   REQUIRE((*session)->Release().ok());

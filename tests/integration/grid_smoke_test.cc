@@ -145,7 +145,8 @@ TEST_CASE("cake-bench engine and engine-curve run small, bit-exact", "[grid][ben
   const std::string prefix = "/tmp/cake-curve-smoke-" + std::to_string(getpid());
   auto curve = Run(bench + " engine-curve" + tiny +
                    " --large-layers 2 --large-hidden 256 --large-heads 4 --large-kv-heads 2 --large-intermediate 512"
-                   " --tokens 256 --out " + prefix);
+                   " --tokens 256 --out " +
+                   prefix);
   INFO(curve.output);
   CHECK(curve.exit_code == 0);
   CHECK(std::filesystem::exists(prefix + ".csv"));

@@ -90,13 +90,15 @@ void Drain(RawStubs& raw, bool resume) {
 
 }  // namespace
 
-TEST_CASE("health Watch streams past max_health_watches_per_peer or max_health_watches are refused naming the key, "
-          "and Check is still answered",
-          "[health]") {
+TEST_CASE(
+    "health Watch streams past max_health_watches_per_peer or max_health_watches are refused naming the key, "
+    "and Check is still answered",
+    "[health]") {
   const int port = FreeLoopbackPort();
-  const std::string config = TempConfig("[server]\nmax_health_watches = 5\nmax_health_watches_per_peer = 3\n"
-                                        "[tcp]\nlisten = \"127.0.0.1:" + std::to_string(port) +
-                                        "\"\nallow_plaintext_loopback = true\n");
+  const std::string config = TempConfig(
+      "[server]\nmax_health_watches = 5\nmax_health_watches_per_peer = 3\n"
+      "[tcp]\nlisten = \"127.0.0.1:" +
+      std::to_string(port) + "\"\nallow_plaintext_loopback = true\n");
   SpawnedDaemon daemon = StartDaemon({"--config", config});
   RawStubs raw(daemon);
   auto unix_health = Health::NewStub(ChannelTo("unix:" + daemon.socket_path()));

@@ -492,9 +492,10 @@ TEST_CASE("the daemon learns the engine's speed from Progress and plans later lo
   CHECK(*planned.plan.predicted_cake_s < *planned.plan.predicted_compute_only_s);
 }
 
-TEST_CASE("the client's stepper: compute, wait at the predicted meeting until the predicted Cake time and a fifth, "
-          "stop at the loaded suffix or the limit",
-          "[client]") {
+TEST_CASE(
+    "the client's stepper: compute, wait at the predicted meeting until the predicted Cake time and a fifth, "
+    "stop at the loaded suffix or the limit",
+    "[client]") {
   using Action = FrontStep::Action;
   const auto started = std::chrono::steady_clock::now();
   const auto seconds = [&](double s) {

@@ -4,7 +4,6 @@
 // engine with no shared region (bytes inline on the stream) storing and loading through the remote tier, and a
 // frozen Redis that holds up only the calls that need it.
 #include <signal.h>
-
 #include <stdlib.h>
 
 #include <atomic>
@@ -12,7 +11,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-
 #include "testing/redis_process.h"
 #include "tests/integration/fixture.h"
 
@@ -27,8 +25,8 @@ SpawnedDaemon DaemonWithPatientRedis(const RedisServer& redis, std::vector<std::
   char dir[] = "/tmp/cake-patient-XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
   // More calls at once on one connection than the default allows: the frozen-Redis tests queue 1100.
-  const std::string config = WriteFile(dir, "caked.toml",
-                                       "[server]\nmax_streams_per_connection = 2048\n[remote]\ncommand_timeout_ms = 60000\n");
+  const std::string config = WriteFile(
+      dir, "caked.toml", "[server]\nmax_streams_per_connection = 2048\n[remote]\ncommand_timeout_ms = 60000\n");
   std::vector<std::string> args = {"--config", config, "--remote", redis.address()};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   auto daemon = StartDaemon(args);
@@ -117,8 +115,8 @@ TEST_CASE("a Redis master killed mid-load: the load completes and the engine com
   CHECK(done->loaded_chunks == kChunks - done->meeting_chunk);
   for (uint32_t c = done->meeting_chunk; c < kChunks; ++c) {
     INFO("chunk " << c);
-    REQUIRE(ChunkMatches(reinterpret_cast<const std::byte*>(session.value()->InlineChunk(c).data()), chunk_bytes, 43,
-                         c));
+    REQUIRE(
+        ChunkMatches(reinterpret_cast<const std::byte*>(session.value()->InlineChunk(c).data()), chunk_bytes, 43, c));
   }
   REQUIRE(session.value()->Release().ok());
   CHECK(Counter(*client, "tier_remote_errors") >= 1);

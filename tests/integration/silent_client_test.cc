@@ -18,11 +18,10 @@ SpawnedDaemon DaemonWithIdleTimeout(uint32_t ms, uint32_t region_lease_ms = 3000
                                     uint64_t max_inline_bytes = uint64_t{512} << 20) {
   char dir[] = "/tmp/cake-idle-XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
-  const std::string config =
-      WriteFile(dir, "caked.toml",
-                "[loader]\nidle_timeout_ms = " + std::to_string(ms) + "\nmax_inline_bytes = " +
-                    std::to_string(max_inline_bytes) + "\n[limits]\nregion_lease_ms = " +
-                    std::to_string(region_lease_ms) + "\n");
+  const std::string config = WriteFile(dir, "caked.toml",
+                                       "[loader]\nidle_timeout_ms = " + std::to_string(ms) +
+                                           "\nmax_inline_bytes = " + std::to_string(max_inline_bytes) +
+                                           "\n[limits]\nregion_lease_ms = " + std::to_string(region_lease_ms) + "\n");
   auto daemon = StartDaemon({"--config", config});
   std::filesystem::remove_all(dir);
   return daemon;

@@ -108,8 +108,7 @@ TEST_CASE("socket discovery: this user's own socket in its own closed folder is 
   CHECK(choice->skipped.empty());
 }
 
-TEST_CASE("socket discovery: without a socket of its own the client takes the system daemon's",
-          "[socket-discovery]") {
+TEST_CASE("socket discovery: without a socket of its own the client takes the system daemon's", "[socket-discovery]") {
   Machine machine;
   UniqueFd system = machine.StartSystemDaemon();
   SECTION("no folder") {}
@@ -167,8 +166,7 @@ TEST_CASE("socket discovery: a fallback folder that is a symbolic link is skippe
   CHECK(Contains(choice->skipped[0], machine.own_folder + " is a symbolic link (to " + target + ")"));
 }
 
-TEST_CASE("socket discovery: a fallback that is not a socket is skipped for the system daemon",
-          "[socket-discovery]") {
+TEST_CASE("socket discovery: a fallback that is not a socket is skipped for the system daemon", "[socket-discovery]") {
   Machine machine;
   UniqueFd system = machine.StartSystemDaemon();
   MakeFolder(machine.own_folder, 0700);
@@ -212,8 +210,8 @@ TEST_CASE("socket discovery: with nothing usable the error names each candidate 
     auto choice = ChooseDaemonSocket(machine.candidates);
     REQUIRE(absl::IsFailedPrecondition(choice.status()));
     INFO(MessageOf(choice.status()));
-    CHECK(Contains(MessageOf(choice.status()), machine.candidates.own + ": the socket folder " + machine.own_folder +
-                                                  " does not exist"));
+    CHECK(Contains(MessageOf(choice.status()),
+                   machine.candidates.own + ": the socket folder " + machine.own_folder + " does not exist"));
     CHECK(Contains(MessageOf(choice.status()), machine.candidates.system + " is a regular file, not a unix socket"));
   }
   SECTION("nothing there at all: UNAVAILABLE, the daemon may yet start") {
@@ -248,8 +246,8 @@ TEST_CASE("socket folder rule: the daemon's rule, checked without changing anyth
     const absl::Status refused = CheckSocketFolder(tmp / "open", remedy);
     REQUIRE(absl::IsFailedPrecondition(refused));
     CHECK(MessageOf(refused) == "the socket folder " + (tmp / "open") +
-                                   " is open to other users (mode 0777), who could replace the socket in it; " +
-                                   remedy);
+                                    " is open to other users (mode 0777), who could replace the socket in it; " +
+                                    remedy);
   }
   SECTION("a file where the folder should be") {
     std::ofstream(tmp / "file") << "x";

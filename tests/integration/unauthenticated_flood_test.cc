@@ -57,8 +57,8 @@ std::string Principals(const std::string& dir) {
   const std::string token = WriteFile(dir, "token", std::string(kToken) + "\n");
   std::filesystem::permissions(token, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   return "[[access.principal]]\nname = \"engine\"\nunix_uids = [61001]\ntenants = [\"*\"]\nroles = [\"engine\"]\n"
-         "[[access.principal]]\nname = \"remote\"\ntoken_file = \"" + token +
-         "\"\ntenants = [\"*\"]\nroles = [\"engine\"]\n";
+         "[[access.principal]]\nname = \"remote\"\ntoken_file = \"" +
+         token + "\"\ntenants = [\"*\"]\nroles = [\"engine\"]\n";
 }
 
 // The outcome codes cake_large_pings printed, one per Ping.
@@ -79,8 +79,7 @@ struct EnginePings {
   std::atomic<int> failed{0};
   std::atomic<double> slowest_ms{0};
 };
-void PingUntil(const std::string& target, const std::string& ca_pem, const std::atomic<bool>& done,
-               EnginePings& out) {
+void PingUntil(const std::string& target, const std::string& ca_pem, const std::atomic<bool>& done, EnginePings& out) {
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!ca_pem.empty()) {
     grpc::SslCredentialsOptions options;
@@ -98,8 +97,10 @@ void PingUntil(const std::string& target, const std::string& ca_pem, const std::
     const auto started = std::chrono::steady_clock::now();
     const grpc::Status status = admin->Ping(&context, v1::PingRequest(), &pong);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-    if (status.ok()) ++out.answered;
-    else ++out.failed;
+    if (status.ok())
+      ++out.answered;
+    else
+      ++out.failed;
     if (ms > out.slowest_ms) out.slowest_ms = ms;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -120,9 +121,10 @@ std::string LargePingsDuringEnginePings(const std::string& tool_command, const s
 
 }  // namespace
 
-TEST_CASE("a large-Ping flood from a uid no principal names is closed at accept and leaves the daemon's memory "
-          "where it was",
-          "[flood][access]") {
+TEST_CASE(
+    "a large-Ping flood from a uid no principal names is closed at accept and leaves the daemon's memory "
+    "where it was",
+    "[flood][access]") {
   if (::geteuid() != 0) {
     WARN("skipped: the flood comes from a second local user, which needs root to become");
     return;
@@ -167,9 +169,8 @@ TEST_CASE("a large-Ping flood from a uid no principal names is closed at accept 
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   std::cout << "4 x 250 MiB Pings from uid 65534 on the socket: " << output.size() << " bytes of outcomes; daemon "
-            << "peak RSS " << peak_before << " -> " << peak_after << " MiB; engine Pings meanwhile "
-            << engine.answered << " answered, " << engine.failed << " failed, slowest " << engine.slowest_ms
-            << " ms\n";
+            << "peak RSS " << peak_before << " -> " << peak_after << " MiB; engine Pings meanwhile " << engine.answered
+            << " answered, " << engine.failed << " failed, slowest " << engine.slowest_ms << " ms\n";
   // At 8b162b7 gRPC read all four (a peak near 1.5 GB) and then answered PERMISSION_DENIED.
   for (int code : Codes(output)) CHECK(code == static_cast<int>(grpc::StatusCode::UNAVAILABLE));
   CHECK(Codes(output).size() == 4);
@@ -181,9 +182,10 @@ TEST_CASE("a large-Ping flood from a uid no principal names is closed at accept 
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("a large-Ping flood over TLS or plaintext TCP without credentials is refused on its headers and leaves "
-          "the daemon's memory where it was",
-          "[flood][access]") {
+TEST_CASE(
+    "a large-Ping flood over TLS or plaintext TCP without credentials is refused on its headers and leaves "
+    "the daemon's memory where it was",
+    "[flood][access]") {
   const std::string dir = TempDir();
   MakeCertificates(dir);
   std::stringstream ca;
@@ -220,21 +222,23 @@ TEST_CASE("a large-Ping flood over TLS or plaintext TCP without credentials is r
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("a known caller's Ping past its per-method limit is refused naming the limit, within the transport "
-          "bound (flood)",
-          "[flood]") {
+TEST_CASE(
+    "a known caller's Ping past its per-method limit is refused naming the limit, within the transport "
+    "bound (flood)",
+    "[flood]") {
   const std::string dir = TempDir();
   // A small transport: every Ping below is over Ping's 64 KiB, some are over the quota's room.
-  const std::string config = WriteFile(
-      dir, "caked.toml", "[server]\nmax_message_bytes = 16777216\ntransport_memory_bytes = 67108864\n" + Principals(dir));
+  const std::string config =
+      WriteFile(dir, "caked.toml",
+                "[server]\nmax_message_bytes = 16777216\ntransport_memory_bytes = 67108864\n" + Principals(dir));
   SpawnedDaemon daemon = StartDaemon({"--config", config});
   ResetPeakRss(daemon.pid());
   const uint64_t peak_before = PeakRssMib(daemon.pid());
   const std::string target = "unix:" + daemon.socket_path();
   EnginePings engine;
   // This process is root or the daemon's own user: the operator, a caller the daemon knows.
-  const std::string output = LargePingsDuringEnginePings(std::string(CAKE_LARGE_PINGS_PATH) + " " + target + " 8 15",
-                                                         target, "", engine);
+  const std::string output =
+      LargePingsDuringEnginePings(std::string(CAKE_LARGE_PINGS_PATH) + " " + target + " 8 15", target, "", engine);
   const uint64_t peak_after = PeakRssMib(daemon.pid());
   std::cout << "8 x 15 MiB Pings from a known caller (transport quota 64 MiB, messages up to 16 MiB): daemon peak "
             << "RSS " << peak_before << " -> " << peak_after << " MiB; engine Pings meanwhile " << engine.answered

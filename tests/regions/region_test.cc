@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -118,8 +117,8 @@ TEST_CASE("region: the sweep removes a dead creator's segments only", "[region]"
   };
   const std::string hex(32, 'a');
   const std::string dead = "/cake-" + std::to_string(child) + "-" + hex;
-  const std::string alive = "/cake-1-" + hex;           // pid 1 is always there
-  const std::string other_form = "/cake-" + hex;        // an older daemon's name: no pid to judge by
+  const std::string alive = "/cake-1-" + hex;     // pid 1 is always there
+  const std::string other_form = "/cake-" + hex;  // an older daemon's name: no pid to judge by
   for (const auto& n : {dead, alive, other_form}) make(n);
   auto mine = SharedMemory::Create(4096);  // this process is alive
   REQUIRE(mine.ok());
@@ -209,7 +208,10 @@ TEST_CASE("region: the owner unlinks the name, existing openers keep their mappi
   // An opener going away never unlinks: only the owner's name is its to remove.
   auto owner2 = SharedMemory::Create(4096);
   REQUIRE(owner2.ok());
-  { auto reader = SharedMemory::Open(owner2->name(), 4096); REQUIRE(reader.ok()); }
+  {
+    auto reader = SharedMemory::Open(owner2->name(), 4096);
+    REQUIRE(reader.ok());
+  }
   CHECK(SharedMemory::Open(owner2->name(), 4096).ok());
 }
 

@@ -1,7 +1,6 @@
 // LoadCursor's read order, window, meeting detection and failure handling, checked step by step and in a
 // deterministic discrete-event simulation of an engine and an I/O device; and PredictMeetingChunk.
 #include "scheduler/load_cursor.h"
-#include "scheduler/planner.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -11,6 +10,8 @@
 #include <random>
 #include <tuple>
 #include <vector>
+
+#include "scheduler/planner.h"
 
 namespace cake {
 namespace {
@@ -463,7 +464,6 @@ TEST_CASE("load cursor: a tier class list of the wrong size means one class", "[
   CHECK(cursor.NextRead() == 3u);
   CHECK(cursor.NextRead() == std::nullopt);
 }
-
 
 TEST_CASE("load cursor: a read judged not worth it is passed over, and so are lower ones of its class",
           "[load_cursor]") {

@@ -70,7 +70,8 @@ TEST_CASE("access: an unconfigured daemon is one user's, who may do everything",
 TEST_CASE("access: principals by uid, certificate and token, with roles and tenants", "[access]") {
   TokenFile token("a-long-random-token-for-principal-b");
   DaemonConfig config = DefaultConfig();
-  config.principals.push_back(PrincipalConfig{"engine-a", {kEngineUid}, {}, {"spiffe://t/a"}, "", {"a", "a2"}, {"engine"}});
+  config.principals.push_back(
+      PrincipalConfig{"engine-a", {kEngineUid}, {}, {"spiffe://t/a"}, "", {"a", "a2"}, {"engine"}});
   config.principals.push_back(PrincipalConfig{"engine-b", {}, {}, {}, token.path(), {"b"}, {"engine", "monitor"}});
   config.principals.push_back(PrincipalConfig{"ops", {}, {"root"}, {}, "", {}, {"admin"}});
   auto policy = AccessPolicy::FromConfig(config);
@@ -137,7 +138,8 @@ TEST_CASE("access: configuration mistakes stop start-up", "[access]") {
     config.principals.push_back(std::move(p));
     return AccessPolicy::FromConfig(config).status();
   };
-  CHECK_THAT(std::string(refused({"local", {1}, {}, {}, "", {"a"}, {"engine"}}).message()), Catch::Contains("reserved"));
+  CHECK_THAT(std::string(refused({"local", {1}, {}, {}, "", {"a"}, {"engine"}}).message()),
+             Catch::Contains("reserved"));
   CHECK_THAT(std::string(refused({"p", {}, {"no-such-user-here"}, {}, "", {"a"}, {"engine"}}).message()),
              Catch::Contains("does not exist"));
   TokenFile readable("a-long-random-token-readable-by-all", 0644);

@@ -4,7 +4,6 @@
 #include "server/chunk_landing.h"
 
 #include <catch2/catch.hpp>
-
 #include <cstring>
 #include <vector>
 
@@ -79,8 +78,7 @@ TEST_CASE("chunk landing: inline chunks come back as message bytes", "[landing]"
   CHECK(landing.Land(t.manager, TierKind::kDram, TestKey(2), 0).status.code() == absl::StatusCode::kNotFound);
 }
 
-TEST_CASE("chunk landing: in a host region each chunk lands at its offset from the window's first chunk",
-          "[landing]") {
+TEST_CASE("chunk landing: in a host region each chunk lands at its offset from the window's first chunk", "[landing]") {
   Tiers t;
   REQUIRE(t.disk->Write(TestKey(7), TestValue(7, kChunk)).ok());
   auto created = CreateHostRegion(8 * kChunk);
@@ -97,8 +95,7 @@ TEST_CASE("chunk landing: in a host region each chunk lands at its offset from t
   CHECK(landed.bytes().data() == region->host_data() + 4 * kChunk);  // promoted from where it landed
 }
 
-TEST_CASE("chunk landing: device memory gets DRAM's own bytes in one copy, other tiers' through staging",
-          "[landing]") {
+TEST_CASE("chunk landing: device memory gets DRAM's own bytes in one copy, other tiers' through staging", "[landing]") {
   Tiers t;
   REQUIRE(t.dram->Write(TestKey(1), TestValue(1, kChunk)).ok());
   REQUIRE(t.disk->Write(TestKey(2), TestValue(2, kChunk)).ok());

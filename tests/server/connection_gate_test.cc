@@ -63,7 +63,8 @@ TEST_CASE("connection gate: a closed network connection frees its share", "[conn
   int pair[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
   Sockets sockets;
-  for (int i = 0; i < 2; ++i) REQUIRE(gate.Admit(sockets.Next(), "a", ConnectionGate::Origin::kNetwork) == ConnectionGate::Verdict::kAdmitted);
+  for (int i = 0; i < 2; ++i)
+    REQUIRE(gate.Admit(sockets.Next(), "a", ConnectionGate::Origin::kNetwork) == ConnectionGate::Verdict::kAdmitted);
   REQUIRE(gate.Admit(pair[0], "b", ConnectionGate::Origin::kNetwork) == ConnectionGate::Verdict::kAdmitted);
   CHECK(gate.Admit(sockets.Next(), "c", ConnectionGate::Origin::kNetwork) == ConnectionGate::Verdict::kTotalCapReached);
   ::close(pair[0]);

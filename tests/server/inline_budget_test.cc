@@ -1,9 +1,8 @@
 // InlineBudget: what all inline loads together may hold; a load without room is called back once room returns.
 #include "server/inline_budget.h"
 
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <thread>
 #include <vector>
 
@@ -65,17 +64,21 @@ TEST_CASE("inline budget: many threads taking and giving never pass the capacity
 TEST_CASE("inline budget: one holder's share leaves room for the others, and its first chunk always goes",
           "[inline-budget]") {
   InlineBudget budget(10, 6);
-  CHECK(budget.TakeOrWait(4, [] { FAIL("not queued"); }, "slow"));
+  CHECK(budget.TakeOrWait(
+      4, [] { FAIL("not queued"); }, "slow"));
   bool slow_woken = false;
-  CHECK_FALSE(budget.TakeOrWait(4, [&] { slow_woken = true; }, "slow"));  // 8 > its 6
+  CHECK_FALSE(budget.TakeOrWait(
+      4, [&] { slow_woken = true; }, "slow"));  // 8 > its 6
   CHECK(budget.held_by("slow") == 4);
-  CHECK(budget.TakeOrWait(4, [] { FAIL("not queued"); }, "other"));  // the rest is the others'
+  CHECK(budget.TakeOrWait(
+      4, [] { FAIL("not queued"); }, "other"));  // the rest is the others'
   CHECK(budget.held() == 8);
   budget.Give(4, "other");
   CHECK(slow_woken);
   CHECK(budget.held_by("other") == 0);
   InlineBudget small_share(10, 2);
-  CHECK(small_share.TakeOrWait(5, [] { FAIL("not queued"); }, "big-chunks"));  // larger than the share: alone, it goes
+  CHECK(small_share.TakeOrWait(
+      5, [] { FAIL("not queued"); }, "big-chunks"));  // larger than the share: alone, it goes
   budget.Give(4, "slow");
   CHECK(budget.held() == 0);
 }

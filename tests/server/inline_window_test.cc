@@ -65,7 +65,7 @@ TEST_CASE("inline window: when the load ends, what waited to be sent is dropped"
   window.ReadDone(2, true, "a");
   window.ReadDone(1, true, "b");
   window.TakeForMessage(2);
-  window.DropWaiting();  // the split is final: chunk 1 is below the meeting
+  window.DropWaiting();              // the split is final: chunk 1 is below the meeting
   CHECK(window.live_chunks() == 2);  // one read out, one queued
   window.Drop();
   CHECK(window.live_chunks() == 1);

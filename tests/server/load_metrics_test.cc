@@ -1,10 +1,11 @@
 // The metrics a scrape reads: the histogram's buckets, the capped (tenant, model) series, responses by code.
 #include "server/load_metrics.h"
-#include "server/counters.h"
 
 #include <catch2/catch.hpp>
 #include <thread>
 #include <vector>
+
+#include "server/counters.h"
 
 namespace cake {
 

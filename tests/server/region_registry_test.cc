@@ -3,12 +3,11 @@
 #include "server/region_registry.h"
 
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <string>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace cake {
@@ -142,8 +141,7 @@ TEST_CASE("region registry: a released region still in use counts against every 
   CHECK(registry.Get("engine", first->region_id).status().code() == absl::StatusCode::kNotFound);
   CHECK(registry.Size("engine", first->region_id).status().code() == absl::StatusCode::kNotFound);
   CHECK(registry.Renew("engine", first->region_id).code() == absl::StatusCode::kNotFound);
-  CHECK(registry.ReserveWindow("engine", first->region_id, 4096, 4096).status().code() ==
-        absl::StatusCode::kNotFound);
+  CHECK(registry.ReserveWindow("engine", first->region_id, 4096, 4096).status().code() == absl::StatusCode::kNotFound);
   CHECK(registry.Release("engine", first->region_id).code() == absl::StatusCode::kNotFound);
   CHECK(registry.count() == 1);
 
@@ -156,8 +154,7 @@ TEST_CASE("region registry: a released region still in use counts against every 
   CHECK(registry.Register("engine", 2 * 4096).ok());  // room again
 }
 
-TEST_CASE("region registry: released regions in use count against max_regions and the client's own cap",
-          "[regions]") {
+TEST_CASE("region registry: released regions in use count against max_regions and the client's own cap", "[regions]") {
   RegionRegistry::Limits limits = SmallLimits();
   limits.max_regions_per_client = 1;
   limits.max_regions = 2;
@@ -274,7 +271,6 @@ TEST_CASE("region registry: Clear drops every region", "[regions]") {
   CHECK(registry.total_bytes() == 0);
 }
 
-
 TEST_CASE("region registry: a region its owner stops naming is released once its lease runs out", "[regions][lease]") {
   FakeClock clock;
   RegionRegistry::Limits limits = SmallLimits();
@@ -347,8 +343,7 @@ TEST_CASE("region registry: an operator lists every owner's regions and releases
   CHECK(released->bytes >= 8192);
   CHECK(released->loads_using == 1);
   CHECK_FALSE(released->already_released);
-  CHECK(registry.Get(RegionOwner("team-b", "engine-2"), b->region_id).status().code() ==
-        absl::StatusCode::kNotFound);
+  CHECK(registry.Get(RegionOwner("team-b", "engine-2"), b->region_id).status().code() == absl::StatusCode::kNotFound);
   CHECK(lease->region() != nullptr);  // the live load keeps its memory
   CHECK(registry.count() == 2);       // and the region its place under the caps
   const auto after = registry.List();

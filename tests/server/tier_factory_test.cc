@@ -3,7 +3,6 @@
 #include "server/tier_factory.h"
 
 #include <catch2/catch.hpp>
-
 #include <fstream>
 
 #include "tests/storage/tier_test_util.h"

@@ -43,8 +43,8 @@ TEST_CASE("clean-stop index parsing refuses every damaged or forged file", "[dis
   CHECK(code(std::span(good).first(10)) == absl::StatusCode::kDataLoss);
   CHECK(code(std::span(good).first(good.size() - 1)) == absl::StatusCode::kDataLoss);
   CHECK(code(std::span(good).first(good.size() - kCleanStopIndexEntryBytes)) == absl::StatusCode::kDataLoss);
-  for (size_t offset : {size_t{0}, size_t{12}, size_t{16}, size_t{24}, size_t{33}, kCleanStopIndexHeaderBytes + 3,
-                        good.size() - 1}) {
+  for (size_t offset :
+       {size_t{0}, size_t{12}, size_t{16}, size_t{24}, size_t{33}, kCleanStopIndexHeaderBytes + 3, good.size() - 1}) {
     INFO("byte " << offset << " flipped");
     std::vector<std::byte> bad = good;
     bad[offset] ^= std::byte{1};

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "base/unique_fd.h"
-#include "storage/io/aligned_buffer.h"
 #include "storage/chunk_file.h"
 #include "storage/disk/clean_stop_index.h"
+#include "storage/io/aligned_buffer.h"
 #include "storage/io/io_engine.h"
 #include "tests/storage/faulty_io_engine.h"
 #include "tests/storage/tier_test_util.h"
@@ -435,7 +435,7 @@ TEST_CASE("disk tier after a clean stop: files damaged while it was down are cau
     }
     FlipByte(ChunkPath(dir.path(), TestKey(1)), kChunkHeaderBytes + 777);  // payload
     FlipByte(ChunkPath(dir.path(), TestKey(2)), 20);                       // the key in the header
-    fs::resize_file(ChunkPath(dir.path(), TestKey(3)), 8192);               // truncated
+    fs::resize_file(ChunkPath(dir.path(), TestKey(3)), 8192);              // truncated
     WriteFileBytes(ChunkPath(dir.path(), TestKey(4)), TestValue(9, ChunkFileBytes(value.size())));  // garbage
 
     auto tier = MustOpen(OptionsFor(dir.path(), 64 * kMiB, backend));
@@ -534,7 +534,7 @@ TEST_CASE("disk tier: a damaged clean-stop index or an index write cut short is 
   CHECK(tier->recovery().chunks_recovered == 3);
   CHECK(tier->recovery().corrupt_files_removed == 0);
   CHECK(tier->Usage().used_bytes == 3 * ChunkFileBytes(6000));
-  CHECK(CountFiles(dir.path()) == 3);  // the temporary index file is gone too
+  CHECK(CountFiles(dir.path()) == 3);           // the temporary index file is gone too
   if (symlinked) CHECK(fs::exists(elsewhere));  // the link went, what it pointed at was left alone
 }
 

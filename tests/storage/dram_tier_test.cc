@@ -6,9 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -165,8 +164,7 @@ TEST_CASE("dram: a large write evicts as many cold chunks as it needs", "[dram]"
   CHECK(tier.evictions() == 3);
 }
 
-TEST_CASE("dram: a chunk being read is skipped by eviction, and a full tier of read chunks refuses writes",
-          "[dram]") {
+TEST_CASE("dram: a chunk being read is skipped by eviction, and a full tier of read chunks refuses writes", "[dram]") {
   if (!kCanParkReaders) {
     WARN("skipped under ThreadSanitizer");
     return;

@@ -3,7 +3,6 @@
 #include "storage/lru_index.h"
 
 #include <catch2/catch.hpp>
-
 #include <thread>
 #include <vector>
 
@@ -49,10 +48,10 @@ TEST_CASE("lru index: the least recently used goes first, a touch or a read make
   for (uint32_t k = 0; k < 4; ++k) o.Add(k, 10);
   {
     MutexLock lock(&o.mu);
-    CHECK(o.index.Touch(TestKey(0)) != nullptr);           // 0 is now the most recent
-    CHECK(o.index.Find(TestKey(1))->bytes == 10);          // Find is not a use
+    CHECK(o.index.Touch(TestKey(0)) != nullptr);   // 0 is now the most recent
+    CHECK(o.index.Find(TestKey(1))->bytes == 10);  // Find is not a use
     CHECK(o.index.Touch(TestKey(9)) == nullptr);
-    CHECK_FALSE(o.index.Insert(TestKey(2), Sized{99}));    // indexed already: kept as it was
+    CHECK_FALSE(o.index.Insert(TestKey(2), Sized{99}));  // indexed already: kept as it was
     CHECK(o.index.Find(TestKey(2))->bytes == 10);
   }
   REQUIRE(o.MakeRoom(40, 15));  // two must go

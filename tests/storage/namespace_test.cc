@@ -1,9 +1,9 @@
 // Namespace validation and the chained chunk keys, with golden vectors that pin the key format.
 #include "keys/namespace.h"
 
-#include <catch2/catch.hpp>
 #include <toml++/toml.h>
 
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <numeric>
 #include <string>
@@ -58,11 +58,11 @@ TEST_CASE("namespace: golden key vectors", "[namespace]") {
   CHECK(ns.root().Hex() == "abb95579f37320b785ec432dd2da62d7");
   const std::vector<uint32_t> tokens = Iota(16);
   CHECK(HexAll(ns.KeysForTokens(tokens)) == std::vector<std::string>{
-                                                 "5a0970907ea8f21bfc333e4d867d1f4c",
-                                                 "06319f375fef49890e34babe9f660648",
-                                                 "162064a608bee51554a58be67a61b03e",
-                                                 "c5f2a63aaa6447a49653d9ac55031ded",
-                                             });
+                                                "5a0970907ea8f21bfc333e4d867d1f4c",
+                                                "06319f375fef49890e34babe9f660648",
+                                                "162064a608bee51554a58be67a61b03e",
+                                                "c5f2a63aaa6447a49653d9ac55031ded",
+                                            });
 
   const std::string engine_key(16, 'a');
   const std::vector<std::string_view> engine = {engine_key};
@@ -112,7 +112,8 @@ TEST_CASE("namespace: the shared golden vectors file", "[namespace]") {
     std::vector<std::string> engine_bytes;
     for (const std::string& hex : strings(v, "engine_keys")) {
       std::string raw;
-      for (size_t i = 0; i + 1 < hex.size(); i += 2) raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+      for (size_t i = 0; i + 1 < hex.size(); i += 2)
+        raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
       engine_bytes.push_back(raw);
     }
     const std::vector<std::string_view> engine(engine_bytes.begin(), engine_bytes.end());

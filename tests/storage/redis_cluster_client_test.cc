@@ -11,9 +11,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -327,7 +327,8 @@ TEST_CASE("RedisClusterClient: SET, GET and DEL on a Redis Cluster seeded with o
   for (int i = 0; i < kKeys; ++i) {
     CAPTURE(keys[i]);
     // The one slot function agrees with Redis, and the key is where the slot map says.
-    CHECK(absl::StrCat(RedisKeySlot(keys[i])) == cluster->node(0).Command({"CLUSTER", "KEYSLOT", keys[i]}).value_or(""));
+    CHECK(absl::StrCat(RedisKeySlot(keys[i])) ==
+          cluster->node(0).Command({"CLUSTER", "KEYSLOT", keys[i]}).value_or(""));
     auto owner = cluster->NodeForSlot(RedisKeySlot(keys[i]));
     REQUIRE(owner.ok());
     per_node[*owner]++;
@@ -358,7 +359,8 @@ TEST_CASE("RedisClusterClient: follows ASK while a slot migrates and MOVED once 
   REQUIRE(cluster.ok());
   auto client = OpenClient(OptionsFor({cluster->addresses()[0]}));
   const std::string gone = "{mig}gone", stays = "{mig}stays", fresh = "{mig}fresh";
-  const std::string gone_value = testing::TestText(1, 50000), stays_value = testing::TestText(2, 30000), fresh_value = "new";
+  const std::string gone_value = testing::TestText(1, 50000), stays_value = testing::TestText(2, 30000),
+                    fresh_value = "new";
   REQUIRE(client->Execute({Set(gone, gone_value), Set(stays, stays_value)}).ok());
   const int slot = RedisKeySlot(gone);
   const int from = cluster->NodeForSlot(slot).value();
@@ -368,8 +370,8 @@ TEST_CASE("RedisClusterClient: follows ASK while a slot migrates and MOVED once 
   REQUIRE(cluster->MigrateKeys(slot, from, to, {gone}).ok());
   // The source answers ASK for what went ahead (and for a key it does not have); the rest it still serves.
   std::vector<std::byte> gone_sink(gone_value.size()), stays_sink(stays_value.size());
-  auto replies = client->Execute({GetInto(gone, gone_sink), GetInto(stays, stays_sink), Cmd("GET", gone),
-                                  Set(fresh, fresh_value)});
+  auto replies = client->Execute(
+      {GetInto(gone, gone_sink), GetInto(stays, stays_sink), Cmd("GET", gone), Set(fresh, fresh_value)});
   REQUIRE(replies.ok());
   CHECK(SinkHolds(gone_sink, gone_value));
   CHECK(SinkHolds(stays_sink, stays_value));

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-
 #include <cerrno>
 #include <filesystem>
 #include <set>
@@ -111,15 +110,14 @@ TEST_CASE("RedisCluster: starts, routes keys and moves slots", "[redis]") {
   for (size_t i = 0; i < cluster.size(); ++i) {
     CHECK(cluster.NodeId(i).size() == 40);
     CHECK(absl::StrContains(cluster.node(i).Command({"CLUSTER", "INFO"}).value_or(""), "cluster_state:ok"));
-    CHECK(cluster.node(i).Command({"CLUSTER", "INFO"}).value_or("").find("cluster_known_nodes:3") !=
-          std::string::npos);
+    CHECK(cluster.node(i).Command({"CLUSTER", "INFO"}).value_or("").find("cluster_known_nodes:3") != std::string::npos);
   }
 
   {
     INFO("KeySlot agrees with CLUSTER KEYSLOT");
-    const std::vector<std::string> keys = {"foo",         "bar",       "{user1000}.following",
-                                           "{user1000}.followers", "foo{}{bar}", "foo{{bar}}zap",
-                                           "foo{bar}{zap}", "",          std::string("bin\0\xff", 5)};
+    const std::vector<std::string> keys = {
+        "foo",           "bar", "{user1000}.following",     "{user1000}.followers", "foo{}{bar}", "foo{{bar}}zap",
+        "foo{bar}{zap}", "",    std::string("bin\0\xff", 5)};
     for (const auto& key : keys) {
       CAPTURE(key);
       CHECK(absl::StrCat(RedisCluster::KeySlot(key)) ==

@@ -91,9 +91,7 @@ TEST_CASE("remote codec: a corrupt or inconsistent header is DATA_LOSS", "[remot
       refused(bytes, key, "checksum mismatch");
     }
   }
-  SECTION("another chunk's header") {
-    refused(good, TestKey(10), "another chunk key");
-  }
+  SECTION("another chunk's header") { refused(good, TestKey(10), "another chunk key"); }
   SECTION("absurd sizes, sealed with a valid checksum") {
     RemoteHeader header = MakeRemoteHeader(key, TestValue(9, 20000), 4096);
     std::string why = "part layout does not match its length";
@@ -117,18 +115,10 @@ TEST_CASE("remote codec: a corrupt or inconsistent header is DATA_LOSS", "[remot
       header.payload_length = UINT64_MAX - 10;
       header.parts = 0;
     }
-    SECTION("fewer parts than the length needs") {
-      header.parts = 4;
-    }
-    SECTION("more parts than the length needs") {
-      header.parts = 6;
-    }
-    SECTION("a terabyte payload (more parts than a header can count)") {
-      header.payload_length = uint64_t{1} << 40;
-    }
-    SECTION("no parts for a payload") {
-      header.parts = 0;
-    }
+    SECTION("fewer parts than the length needs") { header.parts = 4; }
+    SECTION("more parts than the length needs") { header.parts = 6; }
+    SECTION("a terabyte payload (more parts than a header can count)") { header.payload_length = uint64_t{1} << 40; }
+    SECTION("no parts for a payload") { header.parts = 0; }
     refused(EncodeRemoteHeader(header), key, why);
   }
 }

@@ -203,10 +203,11 @@ FakeRedis::Answer EndlessScan(uint64_t keys) {
 // Runs tier.ForEach on a thread of its own, so a scan that would never end fails the test instead of hanging it.
 class BackgroundScan {
  public:
-  explicit BackgroundScan(const Tier& tier) : thread_([this, &tier] {
-    tier.ForEach([](const ChunkKey&, uint64_t) {});
-    done_ = true;
-  }) {}
+  explicit BackgroundScan(const Tier& tier)
+      : thread_([this, &tier] {
+          tier.ForEach([](const ChunkKey&, uint64_t) {});
+          done_ = true;
+        }) {}
   ~BackgroundScan() { thread_.join(); }
   bool done() const { return done_.load(); }
 
@@ -233,12 +234,14 @@ TEST_CASE("remote: a scan reports only headers a load would believe, never more 
   REQUIRE(tier->Write(TestKey(1), value).ok());
   // 2^60 bytes in 2^31 parts of 512 MiB: consistent, so the codec alone accepts it (Verify's buffer.resize(2^60)
   // aborted the daemon).
-  REQUIRE(redis->Command({"SET", KeyName(prefix, TestKey(2), "h"),
-                          ForgedHeader(TestKey(2), uint64_t{1} << 60, uint64_t{512} << 20, 1u << 31)})
+  REQUIRE(redis
+              ->Command({"SET", KeyName(prefix, TestKey(2), "h"),
+                         ForgedHeader(TestKey(2), uint64_t{1} << 60, uint64_t{512} << 20, 1u << 31)})
               .ok());
   // 2^22 parts of 4096 bytes (16 GiB).
-  REQUIRE(redis->Command({"SET", KeyName(prefix, TestKey(3), "h"),
-                          ForgedHeader(TestKey(3), uint64_t{4096} << 22, 4096, 1u << 22)})
+  REQUIRE(redis
+              ->Command({"SET", KeyName(prefix, TestKey(3), "h"),
+                         ForgedHeader(TestKey(3), uint64_t{4096} << 22, 4096, 1u << 22)})
               .ok());
   // A header whose checksum does not match: corrupt, so deleted as a load deletes it.
   std::string corrupt = ForgedHeader(TestKey(4), 4096, 4096, 1);
@@ -279,8 +282,9 @@ TEST_CASE("remote: Remove believes a header's part count only as far as a chunk 
   auto tier = OpenTier(options);  // max_chunk_bytes at its default, 1 GiB: 262,144 parts of 4096
 
   SECTION("2^22 parts claimed, none there: the header and one batch of part names, not 4 M DELs") {
-    REQUIRE(redis->Command({"SET", KeyName(prefix, TestKey(3), "h"),
-                            ForgedHeader(TestKey(3), uint64_t{4096} << 22, 4096, 1u << 22)})
+    REQUIRE(redis
+                ->Command({"SET", KeyName(prefix, TestKey(3), "h"),
+                           ForgedHeader(TestKey(3), uint64_t{4096} << 22, 4096, 1u << 22)})
                 .ok());
     REQUIRE(redis->Command({"CONFIG", "RESETSTAT"}).ok());
     const auto started = SteadyClock::now();
@@ -293,8 +297,9 @@ TEST_CASE("remote: Remove believes a header's part count only as far as a chunk 
     tier.reset();
     options.max_chunk_bytes = 16 * 4096;
     tier = OpenTier(options);
-    REQUIRE(redis->Command({"SET", KeyName(prefix, TestKey(5), "h"),
-                            ForgedHeader(TestKey(5), uint64_t{4096} << 22, 4096, 1u << 22)})
+    REQUIRE(redis
+                ->Command({"SET", KeyName(prefix, TestKey(5), "h"),
+                           ForgedHeader(TestKey(5), uint64_t{4096} << 22, 4096, 1u << 22)})
                 .ok());
     for (int i = 0; i < 40; ++i) {
       REQUIRE(redis->Command({"SET", KeyName(prefix, TestKey(5), std::to_string(i)), "x"}).ok());

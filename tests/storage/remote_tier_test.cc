@@ -2,12 +2,13 @@
 // part sizes and prefixes, TTL, the password passed on, a remote that is down, and a Redis Cluster with chunks
 // spread over three masters and a master killed. How the client talks to Redis (AUTH, back-off, timeouts,
 // redirects) is tested in redis_cluster_client_test.cc, the value format in remote_codec_test.cc.
+#include "storage/remote_tier.h"
+
 #include <catch2/catch.hpp>
 #include <chrono>
 
-#include "testing/redis_process.h"
 #include "storage/redis/redis_cluster_client.h"
-#include "storage/remote_tier.h"
+#include "testing/redis_process.h"
 #include "tests/storage/tier_test_util.h"
 
 namespace cake {
@@ -192,8 +193,14 @@ TEST_CASE("remote: a down remote is a fast miss", "[remote]") {
   const RemoteTier::Counters c = tier->counters();
   const TierStats stats = tier->Stats();
   using Own = std::vector<std::pair<std::string_view, uint64_t>>;
-  CHECK(stats.own == Own{{"errors", c.errors}, {"connects", 0}, {"fast_failures", c.fast_failures}, {"moved", 0},
-                         {"ask", 0}, {"redirects_refused", 0}, {"headers_skipped", 0}, {"scans_cut_short", 0}});
+  CHECK(stats.own == Own{{"errors", c.errors},
+                         {"connects", 0},
+                         {"fast_failures", c.fast_failures},
+                         {"moved", 0},
+                         {"ask", 0},
+                         {"redirects_refused", 0},
+                         {"headers_skipped", 0},
+                         {"scans_cut_short", 0}});
   CHECK(stats.corrupt_removed == 0);
 }
 

@@ -255,7 +255,6 @@ TEST_CASE("RespReader: a reply cut short is UNAVAILABLE when the server closes, 
   }
 }
 
-
 TEST_CASE("RespReader: arrays, nested, with every size bounded before anything is allocated", "[resp]") {
   SocketPair pair;
   RespReader reader(pair.reader());

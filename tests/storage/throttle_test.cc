@@ -1,10 +1,7 @@
 // TokenBucket pacing under a fake clock, and ThrottledTier capping reads (not writes) under fake and real clocks.
-#include "storage/throttled_tier.h"
-
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -13,6 +10,7 @@
 
 #include "base/clock.h"
 #include "storage/dram_tier.h"
+#include "storage/throttled_tier.h"
 #include "tests/storage/tier_test_util.h"
 
 namespace cake {
@@ -215,7 +213,8 @@ TEST_CASE("throttled tier: reads are paced, writes are not", "[throttle]") {
   // 3 MiB from a full 1000-byte bucket at 1 byte/µs. Gbps conversions are not exact in binary: the check
   // brackets the deadline by 1 ms on either side.
   const Duration paced = std::chrono::microseconds((3 << 20) - 1000);
-  ExpectBlocksFor(clock, paced + 1ms, [&] { read = tier.Read(TestKey(0), out); }, 2ms);
+  ExpectBlocksFor(
+      clock, paced + 1ms, [&] { read = tier.Read(TestKey(0), out); }, 2ms);
   CHECK(read.ok());
   CHECK(out == value);
 
@@ -238,8 +237,8 @@ TEST_CASE("throttled tier: lending is paced like a read, the cap and stats are o
   // A lent chunk's bytes leave the tier as surely as a read's: without the bucket a device copy from a capped
   // DRAM tier would run at memory speed.
   std::shared_ptr<const std::span<const std::byte>> lent;
-  ExpectBlocksFor(clock, std::chrono::microseconds((1 << 20) - 1000) + 1ms, [&] { lent = tier.Lend(TestKey(2)); },
-                  2ms);
+  ExpectBlocksFor(
+      clock, std::chrono::microseconds((1 << 20) - 1000) + 1ms, [&] { lent = tier.Lend(TestKey(2)); }, 2ms);
   REQUIRE(lent != nullptr);
   CHECK(std::equal(lent->begin(), lent->end(), value.begin(), value.end()));
   std::shared_ptr<const std::span<const std::byte>> absent;

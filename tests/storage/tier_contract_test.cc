@@ -9,12 +9,12 @@
 #include <thread>
 #include <vector>
 
-#include "testing/redis_process.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/dram_tier.h"
 #include "storage/remote_tier.h"
 #include "storage/throttled_tier.h"
 #include "storage/tier.h"
+#include "testing/redis_process.h"
 #include "tests/storage/tier_test_util.h"
 
 namespace cake {

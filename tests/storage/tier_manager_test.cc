@@ -2,7 +2,6 @@
 #include "storage/tier_manager.h"
 
 #include <catch2/catch.hpp>
-
 #include <memory>
 #include <vector>
 
@@ -106,9 +105,10 @@ TEST_CASE("tier manager: a two-step lookup asks a networked tier only in its sec
   CHECK_FALSE(memory_only.LookupPrefixInMemory(keys).needs_network());  // a miss, but nothing else to ask
 }
 
-TEST_CASE("tier manager: Write lands in the fastest tier at once and in the slower ones by write-back, Read goes to "
-          "the named one",
-          "[tier_manager]") {
+TEST_CASE(
+    "tier manager: Write lands in the fastest tier at once and in the slower ones by write-back, Read goes to "
+    "the named one",
+    "[tier_manager]") {
   TwoTiers t;
   const auto value = TestValue(9, kBytes);
   REQUIRE(t.manager.Write(TestKey(9), value).ok());

@@ -108,8 +108,8 @@ TEST_CASE("write-back writes chunks side by side on writeback.threads threads, o
     TierManager manager(options);
     manager.AddTier(TierKind::kDram, std::make_unique<DramTier>(16 * kChunk));
     // Four threads meet within the hold; one thread waits it out alone for each chunk, so keep it short there.
-    auto probe = std::make_unique<OverlapProbeTier>(std::make_unique<DramTier>(16 * kChunk), 4,
-                                                    threads == 4 ? 10s : 20ms);
+    auto probe =
+        std::make_unique<OverlapProbeTier>(std::make_unique<DramTier>(16 * kChunk), 4, threads == 4 ? 10s : 20ms);
     OverlapProbeTier* slow = probe.get();
     manager.AddTier(TierKind::kDisk, std::move(probe));
     for (uint32_t i = 0; i < 4; ++i) REQUIRE(manager.Write(TestKey(i), TestValue(i, kChunk)).ok());

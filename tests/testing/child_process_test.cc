@@ -1,10 +1,10 @@
 // ChildProcess: the one fork/exec the tests and benches use; exit statuses, signals, output, no zombies.
 #include "testing/child_process.h"
 
-#include <catch2/catch.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -52,7 +52,7 @@ TEST_CASE("child process: signalled, polled, and reaped exactly once", "[testing
   CHECK(child->Signal(SIGTERM) == 128 + SIGTERM);
   CHECK_FALSE(child->running());
   CHECK(child->Signal(SIGKILL) == 128 + SIGTERM);  // idempotent: the status it had
-  CHECK(waitpid(pid, nullptr, WNOHANG) < 0);      // already reaped: no zombie left
+  CHECK(waitpid(pid, nullptr, WNOHANG) < 0);       // already reaped: no zombie left
 }
 
 TEST_CASE("child process: the owner's end stops it, moves hand it over", "[testing]") {

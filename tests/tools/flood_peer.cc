@@ -171,8 +171,10 @@ sockaddr_in Address(const char* ip, int port) {
 
 int main(int argc, char** argv) {
   if (argc != 7) {
-    std::fprintf(stderr, "usage: %s <address> <port> <source address> <TLS connections> <Watch streams> "
-                         "<connections for them>\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s <address> <port> <source address> <TLS connections> <Watch streams> "
+                 "<connections for them>\n",
+                 argv[0]);
     return 64;
   }
   const sockaddr_in target = Address(argv[1], std::atoi(argv[2]));

@@ -1,7 +1,7 @@
 // Sends `count` Pings of `mib` MiB each to a caked, all at once, each on its own connection, and prints every
-// call's outcome ("<code> <message> (<ms> ms)", one line each). A Ping that large is valid protobuf: PingRequest with an
-// unknown field, which the daemon's parser keeps whole. The integration suite runs it as another user (gRPC does
-// not survive fork), to see what a caller the daemon does not know can make it hold.
+// call's outcome ("<code> <message> (<ms> ms)", one line each). A Ping that large is valid protobuf: PingRequest with
+// an unknown field, which the daemon's parser keeps whole. The integration suite runs it as another user (gRPC does not
+// survive fork), to see what a caller the daemon does not know can make it hold.
 //
 // cake_large_pings <target: unix:PATH or HOST:PORT> <count> <mib> [<CA file: TLS without a client certificate>]
 #include <chrono>
