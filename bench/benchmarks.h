@@ -196,6 +196,23 @@ struct TiersOptions {
 };
 absl::Status RunTiersBench(const TiersOptions& options);
 
+// Requests queued before one engine, each with its prompt on disk only, served with and without prefetch
+// (LookupRequest.prefetch when a request arrives), alternating in one run; TTFT from arrival.
+struct QueueBenchOptions {
+  std::string dir;  // the disk tier goes in <dir>/cake-queue, removed afterwards
+  std::string json_path;
+  uint32_t requests = 24;
+  uint64_t prompt_mib = 32;
+  double arrival_ms = 120;  // mean gap between arrivals (Poisson)
+  uint32_t compute_us_per_chunk = 4000;
+  uint32_t decode_ms = 150;   // per request, after its prefill: the engine busy, the disk idle
+  std::string tier = "disk";  // where the prompts are cached: "disk", or "remote" (a private redis-server)
+  double disk_gbps = 0;       // the disk tier's read cap; 0: none
+  uint32_t rounds = 2;
+  uint32_t seed = 1;
+};
+absl::Status RunQueueBench(const QueueBenchOptions& options);
+
 // I/O-only loads of a prefix from the remote tier (Redis) beside redis-benchmark GETs of the same part size,
 // connections and pipeline depth, against the same server in the same run.
 struct RemoteBenchOptions {

@@ -256,8 +256,8 @@ absl::StatusOr<ColdLoad> TimedColdLoad(const Prefix& p, const std::vector<std::s
   // The stream has ended, so every promotion this load queued is done.
   CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
   auto counter = [&](const char* name) { return stats.contains(name) ? stats.at(name) : uint64_t{0}; };
-  result.promotions = counter("promotions");
-  result.promotions_dropped = counter("promotions_dropped");
+  result.promotions = counter("write_back_promoted");
+  result.promotions_dropped = counter("write_back_promotion_dropped");
   result.not_promoted = counter("loads_not_promoted") > 0;
   return result;
 }

@@ -256,6 +256,29 @@ int main(int argc, char** argv) {
   adaptive_command->add_option("--time-scale", adaptive.time_scale, "divide every duration by this")
       ->capture_default_str();
 
+  cake::bench::QueueBenchOptions queue;
+  CLI::App* queue_command = app.add_subcommand(
+      "queue", "requests queued before one engine, prompts on disk only: TTFT with and without prefetch");
+  queue_command->add_option("--dir", queue.dir, "folder for the disk tier")->required();
+  queue_command->add_option("--json", queue.json_path, "also write the results to this file as one JSON object");
+  queue_command->add_option("--requests", queue.requests, "requests per round and mode")->capture_default_str();
+  queue_command->add_option("--prompt-mib", queue.prompt_mib, "each request's prompt, MiB of KV")
+      ->capture_default_str();
+  queue_command->add_option("--arrival-ms", queue.arrival_ms, "mean gap between arrivals, ms")->capture_default_str();
+  queue_command->add_option("--compute-us", queue.compute_us_per_chunk, "the engine's time per computed chunk, us")
+      ->capture_default_str();
+  queue_command->add_option("--decode-ms", queue.decode_ms, "the engine's time per request after its prefill, ms")
+      ->capture_default_str();
+  queue_command
+      ->add_option("--tier", queue.tier, "where the prompts are cached: disk, or remote (a private redis-server)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"disk", "remote"}));
+  queue_command->add_option("--disk-gbps", queue.disk_gbps, "cap the disk tier's reads, Gbit/s (0: none)")
+      ->capture_default_str();
+  queue_command->add_option("--rounds", queue.rounds, "rounds of each mode, alternating")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
+  queue_command->add_option("--seed", queue.seed, "arrival times")->capture_default_str();
   cake::bench::TiersOptions tiers;
   CLI::App* tiers_command = app.add_subcommand(
       "tiers", "one prefix from DRAM alone, disk alone and half from each, both tiers capped at the same bandwidth");
@@ -365,6 +388,8 @@ int main(int argc, char** argv) {
     status = cake::bench::RunMixedBench(mixed);
   } else if (remote_command->parsed()) {
     status = cake::bench::RunRemoteBench(remote);
+  } else if (queue_command->parsed()) {
+    status = cake::bench::RunQueueBench(queue);
   } else if (tiers_command->parsed()) {
     status = cake::bench::RunTiersBench(tiers);
   } else if (adaptive_command->parsed()) {

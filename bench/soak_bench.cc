@@ -1203,9 +1203,53 @@ std::string JoinCounts(const std::map<std::string, uint64_t>& counts) {
                        [](std::string* out, const auto& kv) { absl::StrAppend(out, kv.first, " ", kv.second); });
 }
 
-}  // namespace
+// Everything a soak run saw, phase by phase: what the report prints, the JSON holds and the verdict checks.
+struct SoakRun {
+  const SoakOptions* options = nullptr;
+  double warmup_s = 0;
+  // The daemon: its connection caps, sized to the bench's own peers.
+  uint32_t per_peer_connections = 0;
+  uint64_t connection_idle_timeout_ms = 0;
+  // Before the engines: the daemon's counters, the bench's own connections, and the idle ones as it counted them.
+  std::map<std::string, uint64_t> stats_before;
+  uint64_t own_connections = 0;
+  uint64_t idle_counted_open = 0;
+  size_t idle_held = 0;
+  // The engines' phase.
+  double soaked_s = 0;
+  Tally tally;
+  MemorySample warm, end;
+  Rss rss_max;
+  Descriptors fds_warm;
+  uint64_t connections_open_warm = 0;
+  uint64_t killed_started = 0;
+  double vanishing_life_ms = 0;
+  ReadFaults::Counts injected;
+  int freezes = 0;
+  double frozen_seconds = 0;
+  ConnectionPeers::Counts churn;
+  // After the engines: what the daemon still held once it had had the time to let go.
+  uint64_t active_loads = 0, regions = 0;
+  double reaped_after_s = 0;
+  uint32_t idle_closed = 0;
+  uint64_t connections_expected = 0, connections_open_end = 0;
+  double connections_settled_s = 0;
+  Descriptors fds_end;
+  std::map<std::string, uint64_t> stats_after;
+  // The dead-remote phase.
+  absl::StatusOr<DeadRemote> dead = absl::UnknownError("not run");
+  // The daemon's stop.
+  int caked_exit = 0;
+  uint64_t log_warnings = 0, log_errors = 0;
+  std::vector<std::string> log_error_lines;
 
-absl::Status RunSoakBench(const SoakOptions& options) {
+  // What a counter of the daemon's moved by over the run.
+  uint64_t Delta(const std::string& name) const { return Counter(stats_after, name) - Counter(stats_before, name); }
+  uint64_t ConnectionsRefused() const { return Counter(stats_after, "connections_refused"); }
+};
+
+// What the run needs and the options allow, before anything starts.
+absl::Status CheckSoakOptions(const SoakOptions& options, const std::string& vanishing_engine) {
   if (!options.common.socket_path.empty()) {
     return absl::InvalidArgumentError(
         "cake-bench soak needs a caked of its own (it freezes the daemon's Redis, corrupts its disk tier and reads "
@@ -1214,10 +1258,6 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   if (options.engines == 0 || !(options.seconds > 0)) {
     return absl::InvalidArgumentError("need --engines > 0 and --seconds > 0");
   }
-  const double warmup_s = options.warmup_seconds >= 0 ? options.warmup_seconds : std::min(60.0, options.seconds / 5);
-  if (warmup_s >= options.seconds) return absl::InvalidArgumentError("--warmup-seconds must be below --seconds");
-  const std::string vanishing_engine =
-      (std::filesystem::path(SpawnedDaemon::SiblingCakedPath()).parent_path() / "cake_vanishing_engine").string();
   if (::access(vanishing_engine.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrCat("no ", vanishing_engine,
                                                       ": the killed clients run it; build it (ninja -C build "
@@ -1228,109 +1268,92 @@ absl::Status RunSoakBench(const SoakOptions& options) {
         "redis-server is not on PATH (apt-get install -y redis-server, or "
         "scripts/setup)");
   }
+  return absl::OkStatus();
+}
 
-  // This process holds the idle connections and the churn's beside the engines' own descriptors.
-  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < options.idle_connections + 1024u) {
-    nofile.rlim_cur = std::min<rlim_t>(nofile.rlim_max, options.idle_connections + 1024u);
-    ::setrlimit(RLIMIT_NOFILE, &nofile);
-  }
-
-  // Declared first, so it goes last: every freeze is undone (the freezer's destructor) before it is stopped.
-  CAKE_ASSIGN_OR_RETURN(auto redis, RedisServer::Start());
-  CAKE_ASSIGN_OR_RETURN(auto scratch, ScratchDir::Create("cake-bench-soak"));
-  const std::filesystem::path disk_root = scratch.path() / "disk";
-  const std::string key_prefix = absl::StrCat("soak-", getpid(), ":");
-  // The connection caps sized to the bench's own peers (kConnectionSlack); the idle timeout the default, or longer
-  // than the run and its end when the default would not outlast them.
-  const uint32_t per_peer_connections = 1 + options.engines + options.idle_connections + kConnectionSlack;
-  const uint64_t connection_idle_timeout_ms = std::min<uint64_t>(
+// The bench's caked: a small DRAM tier, a disk tier under `disk_root`, the private Redis, connection caps sized to
+// the bench's peers (kConnectionSlack) and an idle timeout the default, or longer than the run and its end when the
+// default would not outlast them.
+std::string SoakConfig(const SoakOptions& options, const std::filesystem::path& disk_root, const RedisServer& redis,
+                       const std::string& key_prefix, SoakRun& run) {
+  run.per_peer_connections = 1 + options.engines + options.idle_connections + kConnectionSlack;
+  run.connection_idle_timeout_ms = std::min<uint64_t>(
       86400000,
       std::max<uint64_t>(kDefaultConnectionIdleTimeoutMs, static_cast<uint64_t>((options.seconds + 300) * 1000)));
-  std::string config = absl::StrCat(
-      "[server]\nmax_connections = ", std::max<uint32_t>(1024, per_peer_connections),
-      "\nmax_connections_per_peer = ", per_peer_connections,
-      "\nconnection_idle_timeout_ms = ", connection_idle_timeout_ms, "\n",
+  return absl::StrCat(
+      "[server]\nmax_connections = ", std::max<uint32_t>(1024, run.per_peer_connections),
+      "\nmax_connections_per_peer = ", run.per_peer_connections,
+      "\nconnection_idle_timeout_ms = ", run.connection_idle_timeout_ms, "\n",
       "[limits]\nmax_regions_per_client = ", kMaxRegionsPerClient, "\n",
       options.region_lease_ms > 0 ? absl::StrCat("region_lease_ms = ", options.region_lease_ms, "\n") : "",
       "[dram]\ncapacity_bytes = ", kDramBytes, "\n", "[disk]\nroot = \"", disk_root.string(),
       "\"\ncapacity_bytes = ", kDiskBytes, "\n", "[remote]\nendpoints = [\"", redis.address(), "\"]\nkey_prefix = \"",
       key_prefix, "\"\npart_bytes = ", kRemotePartBytes, "\n", "[loader]\nidle_timeout_ms = ", kIdleTimeoutMs, "\n");
-  const std::string config_path = scratch.WriteFile("caked.toml", config);
-  CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", {"--config", config_path, "--no-cuda"}));
-  Client& client = *target.client;
-  const pid_t caked_pid = target.spawned->pid();
+}
 
-  // The pool, stored whole before the engines start (write-back puts it on disk, which evicts, and in Redis).
+// The pool the engines draw from and the killed clients' prompt, stored whole before the engines start (write-back
+// puts them on disk, which evicts, and in Redis).
+absl::StatusOr<std::vector<Prompt>> StorePool(Client& client) {
   const NamespaceSpec ns = SoakNamespace();
   CAKE_ASSIGN_OR_RETURN(auto keys_ns, Namespace::Create(ns));
   std::vector<Prompt> prompts;
   uint64_t pool_chunks = 0;
-  {
-    CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(uint64_t{kMaxPromptChunks} * kChunkBytes));
-    absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
-    for (uint32_t i = 0; i < kPoolPrompts; ++i) {
-      const uint32_t chunks =
-          kMinPromptChunks + static_cast<uint32_t>((i * 2654435761u) % (kMaxPromptChunks - kMinPromptChunks + 1));
-      CAKE_ASSIGN_OR_RETURN(auto prompt, MakePrompt(keys_ns, i, chunks));
-      for (uint32_t c = 0; c < chunks; ++c) {
-        FillChunkPattern({region.data() + c * kChunkBytes, kChunkBytes}, PatternId(i, c));
-      }
-      CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt.tokens), 0, chunks, region, 0).status());
-      pool_chunks += chunks;
-      prompts.push_back(std::move(prompt));
+  CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(uint64_t{kMaxPromptChunks} * kChunkBytes));
+  absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };
+  for (uint32_t i = 0; i < kPoolPrompts; ++i) {
+    const uint32_t chunks =
+        kMinPromptChunks + static_cast<uint32_t>((i * 2654435761u) % (kMaxPromptChunks - kMinPromptChunks + 1));
+    CAKE_ASSIGN_OR_RETURN(auto prompt, MakePrompt(keys_ns, i, chunks));
+    for (uint32_t c = 0; c < chunks; ++c) {
+      FillChunkPattern({region.data() + c * kChunkBytes, kChunkBytes}, PatternId(i, c));
     }
-    const std::vector<uint32_t> vanishing_tokens = VanishingTokens();
-    const uint64_t vanishing_chunk_bytes = uint64_t{kVanishingChunkTokens} * 1024;
-    for (uint32_t c = 0; c < kVanishingChunks; ++c) {
-      FillChunkPattern({region.data() + c * vanishing_chunk_bytes, vanishing_chunk_bytes},
-                       PatternId(kVanishingPromptIndex, c));
-    }
-    CAKE_RETURN_IF_ERROR(
-        client.Store(VanishingNamespace(), TokensPrompt(vanishing_tokens), 0, kVanishingChunks, region, 0).status());
-    CAKE_RETURN_IF_ERROR(
-        WaitForCounter(client, "write_back_written", 2 * (pool_chunks + kVanishingChunks), std::chrono::seconds(30)));
+    CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt.tokens), 0, chunks, region, 0).status());
+    pool_chunks += chunks;
+    prompts.push_back(std::move(prompt));
   }
-  CAKE_ASSIGN_OR_RETURN(auto stats_before, client.Stats());
-  if (!stats_before.contains("connections_open")) {
+  const std::vector<uint32_t> vanishing_tokens = VanishingTokens();
+  const uint64_t vanishing_chunk_bytes = uint64_t{kVanishingChunkTokens} * 1024;
+  for (uint32_t c = 0; c < kVanishingChunks; ++c) {
+    FillChunkPattern({region.data() + c * vanishing_chunk_bytes, vanishing_chunk_bytes},
+                     PatternId(kVanishingPromptIndex, c));
+  }
+  CAKE_RETURN_IF_ERROR(
+      client.Store(VanishingNamespace(), TokensPrompt(vanishing_tokens), 0, kVanishingChunks, region, 0).status());
+  CAKE_RETURN_IF_ERROR(
+      WaitForCounter(client, "write_back_written", 2 * (pool_chunks + kVanishingChunks), std::chrono::seconds(30)));
+  return prompts;
+}
+
+// Opens the idle connections before the engines start: the daemon must count every one.
+absl::Status HoldIdleConnections(Client& client, ConnectionPeers& peers, uint32_t count, SoakRun& run) {
+  CAKE_ASSIGN_OR_RETURN(run.stats_before, client.Stats());
+  if (!run.stats_before.contains("connections_open")) {
     return absl::FailedPreconditionError("this caked does not count its connections (no connections_open in Stats)");
   }
   // The bench's own long-lived connections: its client's (the engines' share it, or come and go with them).
-  const uint64_t own_connections = Counter(stats_before, "connections_open");
-
-  // The idle connections, before the engines start; the daemon must count every one.
-  Tally connection_errors;  // the churn's: merged into the engines' tally once it is stopped
-  ConnectionPeers peers(target.socket_path, options.churn_per_second, connection_errors);
-  CAKE_RETURN_IF_ERROR(peers.OpenIdle(options.idle_connections));
-  uint64_t idle_counted_open = 0;
+  run.own_connections = Counter(run.stats_before, "connections_open");
+  CAKE_RETURN_IF_ERROR(peers.OpenIdle(count));
+  run.idle_held = peers.idle_held();
   for (const Clock::time_point deadline = Clock::now() + kConnectionSettle;;) {
     CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
-    idle_counted_open = Counter(stats, "connections_open");
-    if (idle_counted_open >= own_connections + peers.idle_held() || Clock::now() > deadline) break;
+    run.idle_counted_open = Counter(stats, "connections_open");
+    if (run.idle_counted_open >= run.own_connections + run.idle_held || Clock::now() > deadline) break;
     std::this_thread::sleep_for(milliseconds(50));
   }
-  if (idle_counted_open < own_connections + peers.idle_held()) {
-    return absl::InternalError(absl::StrCat("the daemon counts ", idle_counted_open, " connections open with ",
-                                            peers.idle_held(), " idle ones held beside the bench's ", own_connections,
+  if (run.idle_counted_open < run.own_connections + run.idle_held) {
+    return absl::InternalError(absl::StrCat("the daemon counts ", run.idle_counted_open, " connections open with ",
+                                            run.idle_held, " idle ones held beside the bench's ", run.own_connections,
                                             " after ", Seconds(kConnectionSettle), " s"));
   }
+  return absl::OkStatus();
+}
 
-  RedisFreezer freezer(redis.pid(), options.seed);
-  ReadFaults faults(options.read_error_rate, disk_root, redis, key_prefix, freezer);
-  const Clock::time_point soak_start = Clock::now();
-  const auto after = [&](double seconds) {
-    return soak_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  };
-  const Clock::time_point soak_end = after(options.seconds);
-  SoakWorld world(options, target.socket_path, prompts, faults, freezer, vanishing_engine, scratch.path(),
-                  after(warmup_s));
-
-  std::printf(
-      "cake-bench soak: %u engines for %g s (warm-up %g s), caked pid %d, Redis %s, disk tier %s; %zu idle "
-      "connections held (the daemon counts %llu open), %g new connections a second\n",
-      options.engines, options.seconds, warmup_s, caked_pid, redis.address().c_str(), disk_root.string().c_str(),
-      peers.idle_held(), static_cast<unsigned long long>(idle_counted_open), options.churn_per_second);
-  std::fflush(stdout);
-
+// The soak itself: the engines and the churn run until the end, Redis freezes, reads are corrupted; the daemon's RSS
+// is sampled twice a second, and a watchdog looks for calls that never return (it kills the daemon to end one, and
+// the run fails).
+absl::Status RunEngines(SpawnedDaemon& daemon, Client& client, SoakWorld& world, ConnectionPeers& peers,
+                        RedisFreezer& freezer, Clock::time_point soak_start, Clock::time_point soak_end, SoakRun& run) {
+  const pid_t caked_pid = daemon.pid();
   std::vector<std::unique_ptr<SoakEngine>> engines;
   std::vector<std::thread> threads;
   // Every path out joins the engines before what they use goes, and thaws Redis.
@@ -1341,30 +1364,25 @@ absl::Status RunSoakBench(const SoakOptions& options) {
     freezer.Stop();
   };
   freezer.Start();
-  for (uint32_t i = 0; i < options.engines; ++i) {
+  for (uint32_t i = 0; i < run.options->engines; ++i) {
     engines.push_back(std::make_unique<SoakEngine>(static_cast<int>(i), world));
     threads.emplace_back([e = engines.back().get()] { e->Run(); });
   }
   peers.StartChurn();
 
-  // The soak: RSS sampled twice a second; a watchdog for calls that never return.
-  MemorySample warm, end;
-  Descriptors fds_warm;
-  uint64_t connections_open_warm = 0;
-  Rss rss_max;
   bool warm_sampled = false;
   std::string stuck;
   Clock::time_point next_progress = soak_start + std::chrono::seconds(30);
   while (Clock::now() < soak_end) {
     std::this_thread::sleep_for(milliseconds(500));
     const Rss rss = ReadRss(caked_pid);
-    if (rss.total > rss_max.total) rss_max = rss;
+    if (rss.total > run.rss_max.total) run.rss_max = rss;
     if (!warm_sampled && Clock::now() >= world.warmed_up) {
       if (auto sample = SampleMemory(client, caked_pid)) {
-        warm = *sample;
+        run.warm = *sample;
         warm_sampled = true;
-        fds_warm = CountDescriptors(caked_pid);
-        if (auto stats = client.Stats(); stats.ok()) connections_open_warm = Counter(*stats, "connections_open");
+        run.fds_warm = CountDescriptors(caked_pid);
+        if (auto stats = client.Stats(); stats.ok()) run.connections_open_warm = Counter(*stats, "connections_open");
       }
     }
     for (size_t i = 0; i < engines.size() && stuck.empty(); ++i) {
@@ -1391,125 +1409,118 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   }
   for (int attempt = 0; attempt < 20; ++attempt) {
     if (auto sample = SampleMemory(client, caked_pid)) {
-      end = *sample;
+      run.end = *sample;
       break;
     }
-    end.rss = ReadRss(caked_pid);  // Status did not answer: the regions' bytes stay unknown (0)
+    run.end.rss = ReadRss(caked_pid);  // Status did not answer: the regions' bytes stay unknown (0)
     std::this_thread::sleep_for(milliseconds(100));
   }
   if (!warm_sampled) {
-    warm = end;
-    fds_warm = CountDescriptors(caked_pid);
+    run.warm = run.end;
+    run.fds_warm = CountDescriptors(caked_pid);
   }
   if (!stuck.empty()) {
     // A call that never returns cannot be cancelled from here: killing the daemon ends it (and the run).
-    const std::string log = target.spawned->log();
+    const std::string log = daemon.log();
     std::fprintf(stderr, "cake-bench soak: %s; killing caked. Its log ends:\n%s\n", stuck.c_str(),
                  log.substr(log.size() > 4000 ? log.size() - 4000 : 0).c_str());
-    target.spawned->Kill();
+    daemon.Kill();
   }
   std::move(join_engines).Invoke();
-  const double soaked_s = SecondsSince(soak_start);
-  Tally tally;
-  for (auto& e : engines) tally.Merge(e->tally());
-  tally.Merge(connection_errors);
+  run.soaked_s = SecondsSince(soak_start);
+  for (auto& e : engines) run.tally.Merge(e->tally());
+  run.killed_started = world.killed_started.load();
+  run.vanishing_life_ms = world.vanishing_life_us.load() / 1e3;
+  run.freezes = freezer.freezes();
+  run.frozen_seconds = freezer.frozen_seconds();
+  run.churn = peers.counts();
   if (!stuck.empty()) {
-    tally.Unexplained(absl::StrCat("stuck: ", stuck));
+    run.tally.Unexplained(absl::StrCat("stuck: ", stuck));
     return absl::InternalError(absl::StrCat("soak failed: ", stuck));
   }
+  return absl::OkStatus();
+}
 
-  // The engines are gone and Redis is thawed: wait for the daemon to let go of what they held. A killed client's
-  // stream ends with its connection; a silent one's after loader.idle_timeout_ms; regions only under a lease.
-  const auto reap_bound = milliseconds(kIdleTimeoutMs + options.region_lease_ms) + std::chrono::seconds(5);
+// The engines are gone and Redis is thawed: waits for the daemon to let go of what they held. A killed client's
+// stream ends with its connection; a silent one's after loader.idle_timeout_ms; regions only under a lease. Then
+// the connections: every idle one still open, and nothing else counted open but the bench's own (the churn's, the
+// engines' and the killed clients' all gone), once the daemon has had the time to notice the last closes.
+absl::Status SettleAfterSoak(Client& client, pid_t caked_pid, ConnectionPeers& peers, SoakRun& run) {
+  const auto reap_bound = milliseconds(kIdleTimeoutMs + run.options->region_lease_ms) + std::chrono::seconds(5);
   const Clock::time_point reap_start = Clock::now();
-  uint64_t active_loads = 0, regions = 0;
   for (;;) {
     CAKE_ASSIGN_OR_RETURN(const DaemonStatus status, client.Status());
-    active_loads = status.active_loads;
-    regions = status.regions;
-    const bool settled = active_loads == 0 && (options.region_lease_ms == 0 || regions == 0);
+    run.active_loads = status.active_loads;
+    run.regions = status.regions;
+    const bool settled = run.active_loads == 0 && (run.options->region_lease_ms == 0 || run.regions == 0);
     if (settled || Clock::now() - reap_start > reap_bound) break;
     std::this_thread::sleep_for(milliseconds(100));
   }
-  const double reaped_after_s = SecondsSince(reap_start);
-  // The connections: every idle one still open, and nothing else counted open but the bench's own (the churn's, the
-  // engines' and the killed clients' all gone), once the daemon has had the time to notice the last closes.
-  const uint32_t idle_closed = peers.IdleClosedByDaemon();
-  const uint64_t connections_expected = own_connections + peers.idle_held() - idle_closed;
-  uint64_t connections_open_end = 0;
+  run.reaped_after_s = SecondsSince(reap_start);
+  run.idle_closed = peers.IdleClosedByDaemon();
+  run.connections_expected = run.own_connections + run.idle_held - run.idle_closed;
   const Clock::time_point settle_start = Clock::now();
   for (;;) {
     CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
-    connections_open_end = Counter(stats, "connections_open");
-    if (connections_open_end <= connections_expected || Clock::now() - settle_start > kConnectionSettle) break;
+    run.connections_open_end = Counter(stats, "connections_open");
+    if (run.connections_open_end <= run.connections_expected || Clock::now() - settle_start > kConnectionSettle) {
+      break;
+    }
     std::this_thread::sleep_for(milliseconds(100));
   }
-  const double connections_settled_s = SecondsSince(settle_start);
-  const Descriptors fds_end = CountDescriptors(caked_pid);
-  CAKE_ASSIGN_OR_RETURN(auto stats, client.Stats());
-  auto delta = [&](const std::string& name) { return Counter(stats, name) - Counter(stats_before, name); };
-  const uint64_t regions_by_counters =
-      Counter(stats, "regions_registered") - Counter(stats, "regions_released") - Counter(stats, "regions_reclaimed");
+  run.connections_settled_s = SecondsSince(settle_start);
+  run.fds_end = CountDescriptors(caked_pid);
+  CAKE_ASSIGN_OR_RETURN(run.stats_after, client.Stats());
+  return absl::OkStatus();
+}
 
-  // The last phase: a dead remote tier against compute-only.
-  std::printf("  soak over after %.1f s; the dead-remote phase (%u runs per Redis state)\n", soaked_s,
-              options.dead_remote_runs);
-  std::fflush(stdout);
-  auto dead = RunDeadRemotePhase(client, redis, options.dead_remote_runs, tally);
-  if (!dead.ok()) tally.Unexplained(absl::StrCat("dead-remote phase set-up: ", dead.status().ToString()));
-
-  target.client.reset();
-  const int caked_exit = target.spawned->Stop();
-  const std::string caked_log = target.spawned->log();
-  uint64_t log_warnings = 0, log_errors = 0;
-  std::vector<std::string> log_error_lines;
+// Stops the daemon (SIGTERM) and reads its log's warnings and errors (server/main.cc's pattern:
+// "<time> <level> caked: <message>").
+void StopDaemon(SpawnedDaemon& daemon, SoakRun& run) {
+  run.caked_exit = daemon.Stop();
+  const std::string caked_log = daemon.log();
   for (absl::string_view line : absl::StrSplit(caked_log, '\n')) {
-    // server/main.cc's pattern: "<time> <level> caked: <message>".
-    if (absl::StrContains(line, " warning caked: ")) ++log_warnings;
+    if (absl::StrContains(line, " warning caked: ")) ++run.log_warnings;
     if (absl::StrContains(line, " error caked: ") || absl::StrContains(line, " critical caked: ")) {
-      ++log_errors;
-      if (log_error_lines.size() < 3) log_error_lines.emplace_back(line.substr(0, 300));
+      ++run.log_errors;
+      if (run.log_error_lines.size() < 3) run.log_error_lines.emplace_back(line.substr(0, 300));
     }
   }
-  if (caked_exit != 0) tally.Unexplained(absl::StrCat("caked exited with status ", caked_exit, " on SIGTERM"));
+  if (run.caked_exit != 0)
+    run.tally.Unexplained(absl::StrCat("caked exited with status ", run.caked_exit, " on SIGTERM"));
+}
 
-  // The report.
-  uint64_t requests = 0;
-  for (const auto& [kind, n] : tally.requests) requests += n;
-  uint64_t explained = 0;
-  for (const auto& [kind, n] : tally.explained) explained += n;
-  const ReadFaults::Counts injected = faults.counts();
-  const double exact_share =
-      tally.loads_checked == 0 ? 1 : static_cast<double>(tally.loads_exact) / static_cast<double>(tally.loads_checked);
-  const Rss& rss_warm = warm.rss;
-  const Rss& rss_end = end.rss;
-  const uint64_t regions_warm_bytes = warm.region_bytes, regions_end_bytes = end.region_bytes;
-  const double rss_ratio = rss_warm.total > 0 ? static_cast<double>(rss_end.total) / rss_warm.total : 0;
-  // The daemon's own memory: its RSS less the regions it maps for clients (the killed clients' ones pile up).
-  const uint64_t own_warm = warm.own(), own_end = end.own();
-  const double own_ratio = own_warm > 0 ? static_cast<double>(own_end) / own_warm : 0;
-  const double ttft_p50 = Percentile(tally.ttft_ms, 50), ttft_p99 = Percentile(tally.ttft_ms, 99);
+uint64_t Sum(const std::map<std::string, uint64_t>& counts) {
+  uint64_t sum = 0;
+  for (const auto& [kind, n] : counts) sum += n;
+  return sum;
+}
+
+double Ratio(uint64_t a, uint64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0; }
+
+void PrintSoakReport(const SoakRun& run) {
+  const SoakOptions& options = *run.options;
+  const Tally& tally = run.tally;
+  const ReadFaults::Counts& injected = run.injected;
+  const ConnectionPeers::Counts& churn = run.churn;
+  const Rss &rss_warm = run.warm.rss, &rss_end = run.end.rss;
   const uint64_t killed_self_exit = tally.killed_exits.count(0) ? tally.killed_exits.at(0) : 0;
   const uint64_t killed_by_signal = tally.killed_exits.count(128 + SIGKILL) ? tally.killed_exits.at(128 + SIGKILL) : 0;
-  const ConnectionPeers::Counts& churn = peers.counts();
-  const uint64_t connections_refused = Counter(stats, "connections_refused");
-  const uint64_t connections_accepted = delta("connections_accepted");
-
   std::printf(
       "\ncake-bench soak: %u engines, %.0f s (warm-up %.0f s); DRAM %llu MiB, disk %llu MiB, Redis frozen %d "
       "times (%.1f s in all); read errors injected at %g of the chunk reads from disk or Redis\n\n",
-      options.engines, soaked_s, warmup_s, static_cast<unsigned long long>(kDramBytes >> 20),
-      static_cast<unsigned long long>(kDiskBytes >> 20), freezer.freezes(), freezer.frozen_seconds(),
-      options.read_error_rate);
+      options.engines, run.soaked_s, run.warmup_s, static_cast<unsigned long long>(kDramBytes >> 20),
+      static_cast<unsigned long long>(kDiskBytes >> 20), run.freezes, run.frozen_seconds, options.read_error_rate);
   std::printf("| figure | value | goal |\n| --- | --- | --- |\n");
-  std::printf("| requests | %llu (%s) | |\n", static_cast<unsigned long long>(requests),
+  std::printf("| requests | %llu (%s) | |\n", static_cast<unsigned long long>(Sum(tally.requests)),
               JoinCounts(tally.requests).c_str());
   std::printf("| unexplained errors | %llu | 0 |\n", static_cast<unsigned long long>(tally.unexplained));
-  std::printf("| explained outcomes | %llu%s%s | |\n", static_cast<unsigned long long>(explained),
+  std::printf("| explained outcomes | %llu%s%s | |\n", static_cast<unsigned long long>(Sum(tally.explained)),
               tally.explained.empty() ? "" : ": ", JoinCounts(tally.explained).c_str());
   std::printf("| loads bit-exact | %llu of %llu (%.2f%%); %llu chunks checked, %llu wrong | 100%% |\n",
               static_cast<unsigned long long>(tally.loads_exact), static_cast<unsigned long long>(tally.loads_checked),
-              100 * exact_share, static_cast<unsigned long long>(tally.chunks_checked),
+              tally.loads_checked == 0 ? 100.0 : 100 * Ratio(tally.loads_exact, tally.loads_checked),
+              static_cast<unsigned long long>(tally.chunks_checked),
               static_cast<unsigned long long>(tally.chunks_wrong));
   std::printf(
       "| read errors injected | %llu of %llu disk/Redis chunk reads announced (disk payload %llu; Redis part "
@@ -1522,39 +1533,42 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   std::printf(
       "| corrupt chunks the daemon found | disk %llu, Redis %llu; failed reads %llu; loads with failed chunks "
       "%llu, %llu chunks left to the engines by them | each a failed chunk, never a failed request |\n",
-      static_cast<unsigned long long>(delta("tier_disk_corrupt_removed")),
-      static_cast<unsigned long long>(delta("tier_remote_corrupt_removed")),
-      static_cast<unsigned long long>(delta("load_chunk_read_failures")),
+      static_cast<unsigned long long>(run.Delta("tier_disk_corrupt_removed")),
+      static_cast<unsigned long long>(run.Delta("tier_remote_corrupt_removed")),
+      static_cast<unsigned long long>(run.Delta("load_chunk_read_failures")),
       static_cast<unsigned long long>(tally.loads_with_failed_chunks),
       static_cast<unsigned long long>(tally.chunks_failed));
   std::printf(
       "| caked RSS | %.1f MiB after the warm-up, %.1f MiB at the end: %.3f (anon %.1f -> %.1f, shmem %.1f -> "
       "%.1f, file %.1f -> %.1f MiB; peak %.1f); less the regions it maps (%.1f -> %.1f MiB): %.1f -> %.1f "
       "MiB, %.3f | <= 1.05 |\n",
-      Mib(rss_warm.total), Mib(rss_end.total), rss_ratio, Mib(rss_warm.anon), Mib(rss_end.anon), Mib(rss_warm.shmem),
-      Mib(rss_end.shmem), Mib(rss_warm.file), Mib(rss_end.file), Mib(rss_max.total), Mib(regions_warm_bytes),
-      Mib(regions_end_bytes), Mib(own_warm), Mib(own_end), own_ratio);
+      Mib(rss_warm.total), Mib(rss_end.total), Ratio(rss_end.total, rss_warm.total), Mib(rss_warm.anon),
+      Mib(rss_end.anon), Mib(rss_warm.shmem), Mib(rss_end.shmem), Mib(rss_warm.file), Mib(rss_end.file),
+      Mib(run.rss_max.total), Mib(run.warm.region_bytes), Mib(run.end.region_bytes), Mib(run.warm.own()),
+      Mib(run.end.own()), Ratio(run.end.own(), run.warm.own()));
   std::printf(
       "| TTFT (Start to the whole prompt's KV, 2 ms a computed chunk) | p50 %.2f ms, p99 %.2f ms over %zu "
       "loads after the warm-up | |\n",
-      ttft_p50, ttft_p99, tally.ttft_ms.size());
+      Percentile(tally.ttft_ms, 50), Percentile(tally.ttft_ms, 99), tally.ttft_ms.size());
   std::printf("| load slots held at the end | %llu (after %.1f s) | 0 |\n",
-              static_cast<unsigned long long>(active_loads), reaped_after_s);
+              static_cast<unsigned long long>(run.active_loads), run.reaped_after_s);
+  const uint64_t regions_by_counters = Counter(run.stats_after, "regions_registered") -
+                                       Counter(run.stats_after, "regions_released") -
+                                       Counter(run.stats_after, "regions_reclaimed");
   std::printf(
       "| regions held at the end | %llu (registered - released - reclaimed: %llu), all of client %s: the "
       "engines released theirs; %llu killed clients started (one lives %.0f ms when left alone), %llu "
       "exited by themselves after registering, %llu were killed | 0%s |\n",
-      static_cast<unsigned long long>(regions), static_cast<unsigned long long>(regions_by_counters),
-      kVanishingClientId, static_cast<unsigned long long>(world.killed_started.load()),
-      world.vanishing_life_us.load() / 1e3, static_cast<unsigned long long>(killed_self_exit),
-      static_cast<unsigned long long>(killed_by_signal),
+      static_cast<unsigned long long>(run.regions), static_cast<unsigned long long>(regions_by_counters),
+      kVanishingClientId, static_cast<unsigned long long>(run.killed_started), run.vanishing_life_ms,
+      static_cast<unsigned long long>(killed_self_exit), static_cast<unsigned long long>(killed_by_signal),
       options.region_lease_ms > 0 ? "" : " (not enforced: no region lease set)");
   std::printf(
       "| idle connections held | %zu, raw on the unix socket, sending nothing, from before the engines to the "
       "daemon's stop: counted (connections_open %llu -> %llu), %u closed by the daemon (idle timeout %.0f s) | "
       "0 closed |\n",
-      peers.idle_held(), static_cast<unsigned long long>(own_connections),
-      static_cast<unsigned long long>(idle_counted_open), idle_closed, connection_idle_timeout_ms / 1e3);
+      run.idle_held, static_cast<unsigned long long>(run.own_connections),
+      static_cast<unsigned long long>(run.idle_counted_open), run.idle_closed, run.connection_idle_timeout_ms / 1e3);
   std::printf(
       "| connections churned | %llu: %llu fresh gRPC channels with one Ping (%llu answered; connect and Ping p50 "
       "%.2f ms, p99 %.2f ms, worst %.2f ms), %llu raw connects closed at once (%llu after half the HTTP/2 "
@@ -1563,23 +1577,22 @@ absl::Status RunSoakBench(const SoakOptions& options) {
       static_cast<unsigned long long>(churn.pings + churn.raw_connects), static_cast<unsigned long long>(churn.pings),
       static_cast<unsigned long long>(churn.pings_ok), Percentile(churn.ping_ms, 50), Percentile(churn.ping_ms, 99),
       Max(churn.ping_ms), static_cast<unsigned long long>(churn.raw_connects),
-      static_cast<unsigned long long>(churn.raw_half_preface), static_cast<unsigned long long>(connections_accepted),
-      static_cast<unsigned long long>(connections_refused), per_peer_connections);
+      static_cast<unsigned long long>(churn.raw_half_preface),
+      static_cast<unsigned long long>(run.Delta("connections_admitted")),
+      static_cast<unsigned long long>(run.ConnectionsRefused()), run.per_peer_connections);
   std::printf(
       "| connections open at the end | %llu (the bench's own %llu and %llu idle; after %.1f s); %llu after the "
       "warm-up | the bench's own and the idle ones |\n",
-      static_cast<unsigned long long>(connections_open_end), static_cast<unsigned long long>(own_connections),
-      static_cast<unsigned long long>(peers.idle_held() - idle_closed), connections_settled_s,
-      static_cast<unsigned long long>(connections_open_warm));
+      static_cast<unsigned long long>(run.connections_open_end), static_cast<unsigned long long>(run.own_connections),
+      static_cast<unsigned long long>(run.idle_held - run.idle_closed), run.connections_settled_s,
+      static_cast<unsigned long long>(run.connections_open_warm));
   std::printf(
       "| caked descriptors | %llu after the warm-up (%llu sockets), %llu at the end (%llu sockets) | no growth |\n",
-      static_cast<unsigned long long>(fds_warm.total), static_cast<unsigned long long>(fds_warm.sockets),
-      static_cast<unsigned long long>(fds_end.total), static_cast<unsigned long long>(fds_end.sockets));
-  double frozen_ratio = 0, killed_ratio = 0;
-  if (dead.ok()) {
-    const double compute_s = Median(dead->compute_only_s);
-    frozen_ratio = Median(dead->frozen_s) / compute_s;
-    killed_ratio = Median(dead->killed_s) / compute_s;
+      static_cast<unsigned long long>(run.fds_warm.total), static_cast<unsigned long long>(run.fds_warm.sockets),
+      static_cast<unsigned long long>(run.fds_end.total), static_cast<unsigned long long>(run.fds_end.sockets));
+  if (run.dead.ok()) {
+    const DeadRemote& dead = *run.dead;
+    const double compute_s = Median(dead.compute_only_s);
     auto ratios = [&](const std::vector<double>& v) {
       return absl::StrJoin(v, " ",
                            [&](std::string* out, double s) { absl::StrAppendFormat(out, "%.2f", s / compute_s); });
@@ -1588,13 +1601,13 @@ absl::Status RunSoakBench(const SoakOptions& options) {
         "| TTFT, Redis dead / compute-only (%u chunks, 5 ms each: %.1f ms), median of the loads after the first "
         "| frozen (SIGSTOP) %.3f (first %.3f, mean %.3f, worst %.3f; spaced %.1f s apart: %s); killed %.3f "
         "(first %.3f, mean %.3f, worst %.3f); Redis up: %.3f | <= 1.05 |\n",
-        kDeadRemoteChunks, 1e3 * compute_s, frozen_ratio, dead->frozen_first_s / compute_s,
-        Mean(dead->frozen_s) / compute_s, Max(dead->frozen_s) / compute_s, Seconds(kSparseGap),
-        ratios(dead->frozen_sparse_s).c_str(), killed_ratio, dead->killed_first_s / compute_s,
-        Mean(dead->killed_s) / compute_s, Max(dead->killed_s) / compute_s, Median(dead->healthy_s) / compute_s);
+        kDeadRemoteChunks, 1e3 * compute_s, Median(dead.frozen_s) / compute_s, dead.frozen_first_s / compute_s,
+        Mean(dead.frozen_s) / compute_s, Max(dead.frozen_s) / compute_s, Seconds(kSparseGap),
+        ratios(dead.frozen_sparse_s).c_str(), Median(dead.killed_s) / compute_s, dead.killed_first_s / compute_s,
+        Mean(dead.killed_s) / compute_s, Max(dead.killed_s) / compute_s, Median(dead.healthy_s) / compute_s);
     std::printf("\n  dead-remote loads over compute-only, in order: frozen %.2f | %s; killed %.2f | %s\n",
-                dead->frozen_first_s / compute_s, ratios(dead->frozen_s).c_str(), dead->killed_first_s / compute_s,
-                ratios(dead->killed_s).c_str());
+                dead.frozen_first_s / compute_s, ratios(dead.frozen_s).c_str(), dead.killed_first_s / compute_s,
+                ratios(dead.killed_s).c_str());
   }
   std::printf(
       "\n  the engines: %llu chunks loaded, %llu left to them by failed reads; %llu chunks stored, %llu of "
@@ -1606,66 +1619,73 @@ absl::Status RunSoakBench(const SoakOptions& options) {
       "  daemon counters over the soak: loads %llu started, %llu cancelled, %llu idle-ended; DRAM "
       "evictions %llu, disk evictions %llu; promotions %llu; Redis errors %llu, fast failures %llu; "
       "write-back failed %llu\n",
-      static_cast<unsigned long long>(delta("loads_started")),
-      static_cast<unsigned long long>(delta("loads_cancelled")),
-      static_cast<unsigned long long>(delta("loads_idle_ended")),
-      static_cast<unsigned long long>(delta("tier_dram_evictions")),
-      static_cast<unsigned long long>(delta("tier_disk_evictions")),
-      static_cast<unsigned long long>(delta("promotions")),
-      static_cast<unsigned long long>(delta("tier_remote_errors")),
-      static_cast<unsigned long long>(delta("tier_remote_fast_failures")),
-      static_cast<unsigned long long>(delta("write_back_failed")));
+      static_cast<unsigned long long>(run.Delta("loads_started")),
+      static_cast<unsigned long long>(run.Delta("loads_cancelled")),
+      static_cast<unsigned long long>(run.Delta("loads_idle_ended")),
+      static_cast<unsigned long long>(run.Delta("tier_dram_evictions")),
+      static_cast<unsigned long long>(run.Delta("tier_disk_evictions")),
+      static_cast<unsigned long long>(run.Delta("write_back_promoted")),
+      static_cast<unsigned long long>(run.Delta("tier_remote_errors")),
+      static_cast<unsigned long long>(run.Delta("tier_remote_fast_failures")),
+      static_cast<unsigned long long>(run.Delta("write_back_failed")));
   std::printf("  caked log: %llu warnings, %llu errors; exit status %d on SIGTERM\n",
-              static_cast<unsigned long long>(log_warnings), static_cast<unsigned long long>(log_errors), caked_exit);
-  for (const std::string& line : log_error_lines) std::printf("    %s\n", line.c_str());
+              static_cast<unsigned long long>(run.log_warnings), static_cast<unsigned long long>(run.log_errors),
+              run.caked_exit);
+  for (const std::string& line : run.log_error_lines) std::printf("    %s\n", line.c_str());
   // The daemon counts its failed reads by status code (Stats: load_chunk_read_failures_<code>).
   constexpr absl::string_view kByCode = "load_chunk_read_failures_";
   std::printf("  the daemon's failed reads by status code (the set-up and the soak; %llu corrupt):\n",
-              static_cast<unsigned long long>(delta("load_chunk_read_failures_data_loss")));
-  for (const auto& [name, value] : stats) {
-    if (!absl::StartsWith(name, kByCode) || delta(name) == 0) continue;
-    std::printf("    %6llu  %s\n", static_cast<unsigned long long>(delta(name)), name.substr(kByCode.size()).c_str());
+              static_cast<unsigned long long>(run.Delta("load_chunk_read_failures_data_loss")));
+  for (const auto& [name, value] : run.stats_after) {
+    if (!absl::StartsWith(name, kByCode) || run.Delta(name) == 0) continue;
+    std::printf("    %6llu  %s\n", static_cast<unsigned long long>(run.Delta(name)),
+                name.substr(kByCode.size()).c_str());
   }
   for (const std::string& e : tally.unexplained_examples) std::printf("  unexplained: %s\n", e.c_str());
   for (const std::string& e : tally.wrong_examples) std::printf("  not bit-exact: %s\n", e.c_str());
+}
 
+absl::Status WriteSoakJson(const SoakRun& run, const std::string& path) {
+  const SoakOptions& options = *run.options;
+  const Tally& tally = run.tally;
+  const ConnectionPeers::Counts& churn = run.churn;
   JsonReport report;
   report.Set("engines", options.engines);
-  report.Set("seconds", soaked_s);
-  report.Set("warmup_seconds", warmup_s);
+  report.Set("seconds", run.soaked_s);
+  report.Set("warmup_seconds", run.warmup_s);
   report.Set("read_error_rate", options.read_error_rate);
-  report.Set("requests", static_cast<double>(requests));
+  report.Set("requests", static_cast<double>(Sum(tally.requests)));
   for (const auto& [kind, n] : tally.requests) report.Set(absl::StrCat("requests_", kind), static_cast<double>(n));
   report.Set("unexplained_errors", static_cast<double>(tally.unexplained));
-  report.Set("explained_outcomes", static_cast<double>(explained));
+  report.Set("explained_outcomes", static_cast<double>(Sum(tally.explained)));
   report.Set("loads_checked", static_cast<double>(tally.loads_checked));
   report.Set("loads_bit_exact", static_cast<double>(tally.loads_exact));
   report.Set("chunks_checked", static_cast<double>(tally.chunks_checked));
   report.Set("chunks_wrong", static_cast<double>(tally.chunks_wrong));
-  report.Set("read_errors_injected", static_cast<double>(injected.injected()));
-  report.Set("read_error_candidates", static_cast<double>(injected.candidates));
-  report.Set("corrupt_found_disk", static_cast<double>(delta("tier_disk_corrupt_removed")));
-  report.Set("corrupt_found_remote", static_cast<double>(delta("tier_remote_corrupt_removed")));
+  report.Set("read_errors_injected", static_cast<double>(run.injected.injected()));
+  report.Set("read_error_candidates", static_cast<double>(run.injected.candidates));
+  report.Set("corrupt_found_disk", static_cast<double>(run.Delta("tier_disk_corrupt_removed")));
+  report.Set("corrupt_found_remote", static_cast<double>(run.Delta("tier_remote_corrupt_removed")));
   report.Set("loads_with_failed_chunks", static_cast<double>(tally.loads_with_failed_chunks));
-  report.Set("redis_freezes", freezer.freezes());
-  report.Set("redis_frozen_seconds", freezer.frozen_seconds());
-  report.Set("rss_warm_bytes", static_cast<double>(rss_warm.total));
-  report.Set("rss_end_bytes", static_cast<double>(rss_end.total));
-  report.Set("rss_end_over_warm", rss_ratio);
-  report.Set("rss_less_regions_end_over_warm", own_ratio);
-  report.Set("region_bytes_warm", static_cast<double>(regions_warm_bytes));
-  report.Set("region_bytes_end", static_cast<double>(regions_end_bytes));
-  report.Set("rss_shmem_warm_bytes", static_cast<double>(rss_warm.shmem));
-  report.Set("rss_shmem_end_bytes", static_cast<double>(rss_end.shmem));
-  report.Set("ttft_p50_ms", ttft_p50);
-  report.Set("ttft_p99_ms", ttft_p99);
+  report.Set("redis_freezes", run.freezes);
+  report.Set("redis_frozen_seconds", run.frozen_seconds);
+  report.Set("rss_warm_bytes", static_cast<double>(run.warm.rss.total));
+  report.Set("rss_end_bytes", static_cast<double>(run.end.rss.total));
+  report.Set("rss_end_over_warm", Ratio(run.end.rss.total, run.warm.rss.total));
+  report.Set("rss_less_regions_end_over_warm", Ratio(run.end.own(), run.warm.own()));
+  report.Set("region_bytes_warm", static_cast<double>(run.warm.region_bytes));
+  report.Set("region_bytes_end", static_cast<double>(run.end.region_bytes));
+  report.Set("rss_shmem_warm_bytes", static_cast<double>(run.warm.rss.shmem));
+  report.Set("rss_shmem_end_bytes", static_cast<double>(run.end.rss.shmem));
+  report.Set("ttft_p50_ms", Percentile(tally.ttft_ms, 50));
+  report.Set("ttft_p99_ms", Percentile(tally.ttft_ms, 99));
   report.Set("ttft_loads", static_cast<double>(tally.ttft_ms.size()));
-  report.Set("active_loads_end", static_cast<double>(active_loads));
-  report.Set("regions_end", static_cast<double>(regions));
-  report.Set("killed_clients", static_cast<double>(world.killed_started.load()));
-  report.Set("idle_connections", static_cast<double>(peers.idle_held()));
-  report.Set("idle_connections_closed", idle_closed);
-  report.Set("connection_idle_timeout_ms", static_cast<double>(connection_idle_timeout_ms));
+  report.Set("active_loads_end", static_cast<double>(run.active_loads));
+  report.Set("regions_end", static_cast<double>(run.regions));
+  report.Set("killed_clients", static_cast<double>(run.killed_started));
+  report.Set("idle_connections", static_cast<double>(run.idle_held));
+  report.Set("idle_connections_closed", run.idle_closed);
+  report.Set("connection_idle_timeout_ms", static_cast<double>(run.connection_idle_timeout_ms));
   report.Set("churn_per_second", options.churn_per_second);
   report.Set("churn_pings", static_cast<double>(churn.pings));
   report.Set("churn_pings_ok", static_cast<double>(churn.pings_ok));
@@ -1673,57 +1693,133 @@ absl::Status RunSoakBench(const SoakOptions& options) {
   report.Set("churn_ping_p99_ms", Percentile(churn.ping_ms, 99));
   report.Set("churn_ping_max_ms", Max(churn.ping_ms));
   report.Set("churn_raw_connects", static_cast<double>(churn.raw_connects));
-  report.Set("connections_accepted", static_cast<double>(connections_accepted));
-  report.Set("connections_refused", static_cast<double>(connections_refused));
-  report.Set("max_connections_per_peer", per_peer_connections);
-  report.Set("connections_own", static_cast<double>(own_connections));
-  report.Set("connections_open_warm", static_cast<double>(connections_open_warm));
-  report.Set("connections_open_end", static_cast<double>(connections_open_end));
-  report.Set("descriptors_warm", static_cast<double>(fds_warm.total));
-  report.Set("descriptors_end", static_cast<double>(fds_end.total));
-  report.Set("descriptor_sockets_warm", static_cast<double>(fds_warm.sockets));
-  report.Set("descriptor_sockets_end", static_cast<double>(fds_end.sockets));
-  if (dead.ok()) {
-    report.Set("dead_remote_compute_only_s", Median(dead->compute_only_s));
-    report.Set("dead_remote_frozen_first_s", dead->frozen_first_s);
-    report.Set("dead_remote_frozen_median_s", Median(dead->frozen_s));
-    report.Set("dead_remote_frozen_mean_s", Mean(dead->frozen_s));
-    report.Set("dead_remote_frozen_max_s", Max(dead->frozen_s));
-    report.Set("dead_remote_frozen_sparse_mean_s", Mean(dead->frozen_sparse_s));
-    report.Set("dead_remote_killed_first_s", dead->killed_first_s);
-    report.Set("dead_remote_killed_median_s", Median(dead->killed_s));
-    report.Set("dead_remote_killed_mean_s", Mean(dead->killed_s));
-    report.Set("dead_remote_killed_max_s", Max(dead->killed_s));
-    report.Set("dead_remote_up_median_s", Median(dead->healthy_s));
-    report.Set("dead_remote_frozen_over_compute", frozen_ratio);
-    report.Set("dead_remote_killed_over_compute", killed_ratio);
+  report.Set("connections_accepted", static_cast<double>(run.Delta("connections_admitted")));
+  report.Set("connections_refused", static_cast<double>(run.ConnectionsRefused()));
+  report.Set("max_connections_per_peer", run.per_peer_connections);
+  report.Set("connections_own", static_cast<double>(run.own_connections));
+  report.Set("connections_open_warm", static_cast<double>(run.connections_open_warm));
+  report.Set("connections_open_end", static_cast<double>(run.connections_open_end));
+  report.Set("descriptors_warm", static_cast<double>(run.fds_warm.total));
+  report.Set("descriptors_end", static_cast<double>(run.fds_end.total));
+  report.Set("descriptor_sockets_warm", static_cast<double>(run.fds_warm.sockets));
+  report.Set("descriptor_sockets_end", static_cast<double>(run.fds_end.sockets));
+  if (run.dead.ok()) {
+    const DeadRemote& dead = *run.dead;
+    const double compute_s = Median(dead.compute_only_s);
+    report.Set("dead_remote_compute_only_s", compute_s);
+    report.Set("dead_remote_frozen_first_s", dead.frozen_first_s);
+    report.Set("dead_remote_frozen_median_s", Median(dead.frozen_s));
+    report.Set("dead_remote_frozen_mean_s", Mean(dead.frozen_s));
+    report.Set("dead_remote_frozen_max_s", Max(dead.frozen_s));
+    report.Set("dead_remote_frozen_sparse_mean_s", Mean(dead.frozen_sparse_s));
+    report.Set("dead_remote_killed_first_s", dead.killed_first_s);
+    report.Set("dead_remote_killed_median_s", Median(dead.killed_s));
+    report.Set("dead_remote_killed_mean_s", Mean(dead.killed_s));
+    report.Set("dead_remote_killed_max_s", Max(dead.killed_s));
+    report.Set("dead_remote_up_median_s", Median(dead.healthy_s));
+    report.Set("dead_remote_frozen_over_compute", Median(dead.frozen_s) / compute_s);
+    report.Set("dead_remote_killed_over_compute", Median(dead.killed_s) / compute_s);
   }
-  report.Set("caked_exit_status", caked_exit);
-  CAKE_RETURN_IF_ERROR(report.WriteTo(options.common.json_path));
+  report.Set("caked_exit_status", run.caked_exit);
+  return report.WriteTo(path);
+}
 
+// What makes the run fail; never timing.
+std::vector<std::string> SoakFailures(const SoakRun& run) {
   std::vector<std::string> failures;
+  const Tally& tally = run.tally;
   if (tally.unexplained > 0) failures.push_back(absl::StrCat(tally.unexplained, " unexplained errors"));
   if (tally.chunks_wrong > 0) failures.push_back(absl::StrCat(tally.chunks_wrong, " loaded chunks not bit-exact"));
-  if (active_loads > 0) failures.push_back(absl::StrCat(active_loads, " load slots still held"));
-  if (options.region_lease_ms > 0 && regions > 0) {
-    failures.push_back(absl::StrCat(regions, " regions still held after the lease"));
+  if (run.active_loads > 0) failures.push_back(absl::StrCat(run.active_loads, " load slots still held"));
+  if (run.options->region_lease_ms > 0 && run.regions > 0) {
+    failures.push_back(absl::StrCat(run.regions, " regions still held after the lease"));
   }
-  if (idle_closed > 0) {
+  if (run.idle_closed > 0) {
     failures.push_back(
-        absl::StrCat(idle_closed, " of the ", peers.idle_held(), " idle connections closed by the daemon"));
+        absl::StrCat(run.idle_closed, " of the ", run.idle_held, " idle connections closed by the daemon"));
   }
-  if (connections_refused > 0) failures.push_back(absl::StrCat(connections_refused, " connections refused"));
+  if (run.ConnectionsRefused() > 0) failures.push_back(absl::StrCat(run.ConnectionsRefused(), " connections refused"));
   // After the warm-up the daemon held the same long-lived descriptors and a few more that came and went; the churn
   // alone opens thousands, so a descriptor kept per connection or per call would show far above this.
-  if (fds_end.total > fds_warm.total + kConnectionSlack) {
-    failures.push_back(
-        absl::StrCat("caked holds ", fds_end.total, " descriptors at the end, ", fds_warm.total, " after the warm-up"));
+  if (run.fds_end.total > run.fds_warm.total + kConnectionSlack) {
+    failures.push_back(absl::StrCat("caked holds ", run.fds_end.total, " descriptors at the end, ", run.fds_warm.total,
+                                    " after the warm-up"));
   }
-  if (connections_open_end > connections_expected) {
-    failures.push_back(absl::StrCat(connections_open_end, " connections counted open at the end, not ",
-                                    connections_expected, ": connections kept after their peer left"));
+  if (run.connections_open_end > run.connections_expected) {
+    failures.push_back(absl::StrCat(run.connections_open_end, " connections counted open at the end, not ",
+                                    run.connections_expected, ": connections kept after their peer left"));
   }
-  if (!failures.empty()) return absl::InternalError(absl::StrCat("soak failed: ", absl::StrJoin(failures, "; ")));
+  return failures;
+}
+
+}  // namespace
+
+absl::Status RunSoakBench(const SoakOptions& options) {
+  const std::string vanishing_engine =
+      (std::filesystem::path(SpawnedDaemon::SiblingCakedPath()).parent_path() / "cake_vanishing_engine").string();
+  CAKE_RETURN_IF_ERROR(CheckSoakOptions(options, vanishing_engine));
+  SoakRun run;
+  run.options = &options;
+  run.warmup_s = options.warmup_seconds >= 0 ? options.warmup_seconds : std::min(60.0, options.seconds / 5);
+  if (run.warmup_s >= options.seconds) return absl::InvalidArgumentError("--warmup-seconds must be below --seconds");
+  // This process holds the idle connections and the churn's beside the engines' own descriptors.
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < options.idle_connections + 1024u) {
+    nofile.rlim_cur = std::min<rlim_t>(nofile.rlim_max, options.idle_connections + 1024u);
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+
+  // Set-up: Redis (declared first, so it goes last: every freeze is undone, by the freezer's destructor, before it
+  // is stopped), the daemon, the pool of prompts, the idle connections.
+  CAKE_ASSIGN_OR_RETURN(auto redis, RedisServer::Start());
+  CAKE_ASSIGN_OR_RETURN(auto scratch, ScratchDir::Create("cake-bench-soak"));
+  const std::filesystem::path disk_root = scratch.path() / "disk";
+  const std::string key_prefix = absl::StrCat("soak-", getpid(), ":");
+  const std::string config_path =
+      scratch.WriteFile("caked.toml", SoakConfig(options, disk_root, redis, key_prefix, run));
+  CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", {"--config", config_path, "--no-cuda"}));
+  Client& client = *target.client;
+  CAKE_ASSIGN_OR_RETURN(const std::vector<Prompt> prompts, StorePool(client));
+  Tally connection_errors;  // the churn's: merged into the engines' tally once it is stopped
+  ConnectionPeers peers(target.socket_path, options.churn_per_second, connection_errors);
+  CAKE_RETURN_IF_ERROR(HoldIdleConnections(client, peers, options.idle_connections, run));
+
+  // The soak.
+  RedisFreezer freezer(redis.pid(), options.seed);
+  ReadFaults faults(options.read_error_rate, disk_root, redis, key_prefix, freezer);
+  const Clock::time_point soak_start = Clock::now();
+  const auto after = [&](double seconds) {
+    return soak_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  };
+  SoakWorld world(options, target.socket_path, prompts, faults, freezer, vanishing_engine, scratch.path(),
+                  after(run.warmup_s));
+  std::printf(
+      "cake-bench soak: %u engines for %g s (warm-up %g s), caked pid %d, Redis %s, disk tier %s; %zu idle "
+      "connections held (the daemon counts %llu open), %g new connections a second\n",
+      options.engines, options.seconds, run.warmup_s, target.spawned->pid(), redis.address().c_str(),
+      disk_root.string().c_str(), run.idle_held, static_cast<unsigned long long>(run.idle_counted_open),
+      options.churn_per_second);
+  std::fflush(stdout);
+  const absl::Status soaked =
+      RunEngines(*target.spawned, client, world, peers, freezer, soak_start, after(options.seconds), run);
+  run.tally.Merge(connection_errors);
+  if (!soaked.ok()) return soaked;
+  run.injected = faults.counts();
+
+  // After the soak: what the daemon still holds, then a dead remote tier against compute-only, then the stop.
+  CAKE_RETURN_IF_ERROR(SettleAfterSoak(client, target.spawned->pid(), peers, run));
+  std::printf("  soak over after %.1f s; the dead-remote phase (%u runs per Redis state)\n", run.soaked_s,
+              options.dead_remote_runs);
+  std::fflush(stdout);
+  run.dead = RunDeadRemotePhase(client, redis, options.dead_remote_runs, run.tally);
+  if (!run.dead.ok()) run.tally.Unexplained(absl::StrCat("dead-remote phase set-up: ", run.dead.status().ToString()));
+  target.client.reset();
+  StopDaemon(*target.spawned, run);
+
+  PrintSoakReport(run);
+  CAKE_RETURN_IF_ERROR(WriteSoakJson(run, options.common.json_path));
+  if (const std::vector<std::string> failures = SoakFailures(run); !failures.empty()) {
+    return absl::InternalError(absl::StrCat("soak failed: ", absl::StrJoin(failures, "; ")));
+  }
   std::printf(
       "\n  soak clean: no unexplained error, every loaded chunk exact, no load slot held, every connection "
       "accepted and none kept\n");

@@ -55,8 +55,8 @@ absl::Status RunTiersBench(const TiersOptions& options) {
     half.prompt = TokensPrompt(first_half);
     CAKE_ASSIGN_OR_RETURN(auto before, client.Stats());
     CAKE_RETURN_IF_ERROR(TimedIoOnlyLoad(client, half, chunks / 2, chunk_bytes).status());
-    CAKE_RETURN_IF_ERROR(
-        WaitForCounter(client, "promotions", before.at("promotions") + chunks / 2, std::chrono::seconds(30)));
+    CAKE_RETURN_IF_ERROR(WaitForCounter(client, "write_back_promoted", before.at("write_back_promoted") + chunks / 2,
+                                        std::chrono::seconds(30)));
     CAKE_ASSIGN_OR_RETURN(auto lookup, client.Lookup(ns, TokensPrompt(prompt)));
     const auto in_dram = std::count(lookup.tiers.begin(), lookup.tiers.end(), TierKind::kDram);
     if (in_dram != chunks / 2) {

@@ -408,14 +408,17 @@ class GrpcClient final : public Client {
     return FromGrpc(kv_->ReleaseRegion(&context, request, &response));
   }
 
-  absl::StatusOr<LookupResult> Lookup(const NamespaceSpec& ns, const PromptRef& prompt) override {
+  absl::StatusOr<LookupResult> Lookup(const NamespaceSpec& ns, const PromptRef& prompt,
+                                      LookupOptions options) override {
     v1::LookupRequest request;
     ToProto(ns, request.mutable_namespace_());
     ToProto(prompt, request.mutable_prompt());
+    request.set_prefetch(options.prefetch);
     v1::LookupResponse response;
     grpc::ClientContext context;
     CAKE_RETURN_IF_ERROR(FromGrpc(kv_->Lookup(&context, request, &response)));
-    LookupResult result{response.total_chunks(), response.cached_chunks(), {}, response.chunk_bytes()};
+    LookupResult result{
+        response.total_chunks(), response.cached_chunks(), {}, response.chunk_bytes(), response.prefetch_chunks()};
     for (int t : response.chunk_tiers()) result.tiers.push_back(static_cast<TierKind>(t));
     return result;
   }

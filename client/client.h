@@ -118,6 +118,13 @@ struct LookupResult {
   uint32_t cached_chunks = 0;
   std::vector<TierKind> tiers;
   uint64_t chunk_bytes = 0;
+  uint32_t prefetch_chunks = 0;  // with LookupOptions::prefetch: chunks the daemon queued for copying into DRAM
+};
+
+struct LookupOptions {
+  // The prompt will be loaded soon (its request waits in the engine's queue): the daemon copies its chunks on
+  // disk or in Redis into DRAM meanwhile, the tail first, with I/O no running load needs.
+  bool prefetch = false;
 };
 
 struct StoreResult {
@@ -265,7 +272,8 @@ class Client {
   virtual const std::string& client_id() const = 0;
   virtual absl::StatusOr<MappedRegion> RegisterRegion(uint64_t bytes, RegionRequest where = {}) = 0;
   virtual absl::Status ReleaseRegion(const MappedRegion& region) = 0;
-  virtual absl::StatusOr<LookupResult> Lookup(const NamespaceSpec& ns, const PromptRef& prompt) = 0;
+  virtual absl::StatusOr<LookupResult> Lookup(const NamespaceSpec& ns, const PromptRef& prompt,
+                                              LookupOptions options = {}) = 0;
   // Chunks [first_chunk, first_chunk + count) lie one after another in the region from region_offset.
   virtual absl::StatusOr<StoreResult> Store(const NamespaceSpec& ns, const PromptRef& prompt, uint32_t first_chunk,
                                             uint32_t count, const MappedRegion& region, uint64_t region_offset) = 0;

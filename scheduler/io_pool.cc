@@ -71,6 +71,16 @@ bool IoPool::TrySubmit(const std::shared_ptr<IoGroup>& group, std::function<void
   return true;
 }
 
+bool IoPool::TrySubmitIdle(std::function<void()> task) {
+  {
+    MutexLock lock(&mu_);
+    if (stopping_ || idle_.size() >= capacity_) return false;
+    idle_.push_back(std::move(task));
+  }
+  cv_.Signal();
+  return true;
+}
+
 size_t IoPool::queued() const {
   MutexLock lock(&mu_);
   return queued_;
@@ -114,14 +124,23 @@ std::function<void()> IoPool::TakeLocked() {
 void IoPool::Run() {
   for (;;) {
     std::function<void()> task;
+    bool idle = false;
     {
       MutexLock lock(&mu_);
       cv_.Wait(&mu_, [&] {
         mu_.AssertHeld();
-        return stopping_ || queued_ > 0;
+        return stopping_ || queued_ > 0 || (!idle_.empty() && busy_ == 0);
       });
-      if (queued_ == 0) return;
-      task = TakeLocked();
+      if (queued_ > 0) {
+        task = TakeLocked();
+        ++busy_;
+      } else if (!idle_.empty()) {  // nothing else queued, and (or stopping) nothing else running
+        task = std::move(idle_.front());
+        idle_.pop_front();
+        idle = true;
+      } else {
+        return;  // stopping, and nothing is left
+      }
     }
     // A task that throws (out of memory, or out of descriptors in a library that throws) must not take the daemon
     // down with it: the request it served fails, everyone else is served. Tasks that answer a caller catch their own
@@ -134,6 +153,15 @@ void IoPool::Run() {
     } catch (...) {
       failed_tasks_.fetch_add(1, std::memory_order_relaxed);
       spdlog::error("a background task failed with an unknown exception and was dropped");
+    }
+    if (!idle) {
+      bool idle_may_start = false;
+      {
+        MutexLock lock(&mu_);
+        --busy_;
+        idle_may_start = busy_ == 0 && queued_ == 0 && !idle_.empty();
+      }
+      if (idle_may_start) cv_.Signal();
     }
   }
 }

@@ -54,6 +54,10 @@ class IoPool {
   // a group (RPC work: Store, RegisterRegion, Evict) go before any load's reads, in the order they came.
   bool TrySubmit(std::function<void()> task);
   bool TrySubmit(const std::shared_ptr<IoGroup>& group, std::function<void()> task);
+  // A task that starts only while the pool has nothing else to do: no other task queued and none running but
+  // idle ones (prefetch reads: a load's reads always go first, and a read submitted while an idle task runs waits
+  // for no more than a free thread). False when the pool is stopping or `capacity` idle tasks wait already.
+  bool TrySubmitIdle(std::function<void()> task);
   size_t queued() const;
   ArbiterPolicy policy() const { return policy_; }
   // Tasks that ended with an exception (logged and dropped; the thread serves on).
@@ -71,7 +75,9 @@ class IoPool {
   CondVar cv_;
   std::deque<std::function<void()>> ungrouped_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<IoGroup>> waiting_ ABSL_GUARDED_BY(mu_);  // groups with queued tasks
-  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;                              // grouped and ungrouped, not idle
+  size_t busy_ ABSL_GUARDED_BY(mu_) = 0;                                // tasks running, not idle ones
+  std::deque<std::function<void()>> idle_ ABSL_GUARDED_BY(mu_);
   uint64_t next_arrival_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t serve_clock_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -13,12 +13,14 @@
 #include <set>
 #include <sstream>
 #include <type_traits>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "scheduler/io_pool.h"
+#include "server/config_keys.h"
 
 namespace cake {
 
@@ -52,11 +54,11 @@ class TableReader {
 
   // A word naming one of an enum's values, parsed here so the rest of the daemon sees only the enum.
   template <typename Enum>
-  void Word(const char* key, Enum* out, absl::StatusOr<Enum> (*parse)(std::string_view, std::string_view)) {
+  void Word(std::string_view key, Enum* out, absl::StatusOr<Enum> (*parse)(std::string_view, std::string_view)) {
     if (const toml::node* n = Find(key)) {
       auto v = n->value<std::string>();
       if (!v) return Fail(key, "a string");
-      auto parsed = parse(*v, absl::StrCat(name_, ".", key));
+      auto parsed = parse(*v, absl::StrCat(name_, ".", std::string(key)));
       if (parsed.ok()) {
         *out = *parsed;
       } else if (error_.ok()) {
@@ -65,7 +67,7 @@ class TableReader {
     }
   }
 
-  void String(const char* key, std::string* out) {
+  void String(std::string_view key, std::string* out) {
     if (const toml::node* n = Find(key)) {
       if (auto v = n->value<std::string>()) {
         *out = *v;
@@ -74,7 +76,7 @@ class TableReader {
       }
     }
   }
-  void StringList(const char* key, std::vector<std::string>* out) {
+  void StringList(std::string_view key, std::vector<std::string>* out) {
     if (const toml::node* n = Find(key)) {
       const toml::array* list = n->as_array();
       std::vector<std::string> values;
@@ -96,7 +98,7 @@ class TableReader {
     }
   }
   template <typename T>
-  void UnsignedList(const char* key, std::vector<T>* out, int64_t max) {
+  void UnsignedList(std::string_view key, std::vector<T>* out, int64_t max) {
     if (const toml::node* n = Find(key)) {
       const toml::array* list = n->as_array();
       std::vector<T> values;
@@ -117,7 +119,7 @@ class TableReader {
       }
     }
   }
-  void Bool(const char* key, bool* out) {
+  void Bool(std::string_view key, bool* out) {
     if (const toml::node* n = Find(key)) {
       if (auto v = n->value_exact<bool>()) {
         *out = *v;
@@ -127,7 +129,7 @@ class TableReader {
     }
   }
   template <typename T>
-  void Unsigned(const char* key, T* out, uint64_t min, uint64_t max) {
+  void Unsigned(std::string_view key, T* out, uint64_t min, uint64_t max) {
     if (const toml::node* n = Find(key)) {
       // Only a TOML integer: value<int64_t>() alone would also turn `true` or `4.0` into a number.
       auto v = n->is_integer() ? n->value<int64_t>() : std::nullopt;
@@ -138,7 +140,7 @@ class TableReader {
       }
     }
   }
-  void Double(const char* key, double* out, double min, double max) {
+  void Double(std::string_view key, double* out, double min, double max) {
     if (const toml::node* n = Find(key)) {
       auto v = n->is_number() ? n->value<double>() : std::nullopt;  // integers convert too; booleans do not
       if (!v || !(*v >= min && *v <= max)) {                        // written so that nan fails too
@@ -150,7 +152,7 @@ class TableReader {
   }
 
   // A key read elsewhere (an array of tables), so Finish does not call it unknown.
-  void Skip(const char* key) { Find(key); }
+  void Skip(std::string_view key) { Find(key); }
 
   absl::Status Finish() {
     if (!error_.ok() || table_ == nullptr) return error_;
@@ -166,14 +168,14 @@ class TableReader {
   }
 
  private:
-  const toml::node* Find(const char* key) {
+  const toml::node* Find(std::string_view key) {
     if (table_ == nullptr) return nullptr;
-    used_.insert(key);
+    used_.insert(std::string(key));
     return table_->get(key);
   }
-  void Fail(const char* key, const std::string& expected) {
+  void Fail(std::string_view key, const std::string& expected) {
     if (error_.ok()) {
-      error_ = absl::InvalidArgumentError(absl::StrCat(name_, ".", key, " must be ", expected));
+      error_ = absl::InvalidArgumentError(absl::StrCat(name_, ".", std::string(key), " must be ", expected));
     }
   }
 
@@ -214,6 +216,45 @@ absl::Status ReadPrincipals(const toml::table& root, std::vector<PrincipalConfig
   }
   *out = std::move(principals);
   return absl::OkStatus();
+}
+
+// One key of the table `reader` reads, into its field of `c`, by the field's type.
+void ReadKey(TableReader& reader, const ConfigKey& key, DaemonConfig& c) {
+  const auto unsigned_range = [&key] {
+    return std::pair{static_cast<uint64_t>(key.min), static_cast<uint64_t>(key.max)};
+  };
+  std::visit(
+      [&](auto field) {
+        auto& value = field(c);
+        using T = std::remove_reference_t<decltype(value)>;
+        if constexpr (std::is_same_v<T, uint32_t> || std::is_same_v<T, uint64_t>) {
+          const auto [min, max] = unsigned_range();
+          reader.Unsigned(key.name, &value, min, max);
+        } else if constexpr (std::is_same_v<T, double>) {
+          reader.Double(key.name, &value, key.min, key.max);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          reader.Bool(key.name, &value);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          reader.String(key.name, &value);
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          reader.StringList(key.name, &value);
+        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          reader.UnsignedList(key.name, &value, static_cast<int64_t>(key.max));
+        } else if constexpr (std::is_same_v<T, IoBackend>) {
+          reader.Word(key.name, &value, ParseIoBackendOption);
+        } else {
+          static_assert(std::is_same_v<T, ArbiterPolicy>);
+          reader.Word(key.name, &value, ParseArbiterOption);
+        }
+      },
+      key.field);
+}
+
+// "server, tcp, ...", for the message that names an unknown table.
+std::string KnownTables() {
+  std::string known;
+  for (std::string_view table : ConfigTables()) known += (known.empty() ? "" : ", ") + std::string(table);
+  return known;
 }
 
 }  // namespace
@@ -266,114 +307,25 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
     return absl::InvalidArgumentError(absl::StrCat("config ", path, " line ", where.line, " column ", where.column,
                                                    ": ", std::string(e.description())));
   }
-  static const std::set<std::string> kTables = {"server", "tcp",    "metrics", "access",    "limits", "dram",
-                                                "disk",   "remote", "cuda",    "writeback", "loader", "keys"};
+  std::set<std::string_view> tables(ConfigTables().begin(), ConfigTables().end());
   for (const auto& [key, value] : root) {
-    if (!kTables.contains(std::string(key.str()))) {
+    if (!tables.contains(key.str())) {
       return absl::InvalidArgumentError(
-          absl::StrCat("config ", path, ": unknown table [", std::string(key.str()),
-                       "]; known: server, tcp, metrics, access, limits, dram, disk, remote, cuda, writeback, "
-                       "loader, keys"));
+          absl::StrCat("config ", path, ": unknown table [", std::string(key.str()), "]; known: ", KnownTables()));
     }
   }
-  constexpr uint64_t kU32 = UINT32_MAX;
-  TableReader server(root, "server");
-  server.String("run_dir", &c.run_dir);
-  server.String("socket", &c.socket);
-  server.Unsigned("socket_mode", &c.socket_mode, 0, 0777);
-  server.Unsigned("max_message_bytes", &c.max_message_bytes, 1 << 20, INT32_MAX);
-  server.Unsigned("transport_memory_bytes", &c.transport_memory_bytes, 2 << 20, uint64_t{1} << 40);
-  server.Double("shutdown_grace_s", &c.shutdown_grace_s, 0, 3600);
-  server.String("log_level", &c.log_level);
-  server.Unsigned("max_connections", &c.max_connections, 1, 1 << 20);
-  server.Unsigned("max_connections_per_peer", &c.max_connections_per_peer, 1, 1 << 20);
-  server.Unsigned("connection_idle_timeout_ms", &c.connection_idle_timeout_ms, 100, 86400000);
-  server.Unsigned("max_streams_per_connection", &c.max_streams_per_connection, 1, 1 << 16);
-  server.Unsigned("max_health_watches", &c.max_health_watches, 1, 1 << 20);
-  server.Unsigned("max_health_watches_per_peer", &c.max_health_watches_per_peer, 1, 1 << 20);
-  TableReader tcp(root, "tcp");
-  tcp.String("listen", &c.tcp_listen);
-  tcp.String("tls_cert_file", &c.tls_cert_file);
-  tcp.String("tls_key_file", &c.tls_key_file);
-  tcp.String("tls_client_ca_file", &c.tls_client_ca_file);
-  tcp.Unsigned("tls_reload_s", &c.tls_reload_s, 1, 86400);
-  tcp.Unsigned("handshake_timeout_ms", &c.handshake_timeout_ms, 100, 600000);
-  tcp.Bool("allow_plaintext_loopback", &c.tcp_allow_plaintext_loopback);
-  TableReader metrics(root, "metrics");
-  metrics.String("listen", &c.metrics_listen);
-  metrics.Unsigned("max_namespace_series", &c.metrics_max_namespace_series, 1, 100000);
-  TableReader access(root, "access");
   if (auto s = ReadPrincipals(root, &c.principals); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
   }
-  access.Skip("principal");  // read above: an array of tables
-  access.Bool("single_user", &c.access_single_user);
-  TableReader limits(root, "limits");
-  limits.Unsigned("max_prompt_tokens", &c.max_prompt_tokens, 1, uint64_t{1} << 32);
-  limits.Unsigned("max_chunk_bytes", &c.max_chunk_bytes, 1, uint64_t{1} << 40);
-  limits.Unsigned("min_chunk_bytes", &c.min_chunk_bytes, 1, uint64_t{1} << 30);
-  limits.Unsigned("max_chunk_tokens", &c.max_chunk_tokens, 1, kU32);
-  limits.Unsigned("default_chunk_tokens", &c.default_chunk_tokens, 1, kU32);
-  limits.Unsigned("max_region_bytes", &c.max_region_bytes, 1, uint64_t{1} << 50);
-  limits.Unsigned("max_regions_per_client", &c.max_regions_per_client, 1, kU32);
-  limits.Unsigned("max_regions", &c.max_regions, 1, kU32);
-  limits.Unsigned("max_total_region_bytes", &c.max_total_region_bytes, 1, uint64_t{1} << 56);
-  limits.Unsigned("max_concurrent_loads", &c.max_concurrent_loads, 1, 1 << 20);
-  limits.Unsigned("max_concurrent_loads_per_principal", &c.max_concurrent_loads_per_principal, 1, 1 << 20);
-  limits.Unsigned("max_concurrent_loads_per_client", &c.max_concurrent_loads_per_client, 1, 1 << 20);
-  limits.Unsigned("region_lease_ms", &c.region_lease_ms, 100, 86400000);
-  TableReader dram(root, "dram");
-  dram.Unsigned("capacity_bytes", &c.dram_capacity_bytes, 1, uint64_t{1} << 50);
-  dram.Double("read_gbps", &c.dram_read_gbps, 0, 1e6);
-  dram.Double("read_burst_us", &c.dram_read_burst_us, 0, 1e6);
-  dram.Bool("prefault", &c.dram_prefault);
-  dram.Unsigned("promotion_queue_bytes", &c.dram_promotion_queue_bytes, 0, uint64_t{1} << 44);
-  TableReader disk(root, "disk");
-  disk.String("root", &c.disk_root);
-  disk.Unsigned("capacity_bytes", &c.disk_capacity_bytes, 1, uint64_t{1} << 56);
-  disk.Unsigned("queue_depth", &c.disk_queue_depth, 1, 4096);
-  disk.Word("io_backend", &c.disk_io_backend, ParseIoBackendOption);
-  disk.Bool("allow_buffered", &c.disk_allow_buffered);
-  disk.Unsigned("recovery_threads", &c.disk_recovery_threads, 1, 1024);
-  disk.Unsigned("index_checkpoint_ms", &c.disk_index_checkpoint_ms, 0, 86400000);
-  disk.Double("read_gbps", &c.disk_read_gbps, 0, 1e6);
-  TableReader remote(root, "remote");
-  remote.StringList("endpoints", &c.remote_endpoints);
-  remote.String("user", &c.remote_user);
-  remote.String("password", &c.remote_password);
-  remote.String("password_file", &c.remote_password_file);
-  remote.String("key_prefix", &c.remote_key_prefix);
-  remote.Unsigned("part_bytes", &c.remote_part_bytes, 4096, uint64_t{512} << 20);
-  remote.Unsigned("connections", &c.remote_connections, 1, 1024);
-  remote.Unsigned("connect_timeout_ms", &c.remote_connect_timeout_ms, 1, 600000);
-  remote.Unsigned("command_timeout_ms", &c.remote_command_timeout_ms, 1, 600000);
-  remote.Unsigned("ttl_s", &c.remote_ttl_s, 0, uint64_t{1} << 31);
-  remote.Double("read_gbps", &c.remote_read_gbps, 0, 1e6);
-  remote.Bool("promote_to_disk", &c.remote_promote_to_disk);
-  TableReader cuda(root, "cuda");
-  cuda.Bool("enabled", &c.cuda_enabled);
-  cuda.UnsignedList("devices", &c.cuda_devices, 1023);
-  cuda.Unsigned("max_region_bytes", &c.cuda_max_region_bytes, 1, uint64_t{1} << 50);
-  cuda.Bool("pin_dram", &c.cuda_pin_dram);
-  TableReader writeback(root, "writeback");
-  writeback.Unsigned("queue_bytes", &c.write_back_queue_bytes, 0, uint64_t{1} << 44);
-  writeback.Unsigned("threads", &c.write_back_threads, 1, 64);
-  TableReader loader(root, "loader");
-  loader.Unsigned("window", &c.load_window, 1, 4096);
-  loader.Unsigned("max_window", &c.max_load_window, 1, 4096);
-  loader.Unsigned("idle_timeout_ms", &c.load_idle_timeout_ms, 50, 86400000);
-  loader.Unsigned("start_timeout_ms", &c.load_start_timeout_ms, 50, 86400000);
-  loader.Unsigned("max_inline_bytes", &c.max_inline_bytes, 1 << 20, uint64_t{1} << 44);
-  loader.Unsigned("max_inline_bytes_per_principal", &c.max_inline_bytes_per_principal, 1 << 20, uint64_t{1} << 44);
-  loader.Unsigned("io_threads", &c.io_threads, 1, 1024);
-  loader.Word("arbiter", &c.arbiter, ParseArbiterOption);
-  loader.Unsigned("arbiter_starvation_ms", &c.arbiter_starvation_ms, 1, 3600000);
-  TableReader keys(root, "keys");
-  keys.String("secret", &c.key_secret);
-  for (TableReader* t :
-       {&server, &tcp, &metrics, &access, &limits, &dram, &disk, &remote, &cuda, &writeback, &loader, &keys}) {
-    if (auto s = t->Finish(); !s.ok())
+  for (std::string_view table : ConfigTables()) {
+    TableReader reader(root, std::string(table));
+    if (table == "access") reader.Skip("principal");  // read above: an array of tables
+    for (const ConfigKey& key : ConfigKeys()) {
+      if (key.table == table) ReadKey(reader, key, c);
+    }
+    if (auto s = reader.Finish(); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("config ", path, ": ", s.message()));
+    }
   }
   // The config is readable by the engines' group (0640 root:cake): a password written into it is theirs too.
   if (struct stat st{}; !c.remote_password.empty() && ::stat(path.c_str(), &st) == 0 && (st.st_mode & 044) != 0) {
@@ -388,7 +340,8 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfi
 absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.run_dir.empty() && c.socket.empty())
     return absl::InvalidArgumentError("server.run_dir or server.socket must be set");
-  // Flags bypass the TOML ranges: the ones that would leave the daemon unable to work are checked again here.
+  // A DaemonConfig built in code (tests, benches, the demo) bypasses the key ranges: the values that would leave
+  // the daemon unable to work are checked again here.
   if (c.dram_capacity_bytes == 0) {
     return absl::InvalidArgumentError("dram.capacity_bytes (--dram-capacity-mib) must be positive");
   }
@@ -508,18 +461,6 @@ namespace {
 
 constexpr const char* kMasked = "(set; masked)";
 
-const char* IoBackendWord(IoBackend backend) {
-  switch (backend) {
-    case IoBackend::kUring:
-      return "uring";
-    case IoBackend::kPread:
-      return "pread";
-    case IoBackend::kAuto:
-      break;
-  }
-  return "auto";
-}
-
 template <typename T>
 toml::array Array(const std::vector<T>& values) {
   toml::array out;
@@ -538,101 +479,55 @@ int64_t Int(uint64_t v) { return v > static_cast<uint64_t>(INT64_MAX) ? INT64_MA
 
 }  // namespace
 
-std::string FormatConfig(const DaemonConfig& c) {
+std::string FormatConfig(const DaemonConfig& config) {
+  DaemonConfig c = config;  // the fields are reached through accessors that take a DaemonConfig&
   toml::table root;
-  root.insert("server",
-              toml::table{{"run_dir", c.run_dir},
-                          {"socket", c.socket_path()},
-                          {"socket_mode", static_cast<int64_t>(c.socket_mode)},
-                          {"max_message_bytes", Int(c.max_message_bytes)},
-                          {"transport_memory_bytes", Int(c.transport_memory_bytes)},
-                          {"shutdown_grace_s", c.shutdown_grace_s},
-                          {"log_level", c.log_level},
-                          {"max_connections", static_cast<int64_t>(c.max_connections)},
-                          {"max_connections_per_peer", static_cast<int64_t>(c.max_connections_per_peer)},
-                          {"connection_idle_timeout_ms", static_cast<int64_t>(c.connection_idle_timeout_ms)},
-                          {"max_streams_per_connection", static_cast<int64_t>(c.max_streams_per_connection)},
-                          {"max_health_watches", static_cast<int64_t>(c.max_health_watches)},
-                          {"max_health_watches_per_peer", static_cast<int64_t>(c.max_health_watches_per_peer)}});
-  root.insert("tcp", toml::table{{"listen", c.tcp_listen},
-                                 {"tls_cert_file", c.tls_cert_file},
-                                 {"tls_key_file", c.tls_key_file},
-                                 {"tls_client_ca_file", c.tls_client_ca_file},
-                                 {"tls_reload_s", static_cast<int64_t>(c.tls_reload_s)},
-                                 {"handshake_timeout_ms", static_cast<int64_t>(c.handshake_timeout_ms)},
-                                 {"allow_plaintext_loopback", c.tcp_allow_plaintext_loopback}});
-  root.insert("metrics", toml::table{{"listen", c.metrics_listen},
-                                     {"max_namespace_series", static_cast<int64_t>(c.metrics_max_namespace_series)}});
-  toml::array principals;
-  for (const PrincipalConfig& p : c.principals) {
-    principals.push_back(toml::table{{"name", p.name},
-                                     {"unix_uids", Array(p.unix_uids)},
-                                     {"unix_users", Array(p.unix_users)},
-                                     {"tls_identities", Array(p.tls_identities)},
-                                     {"token_file", p.token_file},
-                                     {"tenants", Array(p.tenants)},
-                                     {"roles", Array(p.roles)}});
+  for (std::string_view name : ConfigTables()) {
+    toml::table table;
+    for (const ConfigKey& key : ConfigKeys()) {
+      if (key.table != name) continue;
+      std::visit(
+          [&](auto field) {
+            const auto& value = field(c);
+            using T = std::remove_cvref_t<decltype(value)>;
+            const std::string_view k = key.name;
+            if constexpr (std::is_same_v<T, std::string>) {
+              if (key.secret) {
+                table.insert(k, value.empty() ? "" : kMasked);
+              } else if (&value == &c.socket) {
+                table.insert(k, c.socket_path());  // resolved: where the daemon listens
+              } else {
+                table.insert(k, value);
+              }
+            } else if constexpr (std::is_same_v<T, uint32_t> || std::is_same_v<T, uint64_t>) {
+              table.insert(k, Int(value));
+            } else if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<int>>) {
+              table.insert(k, Array(value));
+            } else if constexpr (std::is_same_v<T, IoBackend>) {
+              table.insert(k, IoBackendWord(value));
+            } else if constexpr (std::is_same_v<T, ArbiterPolicy>) {
+              table.insert(k, ArbiterPolicyName(value));
+            } else {
+              table.insert(k, value);
+            }
+          },
+          key.field);
+    }
+    if (name == "access" && !c.principals.empty()) {
+      toml::array principals;
+      for (const PrincipalConfig& p : c.principals) {
+        principals.push_back(toml::table{{"name", p.name},
+                                         {"unix_uids", Array(p.unix_uids)},
+                                         {"unix_users", Array(p.unix_users)},
+                                         {"tls_identities", Array(p.tls_identities)},
+                                         {"token_file", p.token_file},
+                                         {"tenants", Array(p.tenants)},
+                                         {"roles", Array(p.roles)}});
+      }
+      table.insert("principal", std::move(principals));
+    }
+    root.insert(name, std::move(table));
   }
-  toml::table access;
-  if (!principals.empty()) access.insert("principal", std::move(principals));
-  if (c.access_single_user) access.insert("single_user", true);
-  root.insert("access", std::move(access));
-  root.insert(
-      "limits",
-      toml::table{{"max_prompt_tokens", Int(c.max_prompt_tokens)},
-                  {"max_chunk_bytes", Int(c.max_chunk_bytes)},
-                  {"min_chunk_bytes", Int(c.min_chunk_bytes)},
-                  {"max_chunk_tokens", static_cast<int64_t>(c.max_chunk_tokens)},
-                  {"default_chunk_tokens", static_cast<int64_t>(c.default_chunk_tokens)},
-                  {"max_region_bytes", Int(c.max_region_bytes)},
-                  {"max_regions_per_client", static_cast<int64_t>(c.max_regions_per_client)},
-                  {"max_regions", static_cast<int64_t>(c.max_regions)},
-                  {"max_total_region_bytes", Int(c.max_total_region_bytes)},
-                  {"max_concurrent_loads", static_cast<int64_t>(c.max_concurrent_loads)},
-                  {"max_concurrent_loads_per_principal", static_cast<int64_t>(c.max_concurrent_loads_per_principal)},
-                  {"max_concurrent_loads_per_client", static_cast<int64_t>(c.max_concurrent_loads_per_client)},
-                  {"region_lease_ms", static_cast<int64_t>(c.region_lease_ms)}});
-  root.insert("dram", toml::table{{"capacity_bytes", Int(c.dram_capacity_bytes)},
-                                  {"read_gbps", c.dram_read_gbps},
-                                  {"read_burst_us", c.dram_read_burst_us},
-                                  {"prefault", c.dram_prefault},
-                                  {"promotion_queue_bytes", Int(c.dram_promotion_queue_bytes)}});
-  root.insert("disk", toml::table{{"root", c.disk_root},
-                                  {"capacity_bytes", Int(c.disk_capacity_bytes)},
-                                  {"queue_depth", static_cast<int64_t>(c.disk_queue_depth)},
-                                  {"io_backend", IoBackendWord(c.disk_io_backend)},
-                                  {"allow_buffered", c.disk_allow_buffered},
-                                  {"recovery_threads", static_cast<int64_t>(c.disk_recovery_threads)},
-                                  {"index_checkpoint_ms", static_cast<int64_t>(c.disk_index_checkpoint_ms)},
-                                  {"read_gbps", c.disk_read_gbps}});
-  root.insert("remote", toml::table{{"endpoints", Array(c.remote_endpoints)},
-                                    {"user", c.remote_user},
-                                    {"password", c.remote_password.empty() ? "" : kMasked},
-                                    {"password_file", c.remote_password_file},
-                                    {"key_prefix", c.remote_key_prefix},
-                                    {"part_bytes", Int(c.remote_part_bytes)},
-                                    {"connections", static_cast<int64_t>(c.remote_connections)},
-                                    {"connect_timeout_ms", static_cast<int64_t>(c.remote_connect_timeout_ms)},
-                                    {"command_timeout_ms", static_cast<int64_t>(c.remote_command_timeout_ms)},
-                                    {"ttl_s", Int(c.remote_ttl_s)},
-                                    {"read_gbps", c.remote_read_gbps},
-                                    {"promote_to_disk", c.remote_promote_to_disk}});
-  root.insert("cuda", toml::table{{"enabled", c.cuda_enabled},
-                                  {"devices", Array(c.cuda_devices)},
-                                  {"max_region_bytes", Int(c.cuda_max_region_bytes)},
-                                  {"pin_dram", c.cuda_pin_dram}});
-  root.insert("writeback", toml::table{{"queue_bytes", Int(c.write_back_queue_bytes)},
-                                       {"threads", static_cast<int64_t>(c.write_back_threads)}});
-  root.insert("loader", toml::table{{"window", static_cast<int64_t>(c.load_window)},
-                                    {"max_window", static_cast<int64_t>(c.max_load_window)},
-                                    {"idle_timeout_ms", static_cast<int64_t>(c.load_idle_timeout_ms)},
-                                    {"start_timeout_ms", static_cast<int64_t>(c.load_start_timeout_ms)},
-                                    {"max_inline_bytes", Int(c.max_inline_bytes)},
-                                    {"max_inline_bytes_per_principal", Int(c.max_inline_bytes_per_principal)},
-                                    {"io_threads", static_cast<int64_t>(c.io_threads)},
-                                    {"arbiter", ArbiterPolicyName(c.arbiter)},
-                                    {"arbiter_starvation_ms", static_cast<int64_t>(c.arbiter_starvation_ms)}});
-  root.insert("keys", toml::table{{"secret", c.key_secret.empty() ? "" : kMasked}});
   std::ostringstream out;
   out << toml::toml_formatter(root, toml::toml_formatter::default_flags & ~toml::format_flags::indentation);
   return out.str() + "\n";

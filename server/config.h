@@ -137,6 +137,11 @@ struct DaemonConfig {
   uint32_t io_threads = 4;
   ArbiterPolicy arbiter = ArbiterPolicy::kShortestRemaining;
   uint32_t arbiter_starvation_ms = 1000;  // srf: a read queued this long goes first
+  // [prefetch] chunks copied into DRAM ahead of a load (LookupRequest.prefetch)
+  bool prefetch_enabled = true;
+  uint64_t prefetch_max_bytes = uint64_t{256} << 20;  // queued, being copied, or copied and not yet loaded
+  uint32_t prefetch_reads_in_flight = 1;              // copies at once, on idle I/O threads only
+  uint32_t prefetch_ttl_ms = 30000;                   // a prefetched chunk no load used by then counts as wasted
   // [keys]
   std::string key_secret;  // mixed into every key root; daemons that share a store must share it
 

@@ -1,44 +1,52 @@
-// The daemon's counters, read by AdminService.Stats and cakectl. Lock-free: bumped on every hot path.
+// The daemon's counters: bumped lock-free on every hot path, reported through server/telemetry (Stats and /metrics
+// under the name and help written here).
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <map>
-#include <string>
 
 namespace cake {
 
 // One counter a line, kept as written: clang-format reflows a long macro differently on every pass.
 // clang-format off
 #define CAKE_COUNTERS(X) \
-  X(lookups) \
-  X(lookup_chunks) \
-  X(lookup_cached_chunks) \
-  X(loads_started) \
-  X(loads_finished) \
-  X(loads_cancelled) \
-  X(load_chunks_loaded) \
-  X(load_bytes_loaded) \
-  X(load_chunk_read_failures) \
-  X(load_chunks_computed) \
-  X(loads_not_promoted) \
-  X(loads_cake) \
-  X(loads_io_only) \
-  X(loads_compute_only) \
-  X(stores) \
-  X(store_chunks_stored) \
-  X(store_chunks_already_cached) \
-  X(store_bytes_stored) \
-  X(store_chunks_rejected) \
-  X(regions_registered) \
-  X(regions_released) \
-  X(invalid_requests) \
-  X(loads_idle_ended) \
-  X(regions_reclaimed) \
-  X(regions_expired) \
-  X(inline_reads_waited) \
-  X(lookups_network_skipped)
+  X(lookups, "Lookup calls") \
+  X(lookup_chunks, "Full chunks Lookups asked about") \
+  X(lookup_cached_chunks, "Chunks Lookups found cached") \
+  X(loads_started, "Load streams admitted") \
+  X(loads_finished, "Load streams that reached Done") \
+  X(loads_cancelled, "Load streams cancelled before the end") \
+  X(load_chunks_loaded, "Chunks reported loaded to engines") \
+  X(load_bytes_loaded, "Bytes of the chunks reported loaded to engines") \
+  X(load_chunk_read_failures, "Reads that failed; the engine computed those chunks") \
+  X(load_chunks_computed, "Cached chunks left to engines by meeting points (the sum of m)") \
+  X(loads_not_promoted, "Loads larger than half the DRAM tier, whose chunks stayed where they were") \
+  X(loads_cake, "Loads whose plan chose Cake's split") \
+  X(loads_io_only, "Loads whose plan chose to load everything") \
+  X(loads_compute_only, "Loads whose plan chose to compute everything") \
+  X(stores, "Store calls") \
+  X(store_chunks_stored, "Chunks stores added") \
+  X(store_chunks_already_cached, "Chunks stores found cached already") \
+  X(store_bytes_stored, "Bytes stores added") \
+  X(store_chunks_rejected, "Chunks stores could not keep (no room, a failed write)") \
+  X(regions_registered, "Regions registered") \
+  X(regions_released, "Regions released") \
+  X(invalid_requests, "Load and Store requests refused as invalid") \
+  X(loads_idle_ended, "Loads ended because their client was silent for loader.idle_timeout_ms") \
+  X(regions_reclaimed, "Regions released because the client gave up on its registration before the reply") \
+  X(regions_expired, "Regions released because their owner did not renew them within limits.region_lease_ms") \
+  X(inline_reads_waited, "Times an inline load's read waited for room under loader.max_inline_bytes") \
+  X(lookups_network_skipped, "Lookups and Starts answered without the remote tier because too many calls wait on it") \
+  X(prefetches, "Lookups that asked for a prefetch") \
+  X(prefetch_chunks_queued, "Chunks prefetches queued for copying into DRAM") \
+  X(prefetch_chunks_over_budget, "Chunks prefetches left out because prefetch.max_bytes was held") \
+  X(prefetch_chunks_copied, "Chunks prefetches copied into DRAM") \
+  X(prefetch_bytes_copied, "Bytes prefetches copied into DRAM") \
+  X(prefetch_chunks_used, "Prefetched chunks a later load used (copied, or being copied, when it started)") \
+  X(prefetch_chunks_dropped, "Queued prefetch chunks dropped because a load started first and read them itself") \
+  X(prefetch_chunks_wasted, "Prefetched chunks no load used within prefetch.ttl_ms (or never copied by then)") \
+  X(prefetch_chunks_failed, "Prefetch copies that failed (the read failed, or no idle thread took it)")
 // clang-format on
 
 // The status codes a failed read can end with, in absl::StatusCode's order (OK, 0, never counted).
@@ -50,7 +58,7 @@ inline constexpr const char* kStatusCodeNames[kStatusCodes] = {
     "data_loss", "unauthenticated"};
 
 struct Counters {
-#define CAKE_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};
+#define CAKE_DECLARE_COUNTER(name, help) std::atomic<uint64_t> name{0};
   CAKE_COUNTERS(CAKE_DECLARE_COUNTER)
 #undef CAKE_DECLARE_COUNTER
   // Of load_chunk_read_failures, by the read's status code: DATA_LOSS is a corrupt chunk (removed), NOT_FOUND one
@@ -62,27 +70,6 @@ struct Counters {
     if (code > 0 && static_cast<size_t>(code) < kStatusCodes) {
       load_chunk_read_failures_by_code[static_cast<size_t>(code)].fetch_add(1, std::memory_order_relaxed);
     }
-  }
-
-  std::map<std::string, uint64_t> Snapshot() const {
-    std::map<std::string, uint64_t> out;
-#define CAKE_SNAPSHOT_COUNTER(name) out[#name] = name.load(std::memory_order_relaxed);
-    CAKE_COUNTERS(CAKE_SNAPSHOT_COUNTER)
-#undef CAKE_SNAPSHOT_COUNTER
-    // Stats shows each code that occurred as load_chunk_read_failures_<code>; /metrics as a code label.
-    for (size_t code = 1; code < kStatusCodes; ++code) {
-      const uint64_t n = load_chunk_read_failures_by_code[code].load(std::memory_order_relaxed);
-      if (n > 0) out[std::string("load_chunk_read_failures_") + kStatusCodeNames[code]] = n;
-    }
-    return out;
-  }
-  // The plain counters alone (CAKE_COUNTERS), for /metrics, which shows the by-code ones with a label.
-  std::map<std::string, uint64_t> PlainSnapshot() const {
-    std::map<std::string, uint64_t> out;
-#define CAKE_SNAPSHOT_COUNTER(name) out[#name] = name.load(std::memory_order_relaxed);
-    CAKE_COUNTERS(CAKE_SNAPSHOT_COUNTER)
-#undef CAKE_SNAPSHOT_COUNTER
-    return out;
   }
 };
 

@@ -485,6 +485,7 @@ void Daemon::Housekeep() {
   auto last_trim = std::chrono::steady_clock::now();
   std::unique_lock lock(housekeeping_mu_);
   while (!housekeeping_wake_.wait_for(lock, period, [this] { return housekeeping_stop_; })) {
+    state_->prefetcher.Expire();
     for (const RegionRegistry::Expired& gone : state_->regions.ReleaseExpired()) {
       Bump(state_->counters.regions_expired);
       spdlog::warn("a region ({} bytes) of client {} released: its lease ran out ({} ms without a call naming it)",
@@ -518,6 +519,7 @@ void Daemon::Stop() {
   if (stopped_ || server_ == nullptr) return;  // a daemon that never started serving has nothing to stop
   stopped_ = true;
   state_->stopping = true;
+  state_->prefetcher.Stop();
   StopHousekeeping();
   spdlog::info("stopping: {} live loads cancelled, {} regions released", state_->loads.active(),
                state_->regions.count());

@@ -23,6 +23,7 @@
 #include "server/health_service.h"
 #include "server/inline_budget.h"
 #include "server/load_metrics.h"
+#include "server/prefetcher.h"
 #include "server/region_registry.h"
 #include "server/unix_listener.h"
 #include "storage/tier_manager.h"
@@ -151,6 +152,8 @@ struct DaemonState {
   // `background` goes before `regions` (members end in reverse order): regions let go from now on unmap in place.
   // The timer thread stops first: no load's timer fires into a pool or tier that is going.
   ~DaemonState() {
+    // No copy starts from here on: one finishing in a pool that is going must not hand the next to a pool gone.
+    prefetcher.Stop();
     timers.Stop();
     regions.SetDisposer(nullptr);
   }
@@ -218,6 +221,14 @@ struct DaemonState {
   // it): here rather than on gRPC's threads, which Ping and every other call need, or the I/O threads, which
   // DRAM and disk reads need; a frozen Redis ties up these threads only. Destroyed before what it touches.
   IoPool network_calls{kNetworkCallThreads, kNetworkCallQueue, ArbiterPolicy::kFifo};
+  // Before the pools: their idle threads run its copies, which must end before it goes.
+  Prefetcher prefetcher{Prefetcher::Options{config.prefetch_max_bytes, config.prefetch_reads_in_flight,
+                                            std::chrono::milliseconds(config.prefetch_ttl_ms)},
+                        tiers,
+                        [this](TierKind from, std::function<void()> copy) {
+                          return (from == TierKind::kRemote ? network_reads : pool).TrySubmitIdle(std::move(copy));
+                        },
+                        counters, Clock::Real()};
   // Work that is not a load's read: RegisterRegion's page mapping, Store's copies, Evict. Its own threads, so a
   // load's reads never queue behind a 1 GiB registration (they still share the cores). Before `pool`: Store
   // copies may hand write-backs to the tiers, which outlive both pools.

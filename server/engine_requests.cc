@@ -144,7 +144,7 @@ absl::StatusOr<uint64_t> AdmitLoad(DaemonState& state, const LoadRequest& reques
   const DaemonConfig& config = state.config;
   LoadOwner owner{request.fairness_key, request.client_id, request.region ? request.region->region_id : "", caller.peer,
                   caller.principal->name};
-  return state.loads.TryAdd(
+  absl::StatusOr<uint64_t> ticket = state.loads.TryAdd(
       LoadCaps{config.max_concurrent_loads, config.max_concurrent_loads_per_principal,
                config.max_concurrent_loads_per_client},
       std::move(owner),
@@ -155,6 +155,9 @@ absl::StatusOr<uint64_t> AdmitLoad(DaemonState& state, const LoadRequest& reques
         auto live = stream.lock();
         return live ? live->Describe() : std::nullopt;
       });
+  // Before its lookup: what a prefetch copied or is copying counts as used, what it queued the load reads itself.
+  if (ticket.ok()) state.prefetcher.LoadStarted(request.keys);
+  return ticket;
 }
 
 }  // namespace cake

@@ -7,7 +7,9 @@ InlineWindow::~InlineWindow() {
 }
 
 InlineWindow::Room InlineWindow::Reserve(const std::function<void()>& on_room) {
-  if (reading_ + queued_ >= window_) return Room::kWindowFull;
+  // Read chunks waiting below one not yet landed count too: reads land out of order, and a slow read of the
+  // highest chunk must not let the ones below it pile up past the window.
+  if (reading_ + waiting_.size() + queued_ >= window_) return Room::kWindowFull;
   if (held_chunks_ > live_chunks()) return Room::kYes;  // a chunk's worth is held spare already
   if (waiting_for_budget_) return Room::kStillQueued;
   if (!budget_.TakeOrWait(chunk_bytes_, on_room, holder_)) {

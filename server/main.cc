@@ -11,6 +11,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "server/config.h"
+#include "server/config_flags.h"
 #include "server/daemon.h"
 #include "server/systemd_notify.h"
 #include "spdlog/spdlog.h"
@@ -34,52 +35,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("caked ") + CAKE_VERSION);
   std::string config_file;
   app.add_option("--config", config_file, "TOML configuration file (deploy/caked.toml documents every key)");
-  std::string run_dir, socket, log_level, key_secret;
-  app.add_option("--run-dir", run_dir, "folder for the socket (server.run_dir)");
-  app.add_option("--socket", socket, "unix socket path (server.socket)");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error (server.log_level)");
-  std::optional<uint64_t> dram_mib;
-  // Counted flags: CLI11 sets an optional<bool> flag to false when absent, which would override the file.
-  int64_t prefault_flags = 0, no_prefault_flags = 0;
-  app.add_flag("--dram-prefault", prefault_flags, "touch the whole DRAM tier at start-up (dram.prefault)");
-  app.add_flag("--no-dram-prefault", no_prefault_flags, "do not (dram.prefault = false)");
-  app.add_option("--dram-capacity-mib", dram_mib, "DRAM tier size in MiB (dram.capacity_bytes)");
-  std::optional<double> dram_gbps, dram_burst_us;
-  app.add_option("--dram-read-burst-us", dram_burst_us,
-                 "what an idle throttled DRAM tier lets through at once, in microseconds of its rate; 0 serves one "
-                 "read after another (dram.read_burst_us)");
-  app.add_option("--dram-read-gbps", dram_gbps, "cap DRAM-tier reads at this many Gbit/s, 0 for none (dram.read_gbps)");
-  std::string disk_root;
-  app.add_option("--disk-root", disk_root, "folder of the disk tier; enables it (disk.root)");
-  std::optional<uint64_t> disk_mib;
-  app.add_option("--disk-capacity-mib", disk_mib, "disk tier size in MiB (disk.capacity_bytes)");
-  std::optional<double> disk_gbps;
-  app.add_option("--disk-read-gbps", disk_gbps, "cap disk-tier reads at this many Gbit/s, 0 for none (disk.read_gbps)");
-  std::vector<std::string> remote_endpoints;
-  app.add_option("--remote", remote_endpoints,
-                 "Redis host:port (a standalone server or cluster seeds; repeat or comma-separate); enables the remote "
-                 "tier (remote.endpoints)")
-      ->delimiter(',');
-  std::string remote_prefix;
-  app.add_option("--remote-key-prefix", remote_prefix, "prefix of every Redis key (remote.key_prefix)");
-  std::optional<double> remote_gbps;
-  app.add_option("--remote-read-gbps", remote_gbps,
-                 "cap remote-tier reads at this many Gbit/s, 0 for none (remote.read_gbps)");
-  std::string io_backend;
-  app.add_option("--disk-io-backend", io_backend, "auto, uring or pread (disk.io_backend)");
-  std::optional<uint32_t> io_threads, window;
-  app.add_option("--io-threads", io_threads, "I/O threads (loader.io_threads)");
-  app.add_option("--window", window, "reads in flight per load (loader.window)");
-  std::string arbiter;
-  app.add_option("--arbiter", arbiter, "srf, fifo or fair: which concurrent load's read goes next (loader.arbiter)");
-  int64_t no_cuda_flags = 0;
-  app.add_flag("--no-cuda", no_cuda_flags, "serve host regions only, even with a GPU (cuda.enabled = false)");
-  std::vector<int> cuda_devices;
-  app.add_option("--cuda-devices", cuda_devices, "CUDA device ordinals engines may ask for (cuda.devices)")
-      ->delimiter(',');
-  std::string metrics_listen;
-  app.add_option("--metrics-listen", metrics_listen,
-                 "serve Prometheus metrics on host:port, e.g. 127.0.0.1:9464 (metrics.listen)");
+  cake::ConfigFlags flags(app);  // one per key that has a flag (server/config_keys.cc)
   bool check_config = false, print_config = false;
   app.add_flag("--check-config", check_config, "validate the configuration and exit");
   app.add_flag("--print-config", print_config,
@@ -99,39 +55,7 @@ int main(int argc, char** argv) {
       if (!loaded.ok()) return loaded.status();
       config = *loaded;
     }
-    if (!run_dir.empty()) {
-      config.run_dir = run_dir;
-      if (socket.empty()) config.socket.clear();
-    }
-    if (!socket.empty()) config.socket = socket;
-    if (!log_level.empty()) config.log_level = log_level;
-    if (dram_mib) config.dram_capacity_bytes = *dram_mib << 20;
-    if (prefault_flags > 0) config.dram_prefault = true;
-    if (no_prefault_flags > 0) config.dram_prefault = false;
-    if (dram_gbps) config.dram_read_gbps = *dram_gbps;
-    if (dram_burst_us) config.dram_read_burst_us = *dram_burst_us;
-    if (!disk_root.empty()) config.disk_root = disk_root;
-    if (disk_mib) config.disk_capacity_bytes = *disk_mib << 20;
-    // Flags that name an enum's value are parsed by the config file's own words.
-    if (!arbiter.empty()) {
-      auto parsed = cake::ParseArbiterOption(arbiter, "--arbiter");
-      if (!parsed.ok()) return parsed.status();
-      config.arbiter = *parsed;
-    }
-    if (!io_backend.empty()) {
-      auto parsed = cake::ParseIoBackendOption(io_backend, "--disk-io-backend");
-      if (!parsed.ok()) return parsed.status();
-      config.disk_io_backend = *parsed;
-    }
-    if (disk_gbps) config.disk_read_gbps = *disk_gbps;
-    if (!remote_endpoints.empty()) config.remote_endpoints = remote_endpoints;
-    if (!remote_prefix.empty()) config.remote_key_prefix = remote_prefix;
-    if (remote_gbps) config.remote_read_gbps = *remote_gbps;
-    if (io_threads) config.io_threads = *io_threads;
-    if (window) config.load_window = *window;
-    if (no_cuda_flags > 0) config.cuda_enabled = false;
-    if (!cuda_devices.empty()) config.cuda_devices = cuda_devices;
-    if (!metrics_listen.empty()) config.metrics_listen = metrics_listen;
+    if (auto s = flags.ApplyTo(config); !s.ok()) return s;
     if (auto s = cake::ValidateConfig(config); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("invalid configuration: ", s.message()));
     }

@@ -14,6 +14,7 @@
 #include "server/engine_requests.h"
 #include "server/load_reactor.h"
 #include "server/requests.h"
+#include "server/telemetry.h"
 #include "spdlog/spdlog.h"
 
 namespace cake {
@@ -214,15 +215,20 @@ grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* con
   if (!keys.ok()) return Reply(context, keys.status());
   response->set_total_chunks(static_cast<uint32_t>(keys->size()));
   response->set_chunk_bytes(ns->chunk_bytes());
-  auto answer = [this, response](const TierManager::PrefixLookup& lookup) {
+  const bool prefetch = request->prefetch() && state_.config.prefetch_enabled;
+  auto prompt_keys = std::make_shared<const std::vector<ChunkKey>>(*std::move(keys));
+  auto answer = [this, response, prefetch, prompt_keys](const TierManager::PrefixLookup& lookup) {
     const std::vector<TierKind> tiers = lookup.Prefix();
     response->set_cached_chunks(static_cast<uint32_t>(tiers.size()));
     response->mutable_chunk_tiers()->Reserve(static_cast<int>(tiers.size()));
     for (TierKind kind : tiers) response->add_chunk_tiers(static_cast<v1::TierKind>(kind));
     Bump(state_.counters.lookup_chunks, response->total_chunks());
     Bump(state_.counters.lookup_cached_chunks, tiers.size());
+    // Queues the copies and returns: they run on idle I/O threads, never on this one.
+    if (prefetch)
+      response->set_prefetch_chunks(state_.prefetcher.Prefetch(*prompt_keys, tiers, response->chunk_bytes()));
   };
-  auto lookup = std::make_shared<TierManager::PrefixLookup>(state_.tiers.LookupPrefixInMemory(*keys));
+  auto lookup = std::make_shared<TierManager::PrefixLookup>(state_.tiers.LookupPrefixInMemory(*prompt_keys));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (lookup->needs_network() &&
       state_.network_calls.TrySubmit(AnsweredEvenIfItThrows(reactor, [this, reactor, lookup, answer] {
@@ -371,40 +377,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* c
 }
 
 void AdminServiceImpl::FillStats(v1::StatsResponse* response) {
-  for (const auto& [name, value] : state_.counters.Snapshot()) (*response->mutable_counters())[name] = value;
-  (*response->mutable_counters())["inline_bytes_held"] = state_.inline_budget.held();
-  if (ConnectionGate* gate = state_.connection_gate; gate != nullptr) {
-    (*response->mutable_counters())["connections_open"] = gate->open();
-    (*response->mutable_counters())["connections_accepted"] = gate->admitted();
-    (*response->mutable_counters())["connections_refused"] = gate->refused();
-  }
-  if (state_.unix_connections != nullptr) {
-    (*response->mutable_counters())["connections_refused_unnamed_uid"] = state_.unix_connections->refused_unnamed();
-  }
-  if (state_.health != nullptr) {
-    (*response->mutable_counters())["health_watches_open"] = state_.health->watches_open();
-    (*response->mutable_counters())["health_watches_refused"] = state_.health->watches_refused();
-  }
-  for (const auto& entry : state_.tiers.tiers()) {
-    const TierUsage usage = entry->tier->Usage();
-    const std::string prefix = absl::StrCat("tier_", TierKindName(entry->kind), "_");
-    auto& counters = *response->mutable_counters();
-    counters[prefix + "used_bytes"] = usage.used_bytes;
-    counters[prefix + "chunks"] = usage.chunks;
-    const TierStats stats = entry->tier->Stats();
-    counters[prefix + "evictions"] = stats.evictions;
-    counters[prefix + "corrupt_removed"] = stats.corrupt_removed;
-    for (const auto& [name, value] : stats.own) counters[prefix + std::string(name)] = value;
-  }
-  const TierManager::WriteBackStats wb = state_.tiers.write_back_stats();
-  auto& counters = *response->mutable_counters();
-  counters["write_back_written"] = wb.written;
-  counters["write_back_failed"] = wb.failed;
-  counters["write_back_inline"] = wb.inline_writes;
-  counters["write_back_queued_bytes"] = wb.queued_bytes;
-  counters["promotions"] = wb.promotions;
-  counters["promotions_dropped"] = wb.promotions_dropped;
-  counters["promotions_to_disk"] = wb.promotions_to_disk;
+  for (const auto& [key, value] : CollectTelemetry(state_).StatsCounters())
+    (*response->mutable_counters())[key] = value;
 }
 
 // The tier an admin request names: INVALID_ARGUMENT for none (TIER_NONE, or a value this daemon does not know),

@@ -1,6 +1,7 @@
 #include "storage/tier_manager.h"
 
 #include <chrono>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
@@ -70,6 +71,22 @@ TierManager::PrefixLookup TierManager::LookupPrefixInMemory(std::span<const Chun
   lookup.unresolved_.assign(keys.begin(), keys.end());
   lookup.positions_.resize(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) lookup.positions_[i] = i;
+  if (arrivals_count_.load(std::memory_order_relaxed) > 0 && !tiers_.empty()) {
+    // A chunk being prefetched is in the fastest tier as far as a load is concerned: its read waits for the copy.
+    MutexLock lock(&arrivals_mu_);
+    size_t kept = 0;
+    for (size_t j = 0; j < lookup.unresolved_.size(); ++j) {
+      if (arrivals_.contains(lookup.unresolved_[j])) {
+        lookup.holder_[lookup.positions_[j]] = tiers_.front()->kind;
+      } else {
+        lookup.unresolved_[kept] = lookup.unresolved_[j];
+        lookup.positions_[kept] = lookup.positions_[j];
+        ++kept;
+      }
+    }
+    lookup.unresolved_.resize(kept);
+    lookup.positions_.resize(kept);
+  }
   for (const auto& e : tiers_) {
     if (e->tier->waits_on_network()) {
       lookup.network_tiers_ = true;
@@ -119,9 +136,55 @@ bool TierManager::InFastestTier(const ChunkKey& key) const {
   return !tiers_.empty() && tiers_.front()->tier->Contains(key);
 }
 
+void TierManager::AwaitArrival(const ChunkKey& key) const {
+  if (arrivals_count_.load(std::memory_order_relaxed) == 0) return;
+  MutexLock lock(&arrivals_mu_);
+  const auto deadline = std::chrono::steady_clock::now() + kArrivalWait;
+  while (arrivals_.contains(key) && std::chrono::steady_clock::now() < deadline) {
+    arrival_ended_.WaitUntil(&arrivals_mu_, deadline);
+  }
+}
+
+size_t TierManager::arrivals_in_flight() const { return arrivals_count_.load(std::memory_order_relaxed); }
+
+absl::Status TierManager::Prefetch(const ChunkKey& key, TierKind from, uint64_t chunk_bytes) {
+  if (tiers_.size() < 2 || from == tiers_.front()->kind) return absl::AlreadyExistsError("no slower tier to copy from");
+  Entry* source = Find(from);
+  if (source == nullptr) return absl::NotFoundError(absl::StrCat("no ", TierKindName(from), " tier is configured"));
+  {
+    MutexLock lock(&arrivals_mu_);
+    if (arrivals_.contains(key)) return absl::AlreadyExistsError("a prefetch of this chunk runs");
+    if (tiers_.front()->tier->Contains(key)) return absl::AlreadyExistsError("the chunk is in the fastest tier");
+    arrivals_.insert(key);
+    arrivals_count_.store(arrivals_.size(), std::memory_order_relaxed);
+  }
+  // Whatever happens, the arrival ends and its waiters wake (they then read what the fastest tier holds).
+  absl::Status status;
+  try {
+    // 4 KiB-aligned, so a disk tier reads into it with O_DIRECT.
+    const size_t size = (chunk_bytes + 4095) & ~size_t{4095};
+    std::unique_ptr<std::byte[], void (*)(std::byte*)> buffer(
+        static_cast<std::byte*>(::operator new[](size, std::align_val_t{4096})),
+        [](std::byte* p) { ::operator delete[](p, std::align_val_t{4096}); });
+    const std::span<std::byte> bytes(buffer.get(), chunk_bytes);
+    status = Read(from, key, bytes);
+    if (status.ok()) Promote(key, bytes, from);
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError("out of memory for a prefetch buffer");
+  }
+  {
+    MutexLock lock(&arrivals_mu_);
+    arrivals_.erase(key);
+    arrivals_count_.store(arrivals_.size(), std::memory_order_relaxed);
+  }
+  arrival_ended_.SignalAll();
+  return status;
+}
+
 absl::Status TierManager::Read(TierKind kind, const ChunkKey& key, std::span<std::byte> dst) {
   Entry* e = Find(kind);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no ", TierKindName(kind), " tier is configured"));
+  if (e == tiers_.front().get()) AwaitArrival(key);
   const auto started = std::chrono::steady_clock::now();
   absl::Status status = e->tier->Read(key, dst);
   e->io.read_seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
@@ -145,6 +208,7 @@ void TierManager::IoMeter::CountWrite(const absl::Status& status, uint64_t bytes
 
 std::shared_ptr<const std::span<const std::byte>> TierManager::Lend(TierKind kind, const ChunkKey& key) {
   Entry* e = Find(kind);
+  if (e != nullptr && e == tiers_.front().get()) AwaitArrival(key);
   return e == nullptr ? nullptr : e->tier->Lend(key);
 }
 

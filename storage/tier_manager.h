@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <span>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "base/clock.h"
 #include "base/histogram.h"
 #include "base/mutex.h"
@@ -90,6 +92,15 @@ class TierManager {
   // chunk is already in the fastest tier or the promotion queue is full (counted as dropped).
   bool PromoteLater(const ChunkKey& key, std::span<const std::byte> bytes, std::function<void()> done,
                     TierKind from = TierKind::kNone);
+  // Prefetch: copies a chunk that only slower tiers hold into the fastest, ahead of a load that will want it, on
+  // the calling thread (an idle I/O thread). While the copy runs the chunk counts as in the fastest tier: a lookup
+  // reports it there, and a read or lend of it from there waits for the copy (at most kArrivalWait), so a load
+  // that arrives meanwhile plans it as a DRAM chunk and reads it once. `from` is the tier to read it from.
+  // ALREADY_EXISTS when the fastest tier holds it or another copy of it runs; a read's error as it came.
+  absl::Status Prefetch(const ChunkKey& key, TierKind from, uint64_t chunk_bytes);
+  // Chunks whose prefetch copy runs now.
+  size_t arrivals_in_flight() const;
+  static constexpr auto kArrivalWait = std::chrono::seconds(30);
   // Tier::Interrupt on every tier: reads asleep in a throttle come back now (the daemon is stopping).
   void Interrupt();
   // Waits until every queued write-back is done or `bound` passes; returns the number still queued.
@@ -142,6 +153,8 @@ class TierManager {
  private:
   using SharedBytes = std::shared_ptr<const std::span<const std::byte>>;
   Entry* Find(TierKind kind) const;
+  // Before a read or lend from the fastest tier: waits while a prefetch copies `key` into it.
+  void AwaitArrival(const ChunkKey& key) const;
   void WriteToSlowerTiers(const ChunkKey& key, std::span<const std::byte> bytes);
   void Count(uint64_t WriteBackStats::*counter);
   std::atomic<uint64_t> write_back_failures_{0};
@@ -151,6 +164,11 @@ class TierManager {
 
   mutable Mutex mu_;
   WriteBackStats stats_ ABSL_GUARDED_BY(mu_);
+  // Prefetch copies running now, by chunk; waiters wake when one ends.
+  mutable Mutex arrivals_mu_;
+  mutable CondVar arrival_ended_;
+  absl::flat_hash_set<ChunkKey> arrivals_ ABSL_GUARDED_BY(arrivals_mu_);
+  std::atomic<size_t> arrivals_count_{0};  // arrivals_.size(), read without the lock on every lookup and read
   // Declared last: their threads stop, and their queued jobs let go of chunks, before the tiers go away.
   BoundedWorker write_back_;
   BoundedWorker promotion_;

@@ -188,6 +188,7 @@ class LookupResult:
     cached_chunks: int    # the cached prefix is [0, cached_chunks)
     tiers: list           # per cached chunk, the fastest tier holding it: "dram", "disk" or "remote"
     chunk_bytes: int
+    prefetch_chunks: int = 0  # with prefetch=True: chunks the daemon queued for copying into DRAM
 
 
 @dataclass(frozen=True)
@@ -469,12 +470,16 @@ class Client:
         self._call(self._kv.ReleaseRegion,
                    kv_pb2.ReleaseRegionRequest(client_id=self.client_id, region_id=region.id), timeout_s)
 
-    def lookup(self, ns, tokens=None, chunk_keys=None):
+    def lookup(self, ns, tokens=None, chunk_keys=None, prefetch=False):
+        """How much of the prompt is cached, and where. prefetch=True says the prompt will be loaded soon (its
+        request waits in the engine's queue): the daemon copies its chunks on disk or in Redis into DRAM meanwhile,
+        the tail first, with I/O no running load needs; the load that follows finds them there."""
         reply = self._call(self._kv.Lookup, kv_pb2.LookupRequest(namespace=ns.to_proto(),
-                                                                 prompt=_prompt(tokens, chunk_keys)))
+                                                                 prompt=_prompt(tokens, chunk_keys),
+                                                                 prefetch=prefetch))
         return LookupResult(total_chunks=reply.total_chunks, cached_chunks=reply.cached_chunks,
                             tiers=[TIER_NAMES.get(t, "none") for t in reply.chunk_tiers],
-                            chunk_bytes=reply.chunk_bytes)
+                            chunk_bytes=reply.chunk_bytes, prefetch_chunks=reply.prefetch_chunks)
 
     def store(self, ns, tokens=None, chunk_keys=None, first_chunk=0, chunk_count=None, region=None,
               region_offset=0, chunks=None):

@@ -38,6 +38,7 @@ from cake.client import Client
 from cake.layout import ChunkLayout
 from cake.namespace import Namespace
 from cake.regions import RegionClaim
+from cake.split import parse_flag
 
 try:  # SGLang present: the factory checks issubclass(backend, HiCacheStorage)
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorage as _Base
@@ -136,6 +137,9 @@ class CakeHiCacheStorage(_Base):
         self._tenant = str(extra.get("cake_tenant", ""))
         self._timeout_s = float(extra.get("cake_timeout_s", 30.0))
         self._region_wait_s = float(extra.get("cake_region_wait_s", 1.0))
+        # batch_exists runs on SGLang's prefetch thread as a request enters the queue: the daemon then copies the
+        # pages it finds on disk or in Redis into DRAM while the request waits (cake_prefetch = false: not).
+        self._prefetch = parse_flag(extra.get("cake_prefetch", True))
         self._client = client or Client(extra.get("cake_socket") or None, client_id=f"sglang-{os.getpid()}",
                                         timeout_s=self._timeout_s, load_timeout_s=self._timeout_s)
         self._owns_client = client is None
@@ -189,7 +193,7 @@ class CakeHiCacheStorage(_Base):
         if not keys or self.ns is None:
             return 0
         try:
-            found = self._client.lookup(self.ns, chunk_keys=self._keys(keys)).cached_chunks
+            found = self._client.lookup(self.ns, chunk_keys=self._keys(keys), prefetch=self._prefetch).cached_chunks
         except Exception as error:  # anything: an exception here would end SGLang's prefetch thread for good
             self._failed("lookup", error)
             return 0

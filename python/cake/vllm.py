@@ -191,6 +191,9 @@ class _SchedulerSide:
         self.block_size = int(vllm_config.cache_config.block_size)
         self.load_async = bool(extra.get("cake_load_async", True))
         self.lookup_wait_s = float(extra.get("cake_lookup_wait_s", 0.002))
+        # The first lookup of a waiting request asks the daemon to copy its hit from disk or Redis into DRAM
+        # meanwhile (cake_prefetch = false: not), so the load that follows reads it from memory.
+        self.prefetch = parse_flag(extra.get("cake_prefetch", True))
         # A lookup still unanswered after this long (queued behind lookups a silent daemon holds) is a miss.
         self.lookup_timeout_s = float(extra.get("cake_timeout_s", 30.0))
         # The worker's region holds this many chunks: a longer hit could not land whole, so none is promised.
@@ -212,7 +215,7 @@ class _SchedulerSide:
 
     def _lookup(self, ns, tokens):
         try:
-            return self.client.lookup(ns, tokens=tokens).cached_chunks
+            return self.client.lookup(ns, tokens=tokens, prefetch=self.prefetch).cached_chunks
         except Exception as error:  # anything: a lookup thread that raised would leave the request unanswered
             log.warning("caked lookup failed, computing instead: %s", error)
             return 0

@@ -12,15 +12,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/cake-disk-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string path;
-};
-
 std::vector<fs::path> Files(const std::string& root, bool chunks_only) {
   std::vector<fs::path> out;
   for (const auto& e : fs::recursive_directory_iterator(root)) {
@@ -33,13 +24,13 @@ std::vector<fs::path> Files(const std::string& root, bool chunks_only) {
 }  // namespace
 
 TEST_CASE("the disk tier keeps the cache across a restart, from its clean-stop index or after a crash", "[disk]") {
-  TempDir root;
+  ScratchFolder root;
   const auto ns = SmallNamespace(64);
   const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
   const auto tokens = Tokens(64 * 12);
   const fs::path index = fs::path(root.path) / "v1" / "clean-stop.index";
   // Checkpoints every 100 ms first, then off: the same root both ways.
-  TempDir config_dir;
+  ScratchFolder config_dir;
   const std::string no_checkpoints =
       WriteFile(config_dir.path, "no-checkpoints.toml", "[disk]\nindex_checkpoint_ms = 0\n");
   const std::string checkpoints = WriteFile(config_dir.path, "checkpoints.toml", "[disk]\nindex_checkpoint_ms = 100\n");
@@ -87,7 +78,7 @@ TEST_CASE("the disk tier keeps the cache across a restart, from its clean-stop i
 }
 
 TEST_CASE("a corrupt chunk file is a miss the engine computes, never a failed load", "[disk]") {
-  TempDir root;
+  ScratchFolder root;
   const auto ns = SmallNamespace(64);
   const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
   const auto tokens = Tokens(64 * 8);
@@ -126,7 +117,7 @@ TEST_CASE("a corrupt chunk file is a miss the engine computes, never a failed lo
 }
 
 TEST_CASE("SIGKILL during heavy stores leaves no partial chunk", "[disk]") {
-  TempDir root;
+  ScratchFolder root;
   const auto ns = SmallNamespace(1024);
   const uint64_t chunk_bytes = 1024 * kSmallBytesPerToken;  // 1 MiB
   const uint32_t chunks = 48;
@@ -165,7 +156,7 @@ TEST_CASE("SIGKILL during heavy stores leaves no partial chunk", "[disk]") {
 }
 
 TEST_CASE("evicting DRAM leaves the disk copy, and loads come from disk", "[disk][evict]") {
-  TempDir root;
+  ScratchFolder root;
   auto daemon = StartDaemon({"--disk-root", root.path});
   auto client = Connect(daemon);
   const auto ns = SmallNamespace(64);
@@ -189,7 +180,7 @@ TEST_CASE("evicting DRAM leaves the disk copy, and loads come from disk", "[disk
 }
 
 TEST_CASE("a full disk tier evicts the oldest chunks and never corrupts", "[disk]") {
-  TempDir root;
+  ScratchFolder root;
   const auto ns = SmallNamespace(64);
   const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
   // The budget counts whole files: a 64 KiB chunk's file is 68 KiB (its 4 KiB header), so 15 fit in 1 MiB.
@@ -224,7 +215,7 @@ TEST_CASE("a full disk tier evicts the oldest chunks and never corrupts", "[disk
 
 TEST_CASE("loads from disk are promoted into DRAM unless they would churn it", "[disk][promotion]") {
   // A 1 MiB DRAM tier and 64 KiB chunks: loads of up to 8 chunks (half the tier) from disk are promoted.
-  TempDir root;
+  ScratchFolder root;
   auto daemon = StartDaemon({"--disk-root", root.path, "--dram-capacity-mib", "1"});
   auto client = Connect(daemon);
   const auto ns = SmallNamespace(64);
@@ -248,7 +239,7 @@ TEST_CASE("loads from disk are promoted into DRAM unless they would churn it", "
   CHECK(result.done.loaded_chunks == 12);
   for (uint32_t c = 0; c < 12; ++c) CHECK(ChunkMatches(region->data() + c * chunk_bytes, chunk_bytes, 43, c));
   CHECK(Counter(*client, "loads_not_promoted") == 1);
-  CHECK(Counter(*client, "promotions") == 0);
+  CHECK(Counter(*client, "write_back_promoted") == 0);
   for (TierKind t : tiers_of(12)) CHECK(t == TierKind::kDisk);
 
   // The first 6 chunks, 384 KiB: promoted by the promotion thread once the reads are reported.
@@ -259,9 +250,9 @@ TEST_CASE("loads from disk are promoted into DRAM unless they would churn it", "
   result = RunCakeLoad(*client, some, 43, [](uint32_t) {});
   CHECK(result.done.loaded_chunks == 6);
   for (uint32_t c = 0; c < 6; ++c) CHECK(ChunkMatches(region->data() + c * chunk_bytes, chunk_bytes, 43, c));
-  CHECK(Eventually([&] { return Counter(*client, "promotions") == 6; }));
+  CHECK(Eventually([&] { return Counter(*client, "write_back_promoted") == 6; }));
   for (TierKind t : tiers_of(6)) CHECK(t == TierKind::kDram);
-  CHECK(Counter(*client, "promotions_dropped") == 0);
+  CHECK(Counter(*client, "write_back_promotion_dropped") == 0);
 
   // Now 6 chunks in DRAM below 6 on disk: read at once, a window per tier, and every byte lands right.
   std::memset(region->data(), 0, region->size());

@@ -1,16 +1,19 @@
 // No caller can hold every load slot, and the access policy a reload installs governs loads already running:
 // per-principal and per-client load caps (RESOURCE_EXHAUSTED naming the cap), a reload that revokes a caller
-// ending its running loads, a reload that would drop every principal refused unless single-user mode is said, and
-// RPC metrics that label only the methods the daemon has.
+// ending its running loads, a reload that would drop every principal refused unless single-user mode is said, RPC
+// metrics that label only the methods the daemon has, and scrapes that run while the daemon stops.
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "grpcpp/generic/generic_stub.h"
 #include "tests/integration/fixture.h"
@@ -61,26 +64,35 @@ bool LogSays(const SpawnedDaemon& daemon, const std::string& words) {
   return Eventually([&] { return daemon.log().find(words) != std::string::npos; });
 }
 
-std::string Scrape(int port) {
+// One scrape that may find the endpoint gone: the reply, or empty.
+std::string TryScrape(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
+  if (fd < 0) return "";
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0);
-  const std::string request = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-  REQUIRE(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()));
   std::string reply;
-  char buffer[65536];
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 5000) <= 0) break;
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) break;
-    reply.append(buffer, static_cast<size_t>(n));
+  const std::string request = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    char buffer[65536];
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 2000) <= 0) break;
+      const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      reply.append(buffer, static_cast<size_t>(n));
+    }
   }
   ::close(fd);
+  return reply;
+}
+
+// One scrape of a running endpoint.
+std::string Scrape(int port) {
+  const std::string reply = TryScrape(port);
+  REQUIRE(!reply.empty());
   return reply;
 }
 
@@ -212,4 +224,29 @@ TEST_CASE("calls to methods the daemon does not have are counted as one label, n
   CHECK(metrics.find("Invented") == std::string::npos);
   CHECK(metrics.find("method=\"unimplemented\"") != std::string::npos);
   CHECK(metrics.find("method=\"cake.v1.AdminService/Status\"") != std::string::npos);
+}
+
+TEST_CASE("scrapes that run while the daemon stops end cleanly: the endpoint stops before the state it reads",
+          "[fairness][metrics][lifecycle]") {
+  SpawnedDaemon daemon = StartDaemon({"--metrics-listen", "127.0.0.1:0"});
+  RawStubs raw(daemon);
+  const std::string address = raw.Status().metrics_address();
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0};
+  std::vector<std::thread> scrapers;
+  for (int i = 0; i < 4; ++i) {
+    scrapers.emplace_back([&] {
+      while (!stop) {
+        if (TryScrape(port).find("cake_build_info") != std::string::npos) ++answered;
+      }
+    });
+  }
+  REQUIRE(Eventually([&] { return answered.load() >= 20; }));
+  const int exit_code = daemon.Stop();  // SIGTERM while the scrapers keep asking
+  stop = true;
+  for (std::thread& t : scrapers) t.join();
+  INFO(daemon.log());
+  CHECK(exit_code == 0);
+  CHECK(daemon.log().find("stopped") != std::string::npos);
 }

@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -156,6 +157,23 @@ bool Eventually(Pred pred, std::chrono::milliseconds bound = std::chrono::second
   }
   return pred();
 }
+
+// A fresh folder under /tmp, removed with everything in it at scope exit.
+struct ScratchFolder {
+  ScratchFolder() {
+    char tmpl[] = "/tmp/cake-test-XXXXXX";
+    const char* made = ::mkdtemp(tmpl);
+    REQUIRE(made != nullptr);
+    path = made;
+  }
+  ~ScratchFolder() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  ScratchFolder(const ScratchFolder&) = delete;
+  ScratchFolder& operator=(const ScratchFolder&) = delete;
+  std::string path;
+};
 
 inline std::string WriteFile(const std::string& dir, const std::string& name, const std::string& text) {
   std::string path = dir + "/" + name;

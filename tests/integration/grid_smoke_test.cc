@@ -84,6 +84,21 @@ TEST_CASE("cake-bench concurrent, adaptive, fluctuate, tiers and overhead run sm
   CHECK(tiers.output.find("half in each") != std::string::npos);
   std::filesystem::remove_all(tiers_dir);
 
+  // The queue bench's prefetch runs reads from DRAM what its runs without read from disk (no timing checked).
+  const std::string queue_dir = "/tmp/cake-queue-smoke-" + std::to_string(getpid());
+  const std::string queue_json = queue_dir + ".json";
+  auto queue = Run(bench + " queue --requests 4 --prompt-mib 2 --arrival-ms 20 --decode-ms 60 --rounds 1 --dir " +
+                   queue_dir + " --json " + queue_json);
+  INFO(queue.output);
+  CHECK(queue.exit_code == 0);
+  CHECK(queue.output.find("with prefetch:") != std::string::npos);
+  std::ifstream queue_in(queue_json);
+  const std::string queue_text((std::istreambuf_iterator<char>(queue_in)), std::istreambuf_iterator<char>());
+  CHECK(queue_text.find("\"chunks_planned_from_dram_without\": 0") != std::string::npos);
+  CHECK(queue_text.find("\"prefetch_chunks_used\": 0\n") == std::string::npos);  // some were used
+  std::filesystem::remove_all(queue_dir);
+  std::remove(queue_json.c_str());
+
   auto overhead = Run(bench + " overhead --loads 2 --chunks 64");
   INFO(overhead.output);
   CHECK(overhead.exit_code == 0);

@@ -179,7 +179,7 @@ TEST_CASE("remote.promote_to_disk keeps a remote hit on the local disk as well",
   auto client = Connect(daemon);
   auto done = LoadAndVerify(*client, ns, tokens, 59);
   CHECK(done.loaded_chunks == 8);
-  REQUIRE(Eventually([&] { return Counter(*client, "promotions_to_disk") == 8; }));
+  REQUIRE(Eventually([&] { return Counter(*client, "write_back_promoted_to_disk") == 8; }));
   CHECK(Counter(*client, "tier_disk_chunks") == 8);
   REQUIRE(client->Evict(TierKind::kDram).ok());
   auto lookup = client->Lookup(ns, {tokens, {}});

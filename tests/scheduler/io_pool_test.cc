@@ -98,6 +98,45 @@ TEST_CASE("io pool: a full queue refuses submissions", "[io_pool]") {
   CHECK(ran == 6);
 }
 
+TEST_CASE("io pool: an idle task starts only while no other task is queued or running", "[io_pool]") {
+  Gate gate;
+  std::latch load_running(1);
+  std::atomic<int> idle_ran{0};
+  std::atomic<bool> load_done{false};
+  {
+    IoPool pool(4, 10);  // threads to spare: only the rule keeps the idle task waiting
+    auto group = pool.NewGroup();
+    REQUIRE(pool.TrySubmit(group, [&] {
+      load_running.count_down();
+      gate.Wait();
+      load_done = true;
+    }));
+    load_running.wait();
+    // A load's read runs: the idle task waits, however many threads are free.
+    REQUIRE(pool.TrySubmitIdle([&] {
+      CHECK(load_done);
+      idle_ran++;
+    }));
+    std::this_thread::sleep_for(50ms);
+    CHECK(idle_ran == 0);
+    gate.Open();
+    CHECK(Eventually([&] { return idle_ran == 1; }));
+
+    // While an idle task runs, a load's read submitted meanwhile starts on a free thread at once.
+    Gate idle_gate;
+    std::latch idle_running(1);
+    REQUIRE(pool.TrySubmitIdle([&] {
+      idle_running.count_down();
+      idle_gate.Wait();
+    }));
+    idle_running.wait();
+    std::atomic<bool> read_ran{false};
+    REQUIRE(pool.TrySubmit(group, [&] { read_ran = true; }));
+    CHECK(Eventually([&] { return read_ran.load(); }));
+    idle_gate.Open();
+  }
+}
+
 TEST_CASE("io pool: the destructor runs what is queued before joining", "[io_pool]") {
   Gate gate;
   std::latch worker_busy(1);

@@ -5,10 +5,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "server/config_flags.h"
+#include "server/config_keys.h"
 
 namespace cake {
 namespace {
@@ -473,6 +480,97 @@ TEST_CASE("config: health Watch caps, in all and per peer", "[config]") {
   const absl::Status s = ValidateConfig(one_peer_takes_all);
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(s.message()), Catch::Contains("server.max_health_watches_per_peer"));
+}
+
+}  // namespace cake
+
+namespace cake {
+
+TEST_CASE("config: every key of the list is in deploy/caked.toml, is written by FormatConfig, and reads back",
+          "[config]") {
+  std::ifstream file(CAKE_SOURCE_DIR "/deploy/caked.toml");
+  REQUIRE(file.good());
+  // Which keys the documented file names (set or commented out), table by table.
+  std::set<std::string> documented;
+  std::string line, table;
+  while (std::getline(file, line)) {
+    if (line.size() > 2 && line[0] == '[' && line[1] != '[') table = line.substr(1, line.find(']') - 1);
+    size_t start = line.find_first_not_of("# ");
+    const size_t equals = line.find(" =");
+    if (start == std::string::npos || equals == std::string::npos || equals < start || table.empty()) continue;
+    documented.insert(table + "." + line.substr(start, equals - start));
+  }
+  const std::string written = FormatConfig(DefaultConfig());
+  std::set<std::string> names;
+  for (const ConfigKey& key : ConfigKeys()) {
+    INFO(FullKeyName(key));
+    CHECK(names.insert(FullKeyName(key)).second);
+    CHECK(documented.contains(FullKeyName(key)));
+    CHECK(!key.help.empty());
+    CHECK(written.find("\n" + std::string(key.name) + " = ") != std::string::npos);
+    CHECK(std::find(ConfigTables().begin(), ConfigTables().end(), key.table) != ConfigTables().end());
+  }
+}
+
+namespace {
+
+absl::StatusOr<DaemonConfig> WithFlags(std::vector<std::string> args, DaemonConfig config = DefaultConfig()) {
+  CLI::App app;
+  ConfigFlags flags(app);
+  args.insert(args.begin(), "caked");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  if (auto s = flags.ApplyTo(config); !s.ok()) return s;
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("config: flags come from the key list and keep its ranges", "[config]") {
+  auto c = WithFlags({"--dram-capacity-mib", "8", "--window", "16", "--no-cuda", "--arbiter", "fifo", "--remote",
+                      "a:1,b:2", "--cuda-devices", "0,1", "--dram-read-gbps", "2.5", "--dram-prefault"});
+  REQUIRE(c.ok());
+  CHECK(c->dram_capacity_bytes == 8u << 20);
+  CHECK(c->load_window == 16);
+  CHECK_FALSE(c->cuda_enabled);
+  CHECK(c->arbiter == ArbiterPolicy::kFifo);
+  CHECK(c->remote_endpoints == std::vector<std::string>{"a:1", "b:2"});
+  CHECK(c->cuda_devices == std::vector<int>{0, 1});
+  CHECK(c->dram_read_gbps == 2.5);
+  CHECK(c->dram_prefault);
+
+  // A flag not given keeps what the file said.
+  DaemonConfig file = DefaultConfig();
+  file.load_window = 7;
+  file.socket = "/tmp/from-the-file.sock";
+  c = WithFlags({}, file);
+  REQUIRE(c.ok());
+  CHECK(c->load_window == 7);
+  CHECK(c->socket == "/tmp/from-the-file.sock");
+  // --run-dir moves the socket with it, unless --socket says where.
+  c = WithFlags({"--run-dir", "/tmp/elsewhere"}, file);
+  REQUIRE(c.ok());
+  CHECK(c->socket_path() == "/tmp/elsewhere/caked.sock");
+  c = WithFlags({"--run-dir", "/tmp/elsewhere", "--socket", "/tmp/s.sock"}, file);
+  REQUIRE(c.ok());
+  CHECK(c->socket_path() == "/tmp/s.sock");
+
+  // The key's range holds for its flag, and the message names both.
+  for (const auto& [args, mentions] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--window", "0"}, "loader.window (--window) must be an integer from 1 to 4096"},
+           {{"--io-threads", "5000"}, "loader.io_threads (--io-threads)"},
+           {{"--dram-capacity-mib", "0"}, "dram.capacity_bytes (--dram-capacity-mib)"},
+           {{"--disk-read-gbps", "1e7"}, "disk.read_gbps (--disk-read-gbps)"},
+           {{"--cuda-devices", "2000"}, "cuda.devices (--cuda-devices)"},
+           {{"--arbiter", "lifo"}, "--arbiter is \"lifo\""},
+           {{"--dram-prefault", "--no-dram-prefault"}, "contradict"}}) {
+    INFO(args.front());
+    c = WithFlags(args);
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(c.status().message()), Catch::Contains(mentions));
+  }
 }
 
 }  // namespace cake

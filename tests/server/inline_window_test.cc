@@ -39,6 +39,25 @@ TEST_CASE("inline window: a read takes a chunk's worth of the budget, and spare 
   CHECK(budget.held() == 0);  // what it held went back with it
 }
 
+TEST_CASE("inline window: chunks read below one still being read hold the window", "[inline_window]") {
+  InlineBudget budget(16 * 4096);
+  InlineWindow window(budget, "engine", 4096, 2);
+  auto never = [] { FAIL("no wait expected"); };
+  REQUIRE(window.Reserve(never) == Room::kYes);
+  window.ReadIssued();  // chunk 15: slow
+  REQUIRE(window.Reserve(never) == Room::kYes);
+  window.ReadIssued();                                // chunk 14
+  window.ReadDone(14, true, std::string(4096, 'x'));  // lands first: waits for 15 above it
+  CHECK(window.Reserve(never) == Room::kWindowFull);  // not a third chunk while 15 is out
+  window.ReadDone(15, true, std::string(4096, 'y'));
+  CHECK(window.TakeForMessage(15).size() == 4096);
+  CHECK(window.TakeForMessage(14).size() == 4096);
+  CHECK(window.Reserve(never) == Room::kWindowFull);  // both queued for the client
+  window.WriteStarted();
+  window.WriteDone();
+  CHECK(window.Reserve(never) == Room::kYes);
+}
+
 TEST_CASE("inline window: without room in the budget, a read waits for some to come back", "[inline_window]") {
   InlineBudget budget(4096);
   InlineWindow first(budget, "a", 4096, 4);
