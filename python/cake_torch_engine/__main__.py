@@ -1,4 +1,4 @@
-"""python3 -m cake_torch_engine demo|bench: the PyTorch engine against caked.
+"""python3 -m cake_torch_engine demo|bench|queue: the PyTorch engine against caked.
 
 demo   compute-only, I/O-only and Cake time to first token for one prompt (a file's bytes), its KV cache stored
        and loaded back from the disk tier with reads capped so that loading takes as long as computing; exits 1
@@ -6,12 +6,19 @@ demo   compute-only, I/O-only and Cake time to first token for one prompt (a fil
 bench  per prompt length and read cap: compute-only, I/O-only, Cake and every forced split (the engine computes
        [0, m), the daemon loads [m, H)); Cake against the best forced split (goal: at most 1.10) and its gain
        over the better baseline, every run bit-exact.
+queue  requests arriving faster than the engine serves them (one at a time: a Cake load, then its decode), each
+       prompt cached on the disk tier only; TTFT from arrival with and without prefetch (each arrival's Lookup asks
+       the daemon to copy its prompt into DRAM while it waits), alternating, every run bit-exact.
 """
 import argparse
+import collections
 import json
 import os
+import random
+import statistics
 import sys
 import tempfile
+import threading
 import time
 
 import torch
@@ -244,6 +251,116 @@ def bench(args):
         daemon.close()
 
 
+def serve_queue(daemon, engines, truths, arrivals_s, decode_s, prefetch):
+    """One engine serving the requests in arrival order; returns (TTFT from arrival per request, all bit-exact,
+    chunks the loads planned from DRAM)."""
+    waiting = collections.deque()
+    arrived = threading.Condition()
+    errors = []
+    start = time.monotonic()
+
+    def arrive():
+        for i, at in enumerate(arrivals_s):
+            time.sleep(max(0.0, start + at - time.monotonic()))
+            with arrived:
+                waiting.append((i, time.monotonic()))
+                arrived.notify()
+            if prefetch:
+                try:
+                    daemon.client.lookup(engines[i].ns, tokens=engines[i].prompt, prefetch=True)
+                except Exception as error:  # reported after the run; the engine goes on without it
+                    errors.append(error)
+
+    arrivals = threading.Thread(target=arrive, name="arrivals")
+    arrivals.start()
+    ttft, all_exact, from_dram = [], True, 0
+    try:
+        for _ in arrivals_s:
+            with arrived:
+                arrived.wait_for(lambda: waiting)
+                i, at = waiting.popleft()
+            dram_before = daemon.client.stats().get("tier_dram_reads_hit", 0)
+            result = engines[i].cake()
+            ttft.append(time.monotonic() - at)
+            from_dram += daemon.client.stats().get("tier_dram_reads_hit", 0) - dram_before
+            all_exact &= exact(engines[i], result, *truths[i])
+            time.sleep(decode_s)  # the request's decode: the engine busy, the disk idle
+    finally:
+        arrivals.join()
+    if errors:
+        raise RuntimeError(f"a prefetch Lookup failed: {errors[0]}")
+    return ttft, all_exact, from_dram
+
+
+def queue(args):
+    model = model_from(args)
+    scratch = tempfile.mkdtemp(prefix="cake-torch-queue-")
+    per_token = model.new_cache(1).numel() * model.new_cache(1).element_size()
+    daemon = Daemon(args.socket, per_token * args.tokens * args.requests * 2 // (1 << 20) + 256, scratch)
+    engines, truths = [], []
+    region_kind = "cuda" if model.device.type == "cuda" else "host"
+    try:
+        if not daemon.from_disk:
+            raise RuntimeError("the queue needs a daemon with a disk tier (the prompts are cached there only)")
+        compute_s = []
+        for i in range(args.requests):
+            prompt = [(t * 7 + i * 131 + (t * t) % 11) % args.vocab for t in range(args.tokens)]
+            engine = TorchPrefillEngine(model, prompt, args.chunk_tokens, daemon.client, region_kind=region_kind)
+            engines.append(engine)
+            if i == 0:
+                engine.compute_only()  # warm-up
+            truth = engine.compute_only()
+            truths.append((engine.cache.clone(), truth.logits.clone()))
+            compute_s.append(truth.ttft_s)
+            engine.set_hint_from(truth)
+            engine.store()
+        daemon.settle(sum(e.full_chunks for e in engines))
+        # Arrivals faster than the engine serves: `load` arrivals per service time (a cold Cake prefill from disk,
+        # measured here, and the decode), Poisson, the same in every round and mode.
+        cold_cake_s = daemon.cold(engines[0].cake).ttft_s
+        service_s = cold_cake_s + args.decode_ms / 1e3
+        gap_s = args.arrival_ms / 1e3 if args.arrival_ms else service_s / args.load
+        rng = random.Random(args.seed)
+        arrivals, at = [], 0.0
+        for _ in range(args.requests):
+            arrivals.append(at)
+            at += rng.expovariate(1.0 / gap_s)
+        print(f"cake_torch_engine queue: a PyTorch transformer on {model.device} ({model.config.describe()}, "
+              f"{model.attention} attention), {args.requests} prompts of {args.tokens} tokens "
+              f"({engines[0].full_chunks * engines[0].ns.chunk_bytes / 2**20:.1f} MiB of KV each) on the disk tier "
+              f"only; prefill {statistics.median(compute_s):.3f} s compute-only, {cold_cake_s:.3f} s Cake from disk; "
+              f"decode {args.decode_ms} ms; "
+              f"arrivals every {gap_s * 1e3:.0f} ms on average", flush=True)
+        ttfts = {False: [], True: []}
+        exact_all, planned = True, {False: 0, True: 0}
+        for round_index in range(args.rounds):
+            for prefetch in (False, True):
+                daemon.client.evict("dram")
+                ttft, ok, from_dram = serve_queue(daemon, engines, truths, arrivals, args.decode_ms / 1e3, prefetch)
+                ttfts[prefetch] += ttft
+                exact_all &= ok
+                planned[prefetch] += from_dram
+                print(f"  round {round_index + 1} {'with' if prefetch else 'without'} prefetch: TTFT mean "
+                      f"{statistics.mean(ttft):.3f} s, worst {max(ttft):.3f} s; {from_dram} chunks read from DRAM; "
+                      f"bit-exact: {'yes' if ok else 'NO'}", flush=True)
+        mean = {k: statistics.mean(v) for k, v in ttfts.items()}
+        print(f"  mean TTFT: {mean[False]:.3f} s without prefetch, {mean[True]:.3f} s with "
+              f"({mean[True] / mean[False]:.2f}x); every run bit-exact: {'yes' if exact_all else 'NO'}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"model": model.config.describe(), "requests": args.requests, "tokens": args.tokens,
+                           "rounds": args.rounds, "gap_s": gap_s, "decode_ms": args.decode_ms,
+                           "ttft_mean_s_without": mean[False], "ttft_mean_s_with": mean[True],
+                           "ttft_max_s_without": max(ttfts[False]), "ttft_max_s_with": max(ttfts[True]),
+                           "dram_reads_without": planned[False], "dram_reads_with": planned[True],
+                           "bitexact": exact_all}, f, indent=1)
+        return 0 if exact_all else 1
+    finally:
+        for engine in engines:
+            engine.close()
+        daemon.close()
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python3 -m cake_torch_engine", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -259,8 +376,17 @@ def main(argv=None):
                    help="read caps at which loading the prompt takes this many times computing it")
     b.add_argument("--sweep-step", type=int, default=1, help="forced meeting points every N chunks")
     b.add_argument("--repeats", type=int, default=1, help="runs of each mode per cell; the median is reported")
+    q = commands.add_parser("queue", help="queued requests, prompts on disk: TTFT with and without prefetch")
+    add_model_options(q)
+    q.add_argument("--requests", type=int, default=8, help="requests per round and mode (distinct prompts)")
+    q.add_argument("--tokens", type=int, default=1024, help="each prompt's length in tokens")
+    q.add_argument("--decode-ms", type=int, default=200, help="the engine's time per request after its prefill")
+    q.add_argument("--load", type=float, default=1.5,
+                   help="arrivals per service time (above 1: the queue grows); ignored with --arrival-ms")
+    q.add_argument("--arrival-ms", type=float, help="mean gap between arrivals instead")
+    q.add_argument("--rounds", type=int, default=2, help="rounds of each mode, alternating")
     args = parser.parse_args(argv)
-    return demo(args) if args.command == "demo" else bench(args)
+    return {"demo": demo, "bench": bench, "queue": queue}[args.command](args)
 
 
 if __name__ == "__main__":

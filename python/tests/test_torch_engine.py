@@ -190,3 +190,18 @@ def test_each_attention_is_bit_exact_across_modes(daemon, attention):
                     other.close()
         finally:
             engine.close()
+
+
+def test_the_queue_runs_with_and_without_prefetch_bit_exact(tmp_path):
+    """python3 -m cake_torch_engine queue: requests queued before the engine, prompts on disk only; every load, with
+    and without prefetch, gives full compute's KV and logits, and with prefetch some chunks come from DRAM."""
+    from cake_torch_engine.__main__ import main
+    out = tmp_path / "queue.json"
+    assert main(["queue", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--intermediate", "160",
+                 "--vocab", "256", "--chunk-tokens", "16", "--tokens", "96", "--requests", "3", "--rounds", "1",
+                 "--decode-ms", "100", "--arrival-ms", "20", "--json", str(out)]) == 0
+    import json
+    result = json.loads(out.read_text())
+    assert result["bitexact"]
+    assert result["dram_reads_without"] == 0
+    assert result["dram_reads_with"] > 0
