@@ -45,6 +45,12 @@ std::shared_ptr<IoGroup> IoPool::NewGroup() {
   auto group = std::make_shared<IoGroup>();
   MutexLock lock(&mu_);
   group->arrival_ = next_arrival_++;
+  // The list is pruned of ended loads' groups here and in IdleMayStartLocked, so it stays about as long as the
+  // loads that run.
+  if (groups_.size() >= 64 && groups_.size() % 64 == 0) {
+    std::erase_if(groups_, [](const std::weak_ptr<IoGroup>& g) { return g.expired(); });
+  }
+  groups_.push_back(group);
   return group;
 }
 
@@ -79,6 +85,18 @@ bool IoPool::TrySubmitIdle(std::function<void()> task) {
   }
   cv_.Signal();
   return true;
+}
+
+bool IoPool::IdleMayStartLocked() {
+  if (busy_ > 0) return false;
+  bool reading = false;
+  std::erase_if(groups_, [&](const std::weak_ptr<IoGroup>& weak) {
+    const std::shared_ptr<IoGroup> group = weak.lock();
+    if (group == nullptr) return true;
+    reading |= group->remaining_.load(std::memory_order_relaxed) > 0;
+    return false;
+  });
+  return !reading;
 }
 
 size_t IoPool::queued() const {
@@ -127,19 +145,24 @@ void IoPool::Run() {
     bool idle = false;
     {
       MutexLock lock(&mu_);
-      cv_.Wait(&mu_, [&] {
-        mu_.AssertHeld();
-        return stopping_ || queued_ > 0 || (!idle_.empty() && busy_ == 0);
-      });
-      if (queued_ > 0) {
-        task = TakeLocked();
-        ++busy_;
-      } else if (!idle_.empty()) {  // nothing else queued, and (or stopping) nothing else running
-        task = std::move(idle_.front());
-        idle_.pop_front();
-        idle = true;
-      } else {
-        return;  // stopping, and nothing is left
+      for (;;) {
+        if (queued_ > 0) {
+          task = TakeLocked();
+          ++busy_;
+          break;
+        }
+        if (!idle_.empty() && (stopping_ || IdleMayStartLocked())) {  // stopping: what is left runs, then we go
+          task = std::move(idle_.front());
+          idle_.pop_front();
+          idle = true;
+          break;
+        }
+        if (stopping_) return;
+        if (idle_.empty()) {
+          cv_.Wait(&mu_);
+        } else {
+          cv_.WaitFor(&mu_, kIdleRecheck);
+        }
       }
     }
     // A task that throws (out of memory, or out of descriptors in a library that throws) must not take the daemon

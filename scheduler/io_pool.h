@@ -54,9 +54,11 @@ class IoPool {
   // a group (RPC work: Store, RegisterRegion, Evict) go before any load's reads, in the order they came.
   bool TrySubmit(std::function<void()> task);
   bool TrySubmit(const std::shared_ptr<IoGroup>& group, std::function<void()> task);
-  // A task that starts only while the pool has nothing else to do: no other task queued and none running but
-  // idle ones (prefetch reads: a load's reads always go first, and a read submitted while an idle task runs waits
-  // for no more than a free thread). False when the pool is stopping or `capacity` idle tasks wait already.
+  // A task that starts only while the pool has nothing else to do: no other task queued or running, and no load
+  // with chunks left to read (a group whose `remaining` is above 0: between two of its reads, while a promotion
+  // or its client holds its window, it has none queued, yet it is reading). Prefetch reads: a load's reads always
+  // go first, and a read submitted while an idle task runs waits for no more than a free thread. False when the
+  // pool is stopping or `capacity` idle tasks wait already.
   bool TrySubmitIdle(std::function<void()> task);
   size_t queued() const;
   ArbiterPolicy policy() const { return policy_; }
@@ -67,6 +69,11 @@ class IoPool {
   void Run();
   // The next task by the policy; requires queued_ > 0.
   std::function<void()> TakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Nothing runs but idle tasks and no live group has chunks left to read (forgets the groups that are gone).
+  bool IdleMayStartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How often a thread with idle tasks waiting looks again: a load's last read landing, or its end, signals
+  // nobody.
+  static constexpr auto kIdleRecheck = std::chrono::milliseconds(5);
 
   const size_t capacity_;
   const ArbiterPolicy policy_;
@@ -78,6 +85,7 @@ class IoPool {
   size_t queued_ ABSL_GUARDED_BY(mu_) = 0;                              // grouped and ungrouped, not idle
   size_t busy_ ABSL_GUARDED_BY(mu_) = 0;                                // tasks running, not idle ones
   std::deque<std::function<void()>> idle_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<IoGroup>> groups_ ABSL_GUARDED_BY(mu_);  // every group handed out and still alive
   uint64_t next_arrival_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t serve_clock_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -96,7 +96,7 @@ const ConfigKey kKeys[] = {
     {"loader", "arbiter", CAKE_FIELD(arbiter), 0, 0, "--arbiter", "which concurrent load's read goes next: srf (fewest chunks left), fifo or fair"},
     {"loader", "arbiter_starvation_ms", CAKE_FIELD(arbiter_starvation_ms), 1, 3600000, "", "srf: a read that has waited this long goes first"},
     {"prefetch", "enabled", CAKE_FIELD(prefetch_enabled), 0, 0, "", "copy a prompt's chunks from disk and Redis into DRAM when an engine's Lookup asks (prefetch)"},
-    {"prefetch", "max_bytes", CAKE_FIELD(prefetch_max_bytes), 0, Pow2(44), "", "chunk bytes of all prefetches together: queued, being copied, or copied and not yet loaded"},
+    {"prefetch", "max_bytes", CAKE_FIELD(prefetch_max_bytes), 0, Pow2(44), "", "chunk bytes of all prefetches together: queued, being copied, or copied and not yet loaded (at most half the DRAM tier)"},
     {"prefetch", "reads_in_flight", CAKE_FIELD(prefetch_reads_in_flight), 1, 64, "", "prefetch copies at once, each on an I/O thread no load's read needs"},
     {"prefetch", "ttl_ms", CAKE_FIELD(prefetch_ttl_ms), 100, 86400000, "", "a prefetched chunk no load used by then is forgotten and counted wasted"},
     {"keys", "secret", CAKE_FIELD(key_secret), 0, 0, "", "mixed into every key; daemons that share a store must share it", 0, true},

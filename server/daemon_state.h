@@ -1,6 +1,7 @@
 // Everything the RPC handlers share inside one caked process. Owned by Daemon; handlers hold references.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -221,14 +222,16 @@ struct DaemonState {
   // it): here rather than on gRPC's threads, which Ping and every other call need, or the I/O threads, which
   // DRAM and disk reads need; a frozen Redis ties up these threads only. Destroyed before what it touches.
   IoPool network_calls{kNetworkCallThreads, kNetworkCallQueue, ArbiterPolicy::kFifo};
-  // Before the pools: their idle threads run its copies, which must end before it goes.
-  Prefetcher prefetcher{Prefetcher::Options{config.prefetch_max_bytes, config.prefetch_reads_in_flight,
-                                            std::chrono::milliseconds(config.prefetch_ttl_ms)},
-                        tiers,
-                        [this](TierKind from, std::function<void()> copy) {
-                          return (from == TierKind::kRemote ? network_reads : pool).TrySubmitIdle(std::move(copy));
-                        },
-                        counters, Clock::Real()};
+  // Before the pools: their idle threads run its copies, which must end before it goes. Its budget is at most half
+  // the DRAM tier, as the promotions' (more would only evict its own earlier copies).
+  Prefetcher prefetcher{
+      Prefetcher::Options{std::min(config.prefetch_max_bytes, config.dram_capacity_bytes / 2),
+                          config.prefetch_reads_in_flight, std::chrono::milliseconds(config.prefetch_ttl_ms)},
+      tiers,
+      [this](TierKind from, std::function<void()> copy) {
+        return (from == TierKind::kRemote ? network_reads : pool).TrySubmitIdle(std::move(copy));
+      },
+      counters, Clock::Real()};
   // Work that is not a load's read: RegisterRegion's page mapping, Store's copies, Evict. Its own threads, so a
   // load's reads never queue behind a 1 GiB registration (they still share the cores). Before `pool`: Store
   // copies may hand write-backs to the tiers, which outlive both pools.

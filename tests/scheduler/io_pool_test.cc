@@ -137,6 +137,26 @@ TEST_CASE("io pool: an idle task starts only while no other task is queued or ru
   }
 }
 
+TEST_CASE("io pool: an idle task waits while a load has chunks left to read, though none is queued", "[io_pool]") {
+  std::atomic<int> idle_ran{0};
+  IoPool pool(2, 10);
+  auto load = pool.NewGroup();
+  load->SetRemaining(3);  // between two of its reads: nothing queued, nothing running, still reading
+  REQUIRE(pool.TrySubmitIdle([&] { idle_ran++; }));
+  std::this_thread::sleep_for(50ms);
+  CHECK(idle_ran == 0);
+  load->SetRemaining(0);  // its last read landed: the idle task starts without anything else to wake the pool
+  CHECK(Eventually([&] { return idle_ran == 1; }));
+
+  auto other = pool.NewGroup();
+  other->SetRemaining(5);
+  REQUIRE(pool.TrySubmitIdle([&] { idle_ran++; }));
+  std::this_thread::sleep_for(50ms);
+  CHECK(idle_ran == 1);
+  other.reset();  // a load that ends (cancelled) holds nothing back either
+  CHECK(Eventually([&] { return idle_ran == 2; }));
+}
+
 TEST_CASE("io pool: the destructor runs what is queued before joining", "[io_pool]") {
   Gate gate;
   std::latch worker_busy(1);
