@@ -158,10 +158,12 @@ void IoPool::Run() {
           break;
         }
         if (stopping_) return;
-        if (idle_.empty()) {
+        if (idle_.empty() || idle_poller_) {
           cv_.Wait(&mu_);
-        } else {
+        } else {  // one thread looks again now and then; the rest sleep until signalled
+          idle_poller_ = true;
           cv_.WaitFor(&mu_, kIdleRecheck);
+          idle_poller_ = false;
         }
       }
     }

@@ -86,6 +86,7 @@ class IoPool {
   size_t busy_ ABSL_GUARDED_BY(mu_) = 0;                                // tasks running, not idle ones
   std::deque<std::function<void()>> idle_ ABSL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<IoGroup>> groups_ ABSL_GUARDED_BY(mu_);  // every group handed out and still alive
+  bool idle_poller_ ABSL_GUARDED_BY(mu_) = false;  // a thread waits out kIdleRecheck for the idle tasks
   uint64_t next_arrival_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t serve_clock_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -223,10 +223,12 @@ struct DaemonState {
   // DRAM and disk reads need; a frozen Redis ties up these threads only. Destroyed before what it touches.
   IoPool network_calls{kNetworkCallThreads, kNetworkCallQueue, ArbiterPolicy::kFifo};
   // Before the pools: their idle threads run its copies, which must end before it goes. Its budget is at most half
-  // the DRAM tier, as the promotions' (more would only evict its own earlier copies).
+  // the DRAM tier, as the promotions' (more would only evict its own earlier copies), and its copies leave an I/O
+  // thread free for a load that starts while they run.
   Prefetcher prefetcher{
       Prefetcher::Options{std::min(config.prefetch_max_bytes, config.dram_capacity_bytes / 2),
-                          config.prefetch_reads_in_flight, std::chrono::milliseconds(config.prefetch_ttl_ms)},
+                          std::min(config.prefetch_reads_in_flight, std::max(1u, config.io_threads - 1)),
+                          std::chrono::milliseconds(config.prefetch_ttl_ms)},
       tiers,
       [this](TierKind from, std::function<void()> copy) {
         return (from == TierKind::kRemote ? network_reads : pool).TrySubmitIdle(std::move(copy));

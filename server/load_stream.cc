@@ -102,9 +102,8 @@ std::optional<LoadSummary> LoadStream::Describe() {
   return out;
 }
 
-// Checks the request, admits the load and, once the tiers have said how much of the prompt is cached, plans it.
-// The in-memory tiers answer here; a lookup that needs a networked tier (Redis) finishes on a network-call thread,
-// so a slow or frozen remote delays this load and never a gRPC thread.
+// Checks the request, admits the load and, once the tiers say how much of the prompt is cached, plans it. A lookup
+// that needs Redis finishes on a network-call thread: a frozen remote delays this load, never a gRPC thread.
 absl::Status LoadStream::StartLocked(const v1::LoadStart& start) {
   CAKE_RETURN_IF_ERROR(who_.caller.status());  // not an engine of this daemon: nothing of the request is read
   CAKE_ASSIGN_OR_RETURN(LoadRequest request, ParseLoadStart(start, *who_.caller, who_.identify_again, state_));
@@ -144,8 +143,7 @@ void LoadStream::LookedUpOverNetwork(TierManager::PrefixLookup& lookup) {
   }
 }
 
-// Reserves the load's window of the region and plans the split for the `tiers` that hold the cached prefix;
-// queues the Plan and issues the first reads.
+// Reserves the load's window of the region, plans the split for the cached prefix's `tiers`, issues the first reads.
 absl::Status LoadStream::PlanLocked(std::vector<TierKind> tiers) {
   const LoadRequest& request = *request_;
   const uint64_t chunk_bytes = request.chunk_bytes();
@@ -259,9 +257,8 @@ bool LoadStream::ReadBeatsEngineLocked(uint32_t chunk, uint32_t queued) {
   return verdict.issue;
 }
 
-// On an I/O thread, without the lock: reads one chunk straight into its place. Then reports the read and hands
-// its promotion to the promotion thread, so this thread can take the next read; the read retires (and the window
-// stays held) once the promotion has copied the bytes.
+// On an I/O thread, without the lock: reads one chunk into its place, reports it and hands its promotion to the
+// promotion thread to take the next read; the read retires (the window stays held) once the promotion is done.
 void LoadStream::ReadChunk(uint32_t chunk) {
   ChunkLanding::Landed landed;
   if (cancelled_.load(std::memory_order_relaxed)) {
@@ -305,11 +302,13 @@ void LoadStream::ChunkReadLocked(uint32_t chunk, const absl::Status& status) {
   IssueReadsLocked();
 }
 
-// What the arbiter's shortest-remaining-first policy ranks this load by: chunks it still has to read.
+// What the arbiter's shortest-remaining-first policy ranks this load by, and what holds prefetch copies back:
+// chunks it still has to read (none once it met or ended).
 void LoadStream::UpdateRemainingLocked() {
   const uint32_t floor = std::max(cursor_->computed_through(), reads_.lowest_to_load), low = cursor_->loaded_low();
-  io_group_->SetRemaining(low > floor ? low - floor : 0);
-  network_io_group_->SetRemaining(low > floor ? low - floor : 0);
+  const uint32_t left = phase_ == Phase::kLoading && !finish_ && low > floor ? low - floor : 0;
+  io_group_->SetRemaining(left);
+  network_io_group_->SetRemaining(left);
 }
 
 void LoadStream::CheckMeetingLocked() {
@@ -317,6 +316,7 @@ void LoadStream::CheckMeetingLocked() {
   const std::optional<uint32_t> meeting = cursor_->Meeting();
   if (!meeting) return;
   phase_ = Phase::kMet;
+  UpdateRemainingLocked();
   if (inline_) inline_->DropWaiting();
   outbox_.Push(DoneMessage(*cursor_, *meeting));
   tally_.Met(*cursor_, *meeting, request_->keys.size(), request_->chunk_bytes(),
@@ -382,8 +382,7 @@ void LoadStream::OnInlineRoom() {
   IssueReadsLocked();
 }
 
-// Once per load, when it ends: before the stream's final status goes out, so the engine's next load is planned
-// with what this one taught.
+// Once per load, when it ends, before its final status goes out: the engine's next load is planned with it.
 void LoadStream::LearnComputeLocked() {
   if (!request_ || engine_.learned) return;
   engine_.learned = true;
@@ -400,6 +399,7 @@ void LoadStream::FinishLocked(const absl::Status& status) {
   if (finish_) return;
   LearnComputeLocked();
   finish_ = status;
+  if (cursor_) UpdateRemainingLocked();
   cancelled_.store(true, std::memory_order_relaxed);
   outbox_.Clear();
   if (inline_) inline_->Drop();

@@ -13,10 +13,10 @@ Prefetcher::Prefetcher(Options options, TierManager& tiers, SubmitIdle submit, C
     : options_(options), tiers_(tiers), submit_(std::move(submit)), counters_(counters), clock_(clock) {}
 
 uint32_t Prefetcher::Prefetch(std::span<const ChunkKey> keys, std::span<const TierKind> tiers, uint64_t chunk_bytes) {
-  Bump(counters_.prefetches);
   uint32_t queued = 0;
   MutexLock lock(&mu_);
   if (stopped_) return 0;
+  Bump(counters_.prefetches);
   const TimePoint now = clock_->Now();
   uint64_t over_budget = 0;
   for (size_t c = std::min(keys.size(), tiers.size()); c-- > 0;) {
@@ -45,7 +45,7 @@ void Prefetcher::PumpLocked() {
     if (it == entries_.end() || it->second.state != State::kQueued) continue;  // taken by a load meanwhile
     const TierKind from = it->second.from;
     const uint64_t bytes = it->second.bytes;
-    it->second.state = State::kCopying;
+    it->second.state = State::kSubmitted;
     ++copying_;
     if (!submit_(from, [this, key, from, bytes] { Copy(key, from, bytes); })) {
       --copying_;
@@ -55,8 +55,18 @@ void Prefetcher::PumpLocked() {
   }
 }
 
-// On an idle I/O thread.
+// On an idle I/O thread. TierManager::Prefetch throws nothing (a read that throws is an error it returns).
 void Prefetcher::Copy(const ChunkKey& key, TierKind from, uint64_t bytes) {
+  {
+    MutexLock lock(&mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end() || it->second.state != State::kSubmitted) {  // a load took it before the copy began
+      --copying_;
+      PumpLocked();
+      return;
+    }
+    it->second.state = State::kCopying;
+  }
   const absl::Status copied = tiers_.Prefetch(key, from, bytes);
   // ALREADY_EXISTS: the chunk reached DRAM another way (a load's promotion, a Store) or is being copied: in DRAM.
   const bool in_dram = copied.ok() || absl::IsAlreadyExists(copied);
@@ -88,7 +98,7 @@ void Prefetcher::LoadStarted(std::span<const ChunkKey> keys) {
   for (const ChunkKey& key : keys) {
     auto it = entries_.find(key);
     if (it == entries_.end()) continue;
-    if (it->second.state == State::kQueued) {
+    if (it->second.state == State::kQueued || it->second.state == State::kSubmitted) {
       Bump(counters_.prefetch_chunks_dropped);  // the load reads it itself
     } else {
       Bump(counters_.prefetch_chunks_used);
@@ -109,6 +119,12 @@ void Prefetcher::Expire() {
     }
     it = next;
   }
+  // Keys a load took or the ttl ended leave the queue when popped; while no copy can start, drop them here.
+  std::erase_if(queue_, [&](const ChunkKey& key) {
+    mu_.AssertHeld();
+    const auto found = entries_.find(key);
+    return found == entries_.end() || found->second.state != State::kQueued;
+  });
 }
 
 void Prefetcher::ForgetLocked(absl::flat_hash_map<ChunkKey, Entry>::iterator it) {

@@ -58,7 +58,10 @@ class Prefetcher {
   Histogram prefetch_to_load_seconds{Histogram::LatencyBounds()};
 
  private:
-  enum class State { kQueued, kCopying, kCopied };
+  // Queued: waiting in queue_. Submitted: handed to an idle thread, not started (a load that starts now reads the
+  // chunk itself, and the copy, when it runs, finds the entry gone and reads nothing). Copying: TierManager::Prefetch
+  // runs (a load waits for it). Copied: in DRAM, waiting for its load or the ttl.
+  enum class State { kQueued, kSubmitted, kCopying, kCopied };
   struct Entry {
     State state = State::kQueued;
     TierKind from = TierKind::kNone;

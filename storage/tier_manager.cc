@@ -3,6 +3,7 @@
 #include <chrono>
 #include <new>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
@@ -76,7 +77,7 @@ TierManager::PrefixLookup TierManager::LookupPrefixInMemory(std::span<const Chun
     MutexLock lock(&arrivals_mu_);
     size_t kept = 0;
     for (size_t j = 0; j < lookup.unresolved_.size(); ++j) {
-      if (arrivals_.contains(lookup.unresolved_[j])) {
+      if (auto it = arrivals_.find(lookup.unresolved_[j]); it != arrivals_.end() && !it->second) {
         lookup.holder_[lookup.positions_[j]] = tiers_.front()->kind;
       } else {
         lookup.unresolved_[kept] = lookup.unresolved_[j];
@@ -140,9 +141,12 @@ void TierManager::AwaitArrival(const ChunkKey& key) const {
   if (arrivals_count_.load(std::memory_order_relaxed) == 0) return;
   MutexLock lock(&arrivals_mu_);
   const auto deadline = std::chrono::steady_clock::now() + kArrivalWait;
-  while (arrivals_.contains(key) && std::chrono::steady_clock::now() < deadline) {
-    arrival_ended_.WaitUntil(&arrivals_mu_, deadline);
-  }
+  // Past the bound the read goes on with what the fastest tier holds (a miss, most likely: the engine computes).
+  arrival_ended_.WaitUntil(&arrivals_mu_, deadline, [&] {
+    arrivals_mu_.AssertHeld();
+    const auto it = arrivals_.find(key);
+    return it == arrivals_.end() || it->second;  // ended, or a networked copy this read does not wait for
+  });
 }
 
 size_t TierManager::arrivals_in_flight() const { return arrivals_count_.load(std::memory_order_relaxed); }
@@ -155,10 +159,18 @@ absl::Status TierManager::Prefetch(const ChunkKey& key, TierKind from, uint64_t 
     MutexLock lock(&arrivals_mu_);
     if (arrivals_.contains(key)) return absl::AlreadyExistsError("a prefetch of this chunk runs");
     if (tiers_.front()->tier->Contains(key)) return absl::AlreadyExistsError("the chunk is in the fastest tier");
-    arrivals_.insert(key);
+    arrivals_.emplace(key, source->tier->waits_on_network());
     arrivals_count_.store(arrivals_.size(), std::memory_order_relaxed);
   }
   // Whatever happens, the arrival ends and its waiters wake (they then read what the fastest tier holds).
+  absl::Cleanup end_arrival = [&] {
+    {
+      MutexLock lock(&arrivals_mu_);
+      arrivals_.erase(key);
+      arrivals_count_.store(arrivals_.size(), std::memory_order_relaxed);
+    }
+    arrival_ended_.SignalAll();
+  };
   absl::Status status;
   try {
     // 4 KiB-aligned, so a disk tier reads into it with O_DIRECT.
@@ -171,13 +183,11 @@ absl::Status TierManager::Prefetch(const ChunkKey& key, TierKind from, uint64_t 
     if (status.ok()) Promote(key, bytes, from);
   } catch (const std::bad_alloc&) {
     status = absl::ResourceExhaustedError("out of memory for a prefetch buffer");
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat("a prefetch copy failed: ", e.what()));
+  } catch (...) {
+    status = absl::InternalError("a prefetch copy failed with an unknown exception");
   }
-  {
-    MutexLock lock(&arrivals_mu_);
-    arrivals_.erase(key);
-    arrivals_count_.store(arrivals_.size(), std::memory_order_relaxed);
-  }
-  arrival_ended_.SignalAll();
   return status;
 }
 

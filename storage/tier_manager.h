@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "base/clock.h"
 #include "base/histogram.h"
 #include "base/mutex.h"
@@ -93,10 +93,12 @@ class TierManager {
   bool PromoteLater(const ChunkKey& key, std::span<const std::byte> bytes, std::function<void()> done,
                     TierKind from = TierKind::kNone);
   // Prefetch: copies a chunk that only slower tiers hold into the fastest, ahead of a load that will want it, on
-  // the calling thread (an idle I/O thread). While the copy runs the chunk counts as in the fastest tier: a lookup
-  // reports it there, and a read or lend of it from there waits for the copy (at most kArrivalWait), so a load
-  // that arrives meanwhile plans it as a DRAM chunk and reads it once. `from` is the tier to read it from.
-  // ALREADY_EXISTS when the fastest tier holds it or another copy of it runs; a read's error as it came.
+  // the calling thread (an idle I/O thread). While a copy from a local tier (disk) runs the chunk counts as in the
+  // fastest tier: a lookup reports it there, and a read or lend of it from there waits for the copy (at most
+  // kArrivalWait), so a load that arrives meanwhile plans it as a DRAM chunk and reads it once. A copy from a tier
+  // that waits on a network (Redis) is not waited for: a frozen Redis must not hold the threads DRAM reads need.
+  // `from` is the tier to read it from. ALREADY_EXISTS when the fastest tier holds it or another copy of it runs;
+  // a read's error as it came (a read that throws is an INTERNAL error: the arrival always ends).
   absl::Status Prefetch(const ChunkKey& key, TierKind from, uint64_t chunk_bytes);
   // Chunks whose prefetch copy runs now.
   size_t arrivals_in_flight() const;
@@ -167,7 +169,8 @@ class TierManager {
   // Prefetch copies running now, by chunk; waiters wake when one ends.
   mutable Mutex arrivals_mu_;
   mutable CondVar arrival_ended_;
-  absl::flat_hash_set<ChunkKey> arrivals_ ABSL_GUARDED_BY(arrivals_mu_);
+  // Copies running now, by chunk: whether the copy reads a tier that waits on a network (not waited for).
+  absl::flat_hash_map<ChunkKey, bool> arrivals_ ABSL_GUARDED_BY(arrivals_mu_);
   std::atomic<size_t> arrivals_count_{0};  // arrivals_.size(), read without the lock on every lookup and read
   // Declared last: their threads stop, and their queued jobs let go of chunks, before the tiers go away.
   BoundedWorker write_back_;

@@ -22,10 +22,17 @@ using testing::TestValue;
 
 constexpr uint64_t kChunk = 4096;
 
-// The slower tier: a DRAM tier under the disk's kind whose reads are counted and, while closed, wait.
+// The slower tier: a DRAM tier under the disk's kind whose reads are counted and, while closed, wait; `networked`
+// makes it say it waits on a network, as Redis does.
 class GatedTier final : public TierDecorator {
  public:
-  GatedTier() : TierDecorator(std::make_unique<DramTier>(64 << 20)) {}
+  explicit GatedTier(bool networked = false)
+      : TierDecorator(std::make_unique<DramTier>(64 << 20)), networked_(networked) {}
+  TierCapabilities Capabilities() const override {
+    TierCapabilities c = TierDecorator::Capabilities();
+    c.waits_on_network = networked_;
+    return c;
+  }
   absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override {
     {
       std::unique_lock lock(mu_);
@@ -56,6 +63,7 @@ class GatedTier final : public TierDecorator {
   }
 
  private:
+  const bool networked_;
   std::mutex mu_;
   std::condition_variable changed_;
   bool open_ = true;
@@ -64,8 +72,8 @@ class GatedTier final : public TierDecorator {
 };
 
 struct Tiers {
-  Tiers() {
-    auto gated = std::make_unique<GatedTier>();
+  explicit Tiers(bool networked = false) {
+    auto gated = std::make_unique<GatedTier>(networked);
     slow = gated.get();
     manager.AddTier(TierKind::kDram, std::make_unique<DramTier>(64 << 20));
     manager.AddTier(TierKind::kDisk, std::move(gated));
@@ -141,6 +149,22 @@ TEST_CASE("prefetch: a chunk being copied counts as DRAM, and a read of it waits
   CHECK(t.manager.arrivals_in_flight() == 0);
 }
 
+TEST_CASE("prefetch: a copy from a networked tier is not waited for: a DRAM read of it misses at once", "[prefetch]") {
+  Tiers t(/*networked=*/true);
+  const std::vector<ChunkKey> keys = t.OnDisk(0, 1);
+  t.slow->Close();
+  std::thread copier([&] { CHECK(t.manager.Prefetch(keys[0], TierKind::kDisk, kChunk).ok()); });
+  REQUIRE(t.slow->WaitForReader());
+  // A frozen Redis must not hold the threads DRAM reads need: the lookup does not call it DRAM, and a read does not
+  // wait for the copy.
+  CHECK(t.manager.LookupPrefixInMemory(keys).Prefix().empty());
+  std::vector<std::byte> got(kChunk);
+  CHECK(absl::IsNotFound(t.manager.Read(TierKind::kDram, keys[0], got)));
+  t.slow->Open();
+  copier.join();
+  CHECK(t.manager.InFastestTier(keys[0]));
+}
+
 TEST_CASE("prefetch: the tail is copied first, one at a time, and a later load uses what was copied", "[prefetch]") {
   Tiers t;
   Counters counters;
@@ -187,15 +211,17 @@ TEST_CASE("prefetch: a load that starts first reads the queued chunks itself", "
                         Clock::Real());
   const std::vector<ChunkKey> keys = t.OnDisk(0, 4);
   CHECK(prefetcher.Prefetch(keys, t.manager.LookupPrefix(keys), kChunk) == 4);
-  REQUIRE(copies.RunOne());  // chunk 3 copied; chunk 2's copy submitted, not run; 1 and 0 queued
+  REQUIRE(copies.RunOne());  // chunk 3 copied; chunk 2's copy submitted, not started; 1 and 0 queued
   prefetcher.LoadStarted(keys);
-  CHECK(counters.prefetch_chunks_used == 2);     // copied, and being copied
-  CHECK(counters.prefetch_chunks_dropped == 2);  // queued: the load reads them
+  CHECK(counters.prefetch_chunks_used == 1);     // copied
+  CHECK(counters.prefetch_chunks_dropped == 3);  // submitted or queued: the load reads them
   CHECK(prefetcher.held_bytes() == 0);
-  REQUIRE(copies.RunOne());  // the copy that was submitted still runs, and changes nothing it should not
+  const int slow_reads = t.slow->reads();
+  REQUIRE(copies.RunOne());  // the submitted copy runs, finds its chunk taken, and reads nothing
   CHECK(copies.pending() == 0);
-  CHECK(t.manager.InFastestTier(keys[2]));
-  CHECK_FALSE(t.manager.InFastestTier(keys[1]));
+  CHECK(t.slow->reads() == slow_reads);
+  CHECK_FALSE(t.manager.InFastestTier(keys[2]));
+  CHECK(counters.prefetch_chunks_copied == 1);
   CHECK(prefetcher.held_bytes() == 0);
 }
 
