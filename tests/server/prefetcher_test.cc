@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "scheduler/io_pool.h"
@@ -69,6 +70,13 @@ class GatedTier final : public TierDecorator {
   bool open_ = true;
   int reads_ = 0;
   int waiting_ = 0;
+};
+
+// A slower tier whose reads throw, as a library out of memory or descriptors may.
+class ThrowingTier final : public TierDecorator {
+ public:
+  ThrowingTier() : TierDecorator(std::make_unique<DramTier>(1 << 20)) {}
+  absl::Status Read(const ChunkKey&, std::span<std::byte>) override { throw std::runtime_error("no descriptors"); }
 };
 
 struct Tiers {
@@ -163,6 +171,20 @@ TEST_CASE("prefetch: a copy from a networked tier is not waited for: a DRAM read
   t.slow->Open();
   copier.join();
   CHECK(t.manager.InFastestTier(keys[0]));
+}
+
+TEST_CASE("prefetch: a copy whose read throws is an error, and its chunk is no arrival any more", "[prefetch]") {
+  TierManager manager;
+  manager.AddTier(TierKind::kDram, std::make_unique<DramTier>(1 << 20));
+  manager.AddTier(TierKind::kDisk, std::make_unique<ThrowingTier>());
+  const absl::Status copied = manager.Prefetch(TestKey(1), TierKind::kDisk, kChunk);
+  CHECK(copied.code() == absl::StatusCode::kInternal);
+  CHECK(copied.message().find("no descriptors") != std::string_view::npos);
+  CHECK(manager.arrivals_in_flight() == 0);
+  std::vector<std::byte> got(kChunk);
+  const auto started = std::chrono::steady_clock::now();
+  CHECK(absl::IsNotFound(manager.Read(TierKind::kDram, TestKey(1), got)));  // at once: nothing to wait for
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
 }
 
 TEST_CASE("prefetch: the tail is copied first, one at a time, and a later load uses what was copied", "[prefetch]") {
