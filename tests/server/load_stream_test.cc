@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -358,6 +359,32 @@ TEST_CASE("load stream: after the load ends, timers that fire change nothing", "
   CHECK(h.sink.aborts() == 0);
   stream.reset();
   h.timers.Advance(10s);  // and against one that is gone
+}
+
+}  // namespace cake
+
+namespace cake {
+
+TEST_CASE("load stream: a load whose split is final holds back no prefetch copy while its stream is open",
+          "[load_stream][prefetch]") {
+  Harness h;
+  // The engine computes a chunk in a microsecond and DRAM is measured at 10 s a chunk: the plan is compute-only,
+  // its split final at once, with every cached chunk above the engine's progress.
+  h.state.tiers.RecordLoadThroughput(TierKind::kDram, kChunkBytes, 10.0);
+  auto stream = h.Open();
+  v1::LoadRequest start = h.Start(8, 8);
+  start.mutable_start()->set_compute_first_chunk_s(1e-6);
+  REQUIRE(stream->OnRequest(start));
+  const std::vector<v1::LoadResponse> messages = h.ReadUntil(*stream, IsDone);
+  REQUIRE(messages.front().has_plan());
+  CHECK(messages.front().plan().strategy() == v1::LoadPlan::STRATEGY_COMPUTE_ONLY);
+  // The stream is still open (no Release yet): an idle task, a prefetch copy, starts all the same.
+  std::atomic<bool> copied{false};
+  REQUIRE(h.state.pool.TrySubmitIdle([&] { copied = true; }));
+  for (int i = 0; i < 500 && !copied; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(copied);
+  CHECK_FALSE(stream->OnRequest(Release()));
+  REQUIRE(h.sink.WaitEnded());
 }
 
 }  // namespace cake
