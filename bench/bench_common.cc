@@ -33,6 +33,12 @@ double Max(const std::vector<double>& samples) {
   return samples.empty() ? 0 : *std::max_element(samples.begin(), samples.end());
 }
 
+double Mean(const std::vector<double>& samples) {
+  double sum = 0;
+  for (double x : samples) sum += x;
+  return samples.empty() ? 0 : sum / static_cast<double>(samples.size());
+}
+
 absl::StatusOr<std::filesystem::path> FreshPath(const std::string& dir, const std::string& name) {
   if (dir.empty()) return absl::InvalidArgumentError("--dir is required");
   std::error_code ec;

@@ -46,6 +46,7 @@ double MicrosecondsSince(Clock::time_point start);
 double Percentile(std::vector<double> samples, double p);
 double Median(std::vector<double> samples);
 double Max(const std::vector<double>& samples);
+double Mean(const std::vector<double>& samples);  // 0 for no samples
 
 // A bench folder `name` under `dir` (created if needed) that the bench creates and removes itself (RemoveQuietly);
 // one that already exists is refused, never touched.

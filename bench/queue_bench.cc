@@ -114,12 +114,6 @@ absl::StatusOr<Served> ServeQueue(Client& client, const NamespaceSpec& ns,
   return served;
 }
 
-double Mean(const std::vector<double>& v) {
-  double sum = 0;
-  for (double x : v) sum += x;
-  return v.empty() ? 0 : sum / static_cast<double>(v.size());
-}
-
 }  // namespace
 
 absl::Status RunQueueBench(const QueueBenchOptions& options) {

@@ -1089,12 +1089,6 @@ struct DeadRemote {
   std::vector<double> killed_s;         // the loads after it, back to back
 };
 
-double Mean(const std::vector<double>& v) {
-  double sum = 0;
-  for (double x : v) sum += x;
-  return v.empty() ? 0 : sum / static_cast<double>(v.size());
-}
-
 // Longer than the remote tier's longest back-off after a failure (2 s, storage/redis/redis_cluster_client.cc): a load
 // this far behind the last one finds the back-off over and asks Redis again.
 constexpr auto kSparseGap = milliseconds(2500);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "server/counters.h"
@@ -159,12 +160,6 @@ double Read(const std::atomic<uint64_t>& counter) {
   return static_cast<double>(counter.load(std::memory_order_relaxed));
 }
 
-constexpr const char* kRpcCodeNames[RpcMetrics::kCodes] = {
-    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
-    "DATA_LOSS", "UNAUTHENTICATED"};
-
 void CollectDaemon(const DaemonState& state, Telemetry& out) {
   size_t i = 0;
 #define CAKE_COLLECT_COUNTER(name, help) out.Add(kCounterMetrics[i++], Read(state.counters.name));
@@ -205,7 +200,9 @@ void CollectDaemon(const DaemonState& state, Telemetry& out) {
   out.Add(kWriteBack, static_cast<double>(wb.promotions_dropped), {"promotion_dropped"});
   out.Add(kWriteBack, static_cast<double>(wb.promotions_to_disk), {"promoted_to_disk"});
   state.rpc_metrics.ForEach([&](const std::string& method, int code, uint64_t count) {
-    out.Add(kRpcResponses, static_cast<double>(count), {method, kRpcCodeNames[code]});
+    // gRPC's codes are absl's, in the same order; the label spells them as gRPC does ("INVALID_ARGUMENT").
+    const size_t index = code >= 0 && static_cast<size_t>(code) < kStatusCodes ? static_cast<size_t>(code) : 2;
+    out.Add(kRpcResponses, static_cast<double>(count), {method, absl::AsciiStrToUpper(kStatusCodeNames[index])});
   });
 }
 

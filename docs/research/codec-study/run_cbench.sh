@@ -12,6 +12,6 @@ for spec in \
   set -- $spec
   for ct in 256 64; do
     echo "$1 ct=$ct load=$(cut -d' ' -f1 /proc/loadavg)" >&2
-    ./cbench data/$1.bin $2 $3 $4 $5 $6 $ct $REPS | python3 -c "import json,sys; d=json.load(sys.stdin); d['data']='$1'; d['loadavg']=$(cut -d' ' -f1 /proc/loadavg); print(json.dumps(d))" >> cresults.jsonl
+    ./cbench data/$1.bin $2 $3 $4 $5 $6 $ct $REPS | /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); d['data']='$1'; d['loadavg']=$(cut -d' ' -f1 /proc/loadavg); print(json.dumps(d))" >> cresults.jsonl
   done
 done
