@@ -68,7 +68,7 @@ absl::StatusOr<int> RunProgram(const std::vector<std::string>& args, const std::
 }
 
 absl::StatusOr<double> TimedIoOnlyLoad(Client& client, const LoadOptions& options, uint32_t chunks,
-                                       uint64_t chunk_bytes) {
+                                       uint64_t chunk_bytes, const ChunkCheck& check) {
   if (options.region == nullptr) return absl::InvalidArgumentError("TimedIoOnlyLoad needs a region");
   std::memset(options.region->data() + options.region_offset, 0, uint64_t{chunks} * chunk_bytes);
   LoadOptions load = options;
@@ -83,7 +83,7 @@ absl::StatusOr<double> TimedIoOnlyLoad(Client& client, const LoadOptions& option
   }
   for (uint32_t c = 0; c < chunks; ++c) {
     const std::byte* bytes = options.region->data() + session->RegionOffset(c);
-    CAKE_RETURN_IF_ERROR(CheckChunkPattern({bytes, chunk_bytes}, c));
+    CAKE_RETURN_IF_ERROR(check ? check({bytes, chunk_bytes}, c) : CheckChunkPattern({bytes, chunk_bytes}, c));
   }
   CAKE_RETURN_IF_ERROR(session->Release());
   return seconds;

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,11 +59,14 @@ bool OnPath(const std::string& program);
 // Runs a program (args[0], found on $PATH) with its stdout and stderr into `log`; returns its exit status.
 absl::StatusOr<int> RunProgram(const std::vector<std::string>& args, const std::filesystem::path& log);
 
+// Checks one loaded chunk's bytes; the default is the KV byte pattern (CheckChunkPattern).
+using ChunkCheck = std::function<absl::Status(std::span<const std::byte> bytes, uint32_t chunk)>;
+
 // One I/O-only load of `chunks` chunks into options.region (a region is required; its window is zeroed first),
-// timed from Start to Done; every chunk is then checked against its pattern and the load released. Returns the
-// seconds.
+// timed from Start to Done; every chunk is then checked (against its pattern, or by `check`) and the load
+// released. Returns the seconds.
 absl::StatusOr<double> TimedIoOnlyLoad(Client& client, const LoadOptions& options, uint32_t chunks,
-                                       uint64_t chunk_bytes);
+                                       uint64_t chunk_bytes, const ChunkCheck& check = nullptr);
 
 // Gigabytes (1e9 bytes) per second.
 double GigabytesPerSecond(uint64_t bytes, double seconds);

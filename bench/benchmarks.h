@@ -213,6 +213,19 @@ struct QueueBenchOptions {
 };
 absl::Status RunQueueBench(const QueueBenchOptions& options);
 
+// The lossless chunk codec (disk.codec, remote.codec): its encode and decode speed on one core, then I/O-only loads
+// of the same KV from a disk tier and a remote tier (a private redis-server) stored raw and encoded, alternating in
+// one run; throughput is raw bytes delivered per second.
+struct CodecBenchOptions {
+  std::string dir;   // the disk tiers go in <dir>/cake-codec, removed afterwards
+  std::string data;  // KV bytes to store (a dump of a real model's KV); empty: synthetic bf16 KV
+  std::string json_path;
+  uint64_t mib = 256;
+  uint32_t runs = 5;
+  std::string tiers = "disk,remote";
+};
+absl::Status RunCodecBench(const CodecBenchOptions& options);
+
 // I/O-only loads of a prefix from the remote tier (Redis) beside redis-benchmark GETs of the same part size,
 // connections and pipeline depth, against the same server in the same run.
 struct RemoteBenchOptions {

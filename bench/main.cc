@@ -288,6 +288,19 @@ int main(int argc, char** argv) {
   tiers_command->add_option("--gbps", tiers.gbps, "each tier's read cap, Gbit/s")->capture_default_str();
   tiers_command->add_option("--runs", tiers.runs, "runs of each")->capture_default_str()->check(CLI::Range(1u, 100u));
 
+  cake::bench::CodecBenchOptions codec;
+  CLI::App* codec_command = app.add_subcommand(
+      "codec", "the lossless codec's speed, then disk and remote loads of the same KV stored raw and encoded");
+  codec_command->add_option("--dir", codec.dir, "folder for the disk tiers")->required();
+  codec_command->add_option("--data", codec.data,
+                            "KV bytes to store, e.g. a real model's KV dump (default: synthetic)");
+  codec_command->add_option("--json", codec.json_path, "also write the results to this file as one JSON object");
+  codec_command->add_option("--mib", codec.mib, "prefix size, MiB")->capture_default_str();
+  codec_command->add_option("--runs", codec.runs, "loads of each, alternating")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
+  codec_command->add_option("--tiers", codec.tiers, "disk, remote or both (comma-separated)")->capture_default_str();
+
   cake::bench::RemoteBenchOptions remote;
   CLI::App* remote_command = app.add_subcommand(
       "remote", "loads from the remote tier (Redis) beside redis-benchmark GETs of the same part size");
@@ -388,6 +401,8 @@ int main(int argc, char** argv) {
     status = cake::bench::RunMixedBench(mixed);
   } else if (remote_command->parsed()) {
     status = cake::bench::RunRemoteBench(remote);
+  } else if (codec_command->parsed()) {
+    status = cake::bench::RunCodecBench(codec);
   } else if (queue_command->parsed()) {
     status = cake::bench::RunQueueBench(queue);
   } else if (tiers_command->parsed()) {

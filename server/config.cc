@@ -21,6 +21,7 @@
 #include "base/status_macros.h"
 #include "scheduler/io_pool.h"
 #include "server/config_keys.h"
+#include "storage/chunk_codec.h"
 
 namespace cake {
 
@@ -448,6 +449,12 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     }
   } else if (!c.tls_client_ca_file.empty() || !c.tls_cert_file.empty()) {
     return absl::InvalidArgumentError("tcp.tls_* are set but tcp.listen is not");
+  }
+  for (const auto& [codec, key] :
+       {std::pair{&c.disk_codec, "disk.codec"}, std::pair{&c.remote_codec, "remote.codec"}}) {
+    if (absl::Status parsed = ParseChunkCodec(*codec).status(); !parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(key, ": ", parsed.message()));
+    }
   }
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
   if (!kLevels.contains(c.log_level)) {

@@ -98,6 +98,7 @@ struct DaemonConfig {
   double disk_read_gbps = 0;                  // 0: not throttled
   uint32_t disk_recovery_threads = 32;        // header reads in flight while the index is rebuilt after a crash
   uint32_t disk_index_checkpoint_ms = 60000;  // the index also written this often while chunks arrive; 0: at stop only
+  std::string disk_codec = "none";            // how chunks are stored: none or planes-zstd (storage/chunk_codec.h)
   // [remote] Redis (standalone or cluster), shared by daemons on many machines
   std::vector<std::string> remote_endpoints;  // "host:port"; empty: no remote tier
   std::string remote_user;                    // ACL user (empty: AUTH with the password alone)
@@ -110,6 +111,7 @@ struct DaemonConfig {
   uint32_t remote_command_timeout_ms = 2000;
   uint64_t remote_ttl_s = 0;            // 0: keys do not expire (Redis's maxmemory policy evicts)
   double remote_read_gbps = 0;          // 0: not throttled
+  std::string remote_codec = "none";    // how chunks are stored: none or planes-zstd (storage/chunk_codec.h)
   bool remote_promote_to_disk = false;  // a remote hit is also copied onto the local disk tier
   // [cuda] device regions through CUDA IPC, where the build has CUDA and a device answers
   bool cuda_enabled = true;

@@ -598,24 +598,20 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Verify(grpc::CallbackServerContext* 
       ~VerifyDone() { state.verify_running = false; }
     } done{state};
     const auto started = std::chrono::steady_clock::now();
-    std::vector<std::pair<ChunkKey, uint64_t>> chunks;
-    tier->ForEach([&](const ChunkKey& key, uint64_t bytes) { chunks.emplace_back(key, bytes); });
-    // A read checks the chunk's checksum, and the tier itself removes a corrupt one (Tier::Read's DATA_LOSS), so
-    // the next load that would have met it computes instead. The reads go through the tier's read cap.
+    std::vector<ChunkKey> chunks;
+    tier->ForEach([&](const ChunkKey& key, uint64_t) { chunks.push_back(key); });
+    // A read checks the chunk's checksum (and decodes it, in a tier with a codec), and the tier itself removes a
+    // corrupt one (Tier::Read's DATA_LOSS), so the next load that would have met it computes instead. The reads go
+    // through the tier's read cap.
     std::vector<std::byte> buffer;
-    for (const auto& [key, bytes] : chunks) {
+    for (const ChunkKey& key : chunks) {
       if (state.stopping) break;
       // The size comes from the tier's metadata, which a hostile store (Redis, files) may have forged: nothing
-      // larger than a chunk may be is ever allocated for it.
-      if (bytes > state.config.max_chunk_bytes) {
-        response->set_unreadable(response->unreadable() + 1);
-        continue;
-      }
-      buffer.resize(bytes);
-      const absl::Status read = tier->Read(key, buffer);
+      // larger than a chunk may be is ever allocated for it (INVALID_ARGUMENT: unreadable).
+      const absl::Status read = tier->ReadValue(key, state.config.max_chunk_bytes, buffer);
       if (read.ok()) {
         response->set_chunks_checked(response->chunks_checked() + 1);
-        response->set_bytes_checked(response->bytes_checked() + bytes);
+        response->set_bytes_checked(response->bytes_checked() + buffer.size());
       } else if (absl::IsDataLoss(read)) {
         response->set_chunks_checked(response->chunks_checked() + 1);
         response->set_corrupt_removed(response->corrupt_removed() + 1);

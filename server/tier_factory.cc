@@ -5,6 +5,7 @@
 
 #include "base/status_macros.h"
 #include "spdlog/spdlog.h"
+#include "storage/codec_tier.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/dram_tier.h"
 #include "storage/remote_tier.h"
@@ -55,6 +56,9 @@ absl::Status AddTiersFromConfig(const DaemonConfig& config, bool page_lock_dram,
     if (config.disk_read_gbps > 0) {
       disk_tier = std::make_unique<ThrottledTier>(std::move(disk_tier), config.disk_read_gbps);
     }
+    // Outside the throttle: a cap models the medium, which carries the encoded bytes.
+    CAKE_ASSIGN_OR_RETURN(const ChunkCodec disk_codec, ParseChunkCodec(config.disk_codec));
+    if (disk_codec != ChunkCodec::kNone) disk_tier = std::make_unique<CodecTier>(std::move(disk_tier), disk_codec);
     tiers.AddTier(TierKind::kDisk, std::move(disk_tier));
   }
   if (!config.remote_endpoints.empty()) {
@@ -77,6 +81,10 @@ absl::Status AddTiersFromConfig(const DaemonConfig& config, bool page_lock_dram,
     CAKE_ASSIGN_OR_RETURN(std::unique_ptr<Tier> remote_tier, RemoteTier::Open(remote));
     if (config.remote_read_gbps > 0) {
       remote_tier = std::make_unique<ThrottledTier>(std::move(remote_tier), config.remote_read_gbps);
+    }
+    CAKE_ASSIGN_OR_RETURN(const ChunkCodec remote_codec, ParseChunkCodec(config.remote_codec));
+    if (remote_codec != ChunkCodec::kNone) {
+      remote_tier = std::make_unique<CodecTier>(std::move(remote_tier), remote_codec);
     }
     tiers.AddTier(TierKind::kRemote, std::move(remote_tier));
   }

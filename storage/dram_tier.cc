@@ -68,6 +68,18 @@ absl::Status DramTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   return absl::OkStatus();
 }
 
+absl::Status DramTier::ReadValue(const ChunkKey& key, uint64_t max_bytes, std::vector<std::byte>& out) {
+  // A lent extent stays in place while held, removed or not: the copy runs outside the lock.
+  const std::shared_ptr<const std::span<const std::byte>> lent = Lend(key);
+  if (lent == nullptr) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in DRAM"));
+  if (lent->size() > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", key.Hex(), " holds ", lent->size(), " bytes; at most ", max_bytes, " were expected"));
+  }
+  out.assign(lent->begin(), lent->end());
+  return absl::OkStatus();
+}
+
 std::shared_ptr<const std::span<const std::byte>> DramTier::Lend(const ChunkKey& key) {
   MutexLock lock(&mu_);
   Entry* e = index_.Find(key);

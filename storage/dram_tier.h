@@ -25,6 +25,7 @@ class DramTier final : public Tier {
   std::string_view name() const override { return "dram"; }
   bool Contains(const ChunkKey& key) const override;
   absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override;
+  absl::Status ReadValue(const ChunkKey& key, uint64_t max_bytes, std::vector<std::byte>& out) override;
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override;
   absl::Status Remove(const ChunkKey& key) override;
   TierUsage Usage() const override;

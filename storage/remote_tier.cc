@@ -378,6 +378,29 @@ absl::Status RemoteTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   return absl::OkStatus();
 }
 
+absl::Status RemoteTier::ReadValue(const ChunkKey& key, uint64_t max_bytes, std::vector<std::byte>& out) {
+  // The header alone first, for the size; then Read's pipeline, which fetches it again with the parts and checks
+  // it against this size (a chunk rewritten meanwhile with another size is a miss, never bytes). One round trip
+  // more than Read: a caller that knows the size (a load) calls Read.
+  Impl& impl = *impl_;
+  const RemoteChunkNames names(impl.options_.key_prefix, key);
+  std::vector<RedisCommand> get_header;
+  get_header.push_back(Impl::Cmd("GET", names.header()));
+  auto replies = impl.redis_->Execute(get_header);
+  if (!replies.ok()) return replies.status();
+  const redisReply* head = (*replies)[0].get();
+  if (head->type == REDIS_REPLY_NIL) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not in Redis"));
+  if (head->type != REDIS_REPLY_STRING) return Read(key, {});  // Read says what Redis answered
+  auto header = ParseRemoteHeader(std::string_view(head->str, head->len), key);
+  if (!header.ok()) return Read(key, {});  // Read removes a corrupt header and says why
+  if (header->payload_length > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", key.Hex(), " holds ", header->payload_length,
+                                                   " bytes; at most ", max_bytes, " were expected"));
+  }
+  out.resize(header->payload_length);
+  return Read(key, out);
+}
+
 absl::Status RemoteTier::Write(const ChunkKey& key, std::span<const std::byte> src) {
   Impl& impl = *impl_;
   const RemoteChunkNames names(impl.options_.key_prefix, key);

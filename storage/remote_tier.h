@@ -71,6 +71,7 @@ class RemoteTier final : public Tier {
   bool Contains(const ChunkKey& key) const override;
   std::vector<bool> ContainsEach(std::span<const ChunkKey> keys) const override;
   absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override;
+  absl::Status ReadValue(const ChunkKey& key, uint64_t max_bytes, std::vector<std::byte>& out) override;
   // RESOURCE_EXHAUSTED also for a value over max_chunk_bytes.
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override;
   // Deletes the header, then the parts it names, at most as many as a chunk of max_chunk_bytes has (none past the

@@ -70,6 +70,12 @@ absl::Status ThrottledTier::Read(const ChunkKey& key, std::span<std::byte> dst) 
   return TierDecorator::Read(key, dst);
 }
 
+absl::Status ThrottledTier::ReadValue(const ChunkKey& key, uint64_t max_bytes, std::vector<std::byte>& out) {
+  absl::Status status = TierDecorator::ReadValue(key, max_bytes, out);
+  if (status.ok()) bucket_.Acquire(out.size());
+  return status;
+}
+
 std::shared_ptr<const std::span<const std::byte>> ThrottledTier::Lend(const ChunkKey& key) {
   auto lent = TierDecorator::Lend(key);
   if (lent != nullptr) bucket_.Acquire(lent->size());

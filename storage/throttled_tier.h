@@ -54,6 +54,8 @@ class ThrottledTier final : public TierDecorator {
   ThrottledTier(std::unique_ptr<Tier> inner, double read_gbps, Clock* clock = Clock::Real(), double burst_s = 1e-3);
 
   absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override;
+  // Paced by the bytes it brought back, once they are known.
+  absl::Status ReadValue(const ChunkKey& key, uint64_t max_bytes, std::vector<std::byte>& out) override;
   // A lent chunk's bytes are read by whoever holds them (a DMA to a device, the write-back queue): they pass the
   // cap like a Read of the same size.
   std::shared_ptr<const std::span<const std::byte>> Lend(const ChunkKey& key) override;

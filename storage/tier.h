@@ -59,6 +59,14 @@ class Tier {
   // NOT_FOUND: absent. INVALID_ARGUMENT: dst has the wrong size. DATA_LOSS: the stored value is corrupt (and
   // has been removed). UNAVAILABLE: the medium failed; the caller treats every error as a miss.
   virtual absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) = 0;
+  // Read for a caller that does not know the value's size (a codec reading back what it encoded, Verify reading
+  // what a scan listed): `out` is resized to the stored value. INVALID_ARGUMENT, with nothing allocated for it, when
+  // the value claims more than max_bytes (its size comes from a file or from Redis: a peer's word). Otherwise as
+  // Read. The tiers that store values (DRAM, disk, remote) implement it.
+  virtual absl::Status ReadValue(const ChunkKey& key, uint64_t max_bytes, std::vector<std::byte>& out) {
+    (void)key, (void)max_bytes, (void)out;
+    return absl::UnimplementedError("this tier cannot read a value of unknown size");
+  }
   // Stores a copy of src under key; a key names its content, so writing an existing key keeps one copy.
   // RESOURCE_EXHAUSTED: it does not fit, even after evicting everything evictable.
   virtual absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) = 0;
@@ -103,6 +111,9 @@ class TierDecorator : public Tier {
   bool Contains(const ChunkKey& key) const override { return inner_->Contains(key); }
   std::vector<bool> ContainsEach(std::span<const ChunkKey> keys) const override { return inner_->ContainsEach(keys); }
   absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override { return inner_->Read(key, dst); }
+  absl::Status ReadValue(const ChunkKey& key, uint64_t max_bytes, std::vector<std::byte>& out) override {
+    return inner_->ReadValue(key, max_bytes, out);
+  }
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override { return inner_->Write(key, src); }
   absl::Status Remove(const ChunkKey& key) override { return inner_->Remove(key); }
   TierUsage Usage() const override { return inner_->Usage(); }

@@ -296,16 +296,34 @@ void DiskTier::ReleaseReader(Reader reader) {
 
 absl::Status DiskTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   LruIndex<Entry>::ReadPin pin;
-  {
-    MutexLock lock(&mu_);
-    const Entry* e = index_.Find(key);
-    if (e == nullptr) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not on disk"));
-    if (e->bytes != dst.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunk ", key.Hex(), " holds ", e->bytes, " bytes; the destination has ", dst.size()));
-    }
-    pin = *index_.PinForRead(key);
+  CAKE_ASSIGN_OR_RETURN(const uint64_t bytes, PinForRead(key, pin));
+  if (bytes != dst.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", key.Hex(), " holds ", bytes, " bytes; the destination has ", dst.size()));
   }
+  return ReadPinned(key, pin, dst);
+}
+
+absl::Status DiskTier::ReadValue(const ChunkKey& key, uint64_t max_bytes, std::vector<std::byte>& out) {
+  LruIndex<Entry>::ReadPin pin;
+  CAKE_ASSIGN_OR_RETURN(const uint64_t bytes, PinForRead(key, pin));
+  if (bytes > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", key.Hex(), " holds ", bytes, " bytes; at most ", max_bytes, " were expected"));
+  }
+  out.resize(bytes);  // outside the tier's lock: it may fault in megabytes
+  return ReadPinned(key, pin, out);
+}
+
+absl::StatusOr<uint64_t> DiskTier::PinForRead(const ChunkKey& key, LruIndex<Entry>::ReadPin& pin) {
+  MutexLock lock(&mu_);
+  const Entry* e = index_.Find(key);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("chunk ", key.Hex(), " is not on disk"));
+  pin = *index_.PinForRead(key);
+  return e->bytes;
+}
+
+absl::Status DiskTier::ReadPinned(const ChunkKey& key, LruIndex<Entry>::ReadPin& pin, std::span<std::byte> dst) {
   // The read runs outside the lock so readers proceed in parallel; the pin keeps eviction away from the file,
   // and an explicit Remove meanwhile is harmless (an open file outlives its unlink).
   absl::Status status = ReadFile(key, dst);

@@ -65,6 +65,7 @@ class DiskTier final : public Tier {
   std::string_view name() const override { return "disk"; }
   bool Contains(const ChunkKey& key) const override;
   absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override;
+  absl::Status ReadValue(const ChunkKey& key, uint64_t max_bytes, std::vector<std::byte>& out) override;
   // RESOURCE_EXHAUSTED also for a value over max_chunk_bytes.
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override;
   absl::Status Remove(const ChunkKey& key) override;
@@ -99,6 +100,11 @@ class DiskTier final : public Tier {
   DiskTier(const Options& options, IoBackend backend, bool direct_io, std::unique_ptr<IoEngine> first_engine);
 
   absl::Status Recover(uint32_t threads);
+  // A read in two steps, so the caller may size its destination between them outside the lock: the indexed size
+  // (the entry pinned against eviction), then the file's read, which judges the entry by the result (a corrupt
+  // file is removed).
+  absl::StatusOr<uint64_t> PinForRead(const ChunkKey& key, LruIndex<Entry>::ReadPin& pin);
+  absl::Status ReadPinned(const ChunkKey& key, LruIndex<Entry>::ReadPin& pin, std::span<std::byte> dst);
   absl::Status ReadFile(const ChunkKey& key, std::span<std::byte> dst);
   absl::Status WriteTempFile(const std::filesystem::path& temp, const ChunkKey& key, std::span<const std::byte> src);
   absl::StatusOr<Reader> AcquireReader();

@@ -232,6 +232,16 @@ TEST_CASE("config: ValidateConfig checks rules across fields", "[config]") {
       CHECK(ValidateConfig(c).ok());
     }
   }
+  SECTION("an unknown codec, named with the accepted ones") {
+    c.disk_codec = "lz4";
+    CHECK_THAT(std::string(ValidateConfig(c).message()),
+               Catch::Contains("disk.codec: unknown codec \"lz4\"; the codecs are \"none\" and \"planes-zstd\""));
+    c.disk_codec = "planes-zstd";
+    c.remote_codec = "zstd";
+    CHECK_THAT(std::string(ValidateConfig(c).message()), Catch::Contains("remote.codec: unknown codec"));
+    c.remote_codec = "planes-zstd";
+    CHECK(ValidateConfig(c).ok());
+  }
   SECTION("zeros that flags can set and the file cannot") {
     c.dram_capacity_bytes = 0;
     CHECK_THAT(std::string(ValidateConfig(c).message()), Catch::Contains("--dram-capacity-mib"));

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "storage/codec_tier.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/dram_tier.h"
 #include "storage/remote_tier.h"
@@ -25,11 +26,13 @@ using testing::TestValue;
 
 struct DramFactory {
   static constexpr bool kOwnsCapacity = true;
+  static constexpr uint64_t kStoredOverhead = 0;  // bytes a stored value takes beyond its own
   static std::unique_ptr<Tier> Make(uint64_t capacity) { return std::make_unique<DramTier>(capacity); }
 };
 
 struct ThrottledDramFactory {
   static constexpr bool kOwnsCapacity = true;
+  static constexpr uint64_t kStoredOverhead = 0;
   // Fast enough that the contract runs at DRAM speed; the throttle's pacing has its own tests.
   static std::unique_ptr<Tier> Make(uint64_t capacity) {
     return std::make_unique<ThrottledTier>(std::make_unique<DramTier>(capacity), /*read_gbps=*/100);
@@ -60,6 +63,7 @@ class DiskTierInTempDir final : private TempDirHolder, public TierDecorator {
 
 struct DiskUringFactory {
   static constexpr bool kOwnsCapacity = true;
+  static constexpr uint64_t kStoredOverhead = 0;
   static std::unique_ptr<Tier> Make(uint64_t capacity) {
     // Containers with Docker's default seccomp profile refuse io_uring: say so rather than fail the contract.
     static const bool available = MakeUringEngine(1).ok();
@@ -70,6 +74,7 @@ struct DiskUringFactory {
 
 struct DiskPreadFactory {
   static constexpr bool kOwnsCapacity = true;
+  static constexpr uint64_t kStoredOverhead = 0;
   static std::unique_ptr<Tier> Make(uint64_t capacity) {
     return std::make_unique<DiskTierInTempDir>(capacity, IoBackend::kPread);
   }
@@ -90,6 +95,7 @@ std::unique_ptr<Tier> MakeRemoteTier(const std::vector<std::string>& endpoints) 
 
 struct RemoteStandaloneFactory {
   static constexpr bool kOwnsCapacity = false;
+  static constexpr uint64_t kStoredOverhead = 0;
   static std::unique_ptr<Tier> Make(uint64_t) {
     static absl::StatusOr<RedisServer> server = RedisServer::Start();
     if (!server.ok()) throw std::runtime_error(server.status().ToString());
@@ -99,6 +105,7 @@ struct RemoteStandaloneFactory {
 
 struct RemoteClusterFactory {
   static constexpr bool kOwnsCapacity = false;
+  static constexpr uint64_t kStoredOverhead = 0;
   static std::unique_ptr<Tier> Make(uint64_t) {
     static absl::StatusOr<RedisCluster> cluster = RedisCluster::Start(3);
     if (!cluster.ok()) throw std::runtime_error(cluster.status().ToString());
@@ -106,13 +113,26 @@ struct RemoteClusterFactory {
   }
 };
 
+// A codec over a tier: its values are stored encoded, under keys of their own. The contract's values are
+// pseudo-random bytes, which the codec stores as they are behind its header.
+template <typename Inner>
+struct CodecFactory {
+  static constexpr bool kOwnsCapacity = Inner::kOwnsCapacity;
+  static constexpr uint64_t kStoredOverhead = kCodecHeaderBytes;
+  static std::unique_ptr<Tier> Make(uint64_t capacity) {
+    return std::make_unique<CodecTier>(Inner::Make(capacity), ChunkCodec::kPlanesZstd);
+  }
+};
+using CodecDiskFactory = CodecFactory<DiskUringFactory>;
+using CodecRemoteFactory = CodecFactory<RemoteStandaloneFactory>;
+
 constexpr uint64_t kCapacity = 16 << 20;
 constexpr size_t kValueBytes = 64 << 10;
 
 }  // namespace
 
 TEMPLATE_TEST_CASE("tier contract", "[tier]", DramFactory, ThrottledDramFactory, DiskUringFactory, DiskPreadFactory,
-                   RemoteStandaloneFactory, RemoteClusterFactory) {
+                   RemoteStandaloneFactory, RemoteClusterFactory, CodecDiskFactory, CodecRemoteFactory) {
   std::unique_ptr<Tier> tier = TestType::Make(kCapacity);
   const ChunkKey a = TestKey(1);
   const auto va = TestValue(1, kValueBytes);
@@ -123,6 +143,18 @@ TEMPLATE_TEST_CASE("tier contract", "[tier]", DramFactory, ThrottledDramFactory,
     REQUIRE(tier->Read(a, out).ok());
     CHECK(out == va);
     CHECK_FALSE(tier->name().empty());
+  }
+
+  SECTION("ReadValue reads a value of unknown size, and refuses one above its bound without losing it") {
+    REQUIRE(tier->Write(a, va).ok());
+    std::vector<std::byte> out(7);  // resized to the value
+    REQUIRE(tier->ReadValue(a, kValueBytes, out).ok());
+    CHECK(out == va);
+    CHECK(tier->ReadValue(a, kValueBytes - 1, out).code() == absl::StatusCode::kInvalidArgument);
+    CHECK(tier->ReadValue(TestKey(99), kValueBytes, out).code() == absl::StatusCode::kNotFound);
+    std::vector<std::byte> again(va.size());
+    REQUIRE(tier->Read(a, again).ok());
+    CHECK(again == va);
   }
 
   SECTION("reading a missing key is NOT_FOUND") {
@@ -189,11 +221,11 @@ TEMPLATE_TEST_CASE("tier contract", "[tier]", DramFactory, ThrottledDramFactory,
     CHECK_FALSE(tier->Contains(a));
   }
 
-  SECTION("ForEach visits every key once, with its size") {
+  SECTION("ForEach visits every key once, with the bytes stored for it") {
     std::map<std::string, uint64_t> expected;
     for (uint32_t i = 0; i < 10; ++i) {
       REQUIRE(tier->Write(TestKey(i), TestValue(i, 100 + i)).ok());
-      expected[TestKey(i).Hex()] = 100 + i;
+      expected[TestKey(i).Hex()] = 100 + i + TestType::kStoredOverhead;
     }
     std::map<std::string, uint64_t> seen;
     int visits = 0;
@@ -208,7 +240,7 @@ TEMPLATE_TEST_CASE("tier contract", "[tier]", DramFactory, ThrottledDramFactory,
   SECTION("a value larger than the whole tier is RESOURCE_EXHAUSTED and stores nothing") {
     if (!TestType::kOwnsCapacity) return;
     REQUIRE(tier->Write(a, va).ok());
-    std::vector<std::byte> huge(kCapacity + 1);
+    const std::vector<std::byte> huge = TestValue(2, kCapacity + 1);  // bytes no codec shrinks
     CHECK(tier->Write(TestKey(2), huge).code() == absl::StatusCode::kResourceExhausted);
     CHECK_FALSE(tier->Contains(TestKey(2)));
     // A refused oversized write must not have evicted anything to make room it could never get.

@@ -4,8 +4,10 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <stdexcept>
@@ -31,6 +33,29 @@ inline std::vector<std::byte> TestValue(uint32_t i, size_t bytes) {
     x = x * 1103515245u + 12345u;
     v[j] = static_cast<std::byte>(x >> 24);
   }
+  return v;
+}
+
+// Bytes shaped like bf16 KV: normally distributed values (a fixed seed per key) rounded to bf16, so their exponent
+// bytes compress as real KV's do and their mantissa bytes do not.
+inline std::vector<std::byte> TestBf16Value(uint32_t i, size_t bytes) {
+  std::vector<std::byte> v(bytes);
+  uint64_t x = i * 0x9E3779B97F4A7C15ull + 7;
+  auto uniform = [&x] {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return (static_cast<double>(x >> 11) + 0.5) / 9007199254740992.0;
+  };
+  for (size_t j = 0; j + 1 < bytes; j += 2) {
+    // Box-Muller; the scale varies by position like KV's channels do.
+    const float value =
+        static_cast<float>(std::sqrt(-2 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()) *
+                           (0.05 + static_cast<double>((j / 2) % 64) / 16));
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    v[j] = static_cast<std::byte>(bits >> 16);
+    v[j + 1] = static_cast<std::byte>(bits >> 24);
+  }
+  if (bytes % 2 == 1) v[bytes - 1] = std::byte{0x3f};
   return v;
 }
 

@@ -1,0 +1,252 @@
+// cake-bench codec: what the lossless codec (storage/chunk_codec.h) costs and buys. First the codec alone on one
+// core (encode and decode GB/s of raw bytes, the ratio), then I/O-only loads of the same prefix from a disk tier
+// and from a remote tier, one daemon storing raw and one encoded, their loads alternating in one run so the
+// machine's drift falls on both. Throughput is raw (decoded) bytes delivered per second, every byte checked.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <optional>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/status_macros.h"
+#include "bench/bench_common.h"
+#include "bench/benchmarks.h"
+#include "storage/chunk_codec.h"
+#include "testing/redis_process.h"
+
+namespace cake::bench {
+namespace {
+
+// SmolLM2-135M's KV layout (30 layers, 3 KV heads of 64, bf16) at 256 tokens a chunk: 5.6 MiB chunks, the model
+// whose real KV docs/research/codec-study measured.
+NamespaceSpec CodecNamespace() {
+  NamespaceSpec ns;
+  ns.model_id = absl::StrCat("codec-bench-", getpid());
+  ns.num_layers = 30;
+  ns.num_kv_heads = 3;
+  ns.head_dim = 64;
+  ns.dtype = DType::kBf16;
+  ns.chunk_tokens = 256;
+  return ns;
+}
+
+// Normally distributed values with a scale per channel, rounded to bf16: KV-shaped bytes when no dump is given.
+void FillSyntheticBf16(std::span<std::byte> out, uint64_t seed) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto uniform = [&x] {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return (static_cast<double>(x >> 11) + 0.5) / 9007199254740992.0;
+  };
+  for (size_t j = 0; j + 1 < out.size(); j += 2) {
+    const float value = static_cast<float>(std::sqrt(-2 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()) *
+                                           (0.05 + static_cast<double>((j / 2) % 64) / 16));
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    out[j] = static_cast<std::byte>(bits >> 16);
+    out[j + 1] = static_cast<std::byte>(bits >> 24);
+  }
+}
+
+absl::StatusOr<std::vector<std::byte>> PrefixBytes(const CodecBenchOptions& options, uint64_t bytes) {
+  std::vector<std::byte> kv(bytes);
+  if (options.data.empty()) {
+    FillSyntheticBf16(kv, 1);
+    return kv;
+  }
+  std::ifstream in(options.data, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("--data ", options.data, " cannot be read"));
+  in.read(reinterpret_cast<char*>(kv.data()), static_cast<std::streamsize>(bytes));
+  const uint64_t got = static_cast<uint64_t>(in.gcount());
+  if (got == 0) return absl::InvalidArgumentError(absl::StrCat("--data ", options.data, " is empty"));
+  // A dump shorter than the prefix repeats; chunk boundaries then fall elsewhere in it, so chunks still differ.
+  for (uint64_t at = got; at < bytes; at += got) std::memcpy(kv.data() + at, kv.data(), std::min(got, bytes - at));
+  return kv;
+}
+
+struct CodecSpeed {
+  double ratio = 0;
+  double encode_gbps = 0;
+  double decode_gbps = 0;
+};
+
+// One thread, every chunk encoded then decoded (and checked), three passes; the best pass of each.
+absl::StatusOr<CodecSpeed> MeasureCodec(std::span<const std::byte> kv, uint64_t chunk_bytes) {
+  const uint64_t chunks = kv.size() / chunk_bytes;
+  std::vector<std::vector<std::byte>> encoded(chunks);
+  std::vector<std::byte> out(chunk_bytes);
+  double encode_s = 1e30, decode_s = 1e30;
+  uint64_t stored = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    auto start = Clock::now();
+    for (uint64_t c = 0; c < chunks; ++c) {
+      encoded[c] = EncodeChunk(ChunkCodec::kPlanesZstd, kv.subspan(c * chunk_bytes, chunk_bytes));
+    }
+    encode_s = std::min(encode_s, SecondsSince(start));
+    start = Clock::now();
+    for (uint64_t c = 0; c < chunks; ++c) CAKE_RETURN_IF_ERROR(DecodeChunk(encoded[c], out));
+    decode_s = std::min(decode_s, SecondsSince(start));
+    stored = 0;
+    for (uint64_t c = 0; c < chunks; ++c) {
+      stored += encoded[c].size();
+      CAKE_RETURN_IF_ERROR(DecodeChunk(encoded[c], out));
+      if (std::memcmp(out.data(), kv.data() + c * chunk_bytes, chunk_bytes) != 0) {
+        return absl::InternalError(absl::StrCat("chunk ", c, " did not decode to itself"));
+      }
+    }
+  }
+  const uint64_t raw = chunks * chunk_bytes;
+  return CodecSpeed{static_cast<double>(raw) / static_cast<double>(stored), GigabytesPerSecond(raw, encode_s),
+                    GigabytesPerSecond(raw, decode_s)};
+}
+
+struct TierRun {
+  std::vector<double> raw_gbps, codec_gbps, ratios;
+  double daemon_decode_gbps = 0;  // the codec daemon's own decode time per raw byte, on its I/O threads
+  double stored_ratio = 0;        // raw bytes over the bytes the tier holds
+};
+
+// Two daemons on one tier kind, one raw and one with the codec, the same prefix stored in each; then `runs` pairs
+// of I/O-only loads from that tier, the order within a pair alternating.
+absl::StatusOr<TierRun> MeasureTier(const std::string& tier, const std::vector<std::string>& raw_args,
+                                    const std::vector<std::string>& codec_args, std::span<const std::byte> kv,
+                                    uint64_t chunk_bytes, uint32_t runs) {
+  const NamespaceSpec ns = CodecNamespace();
+  const uint32_t chunks = static_cast<uint32_t>(kv.size() / chunk_bytes);
+  const std::vector<uint32_t> prompt = SyntheticPrompt(uint64_t{chunks} * ns.chunk_tokens, 83);
+  // DRAM holds the prefix for the Store, and is under twice its size, so loads from the slower tier are not
+  // promoted: every run reads the tier.
+  const std::string dram_mib = absl::StrCat((kv.size() >> 20) + 2 * (chunk_bytes >> 20) + 2);
+  struct Side {
+    std::optional<DaemonTarget> target;
+    std::optional<MappedRegion> region;
+  };
+  Side sides[2];
+  const std::vector<std::string>* args[2] = {&raw_args, &codec_args};
+  for (int s = 0; s < 2; ++s) {
+    std::vector<std::string> spawn = *args[s];
+    spawn.insert(spawn.end(), {"--dram-capacity-mib", dram_mib});
+    CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", spawn));
+    sides[s].target.emplace(std::move(target));
+    Client& client = *sides[s].target->client;
+    CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(kv.size()));
+    std::memcpy(region.data(), kv.data(), kv.size());
+    CAKE_RETURN_IF_ERROR(client.Store(ns, TokensPrompt(prompt), 0, chunks, region, 0).status());
+    sides[s].region.emplace(std::move(region));
+    CAKE_RETURN_IF_ERROR(WaitForCounter(client, "write_back_written", chunks, std::chrono::seconds(300)));
+    CAKE_RETURN_IF_ERROR(client.Evict(TierKind::kDram).status());
+  }
+  const ChunkCheck check = [&](std::span<const std::byte> bytes, uint32_t c) -> absl::Status {
+    if (std::memcmp(bytes.data(), kv.data() + uint64_t{c} * chunk_bytes, chunk_bytes) != 0) {
+      return absl::DataLossError(absl::StrCat("chunk ", c, " loaded from the ", tier, " tier differs"));
+    }
+    return absl::OkStatus();
+  };
+  TierRun result;
+  for (uint32_t run = 0; run <= runs; ++run) {  // run 0 warms both up, untimed
+    double gbps[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      const int s = (run % 2 == 0) ? k : 1 - k;
+      Client& client = *sides[s].target->client;
+      LoadOptions load;
+      load.ns = ns;
+      load.prompt = TokensPrompt(prompt);
+      load.region = &*sides[s].region;
+      CAKE_ASSIGN_OR_RETURN(const double seconds, TimedIoOnlyLoad(client, load, chunks, chunk_bytes, check));
+      gbps[s] = GigabytesPerSecond(kv.size(), seconds);
+    }
+    if (run == 0) continue;
+    result.raw_gbps.push_back(gbps[0]);
+    result.codec_gbps.push_back(gbps[1]);
+    result.ratios.push_back(gbps[1] / gbps[0]);
+    std::printf("  %s run %u: raw %.2f GB/s, planes-zstd %.2f GB/s (%.2fx)\n", tier.c_str(), run, gbps[0], gbps[1],
+                gbps[1] / gbps[0]);
+    std::fflush(stdout);
+  }
+  CAKE_ASSIGN_OR_RETURN(auto stats, sides[1].target->client->Stats());
+  const auto counter = [&](const std::string& name) -> double {
+    auto it = stats.find(absl::StrCat("tier_", tier, "_codec_", name));
+    return it == stats.end() ? 0 : static_cast<double>(it->second);
+  };
+  if (counter("decode_microseconds") > 0) {
+    result.daemon_decode_gbps = counter("raw_bytes_decoded") / counter("decode_microseconds") / 1e3;
+  }
+  if (counter("stored_bytes_encoded") > 0) {
+    result.stored_ratio = counter("raw_bytes_encoded") / counter("stored_bytes_encoded");
+  }
+  for (Side& side : sides) {
+    (void)side.target->client->ReleaseRegion(*side.region);
+    (void)side.target->client->Evict(TierKind::kRemote);
+  }
+  return result;
+}
+
+}  // namespace
+
+absl::Status RunCodecBench(const CodecBenchOptions& options) {
+  const NamespaceSpec ns = CodecNamespace();
+  CAKE_ASSIGN_OR_RETURN(const Namespace parsed, Namespace::Create(ns));
+  const uint64_t chunk_bytes = parsed.chunk_bytes();
+  const uint32_t chunks = static_cast<uint32_t>((options.mib << 20) / chunk_bytes);
+  if (chunks < 4) return absl::InvalidArgumentError("--mib must hold at least 4 chunks of 5.6 MiB (--mib 23)");
+  const std::vector<std::string> tiers = absl::StrSplit(options.tiers, ',');
+  for (const std::string& t : tiers) {
+    if (t != "disk" && t != "remote") return absl::InvalidArgumentError("--tiers lists disk and/or remote");
+  }
+  CAKE_ASSIGN_OR_RETURN(const std::vector<std::byte> kv, PrefixBytes(options, uint64_t{chunks} * chunk_bytes));
+
+  std::printf("cake-bench codec: %u chunks of %.2f MiB (%s), planes-zstd against raw\n", chunks,
+              static_cast<double>(chunk_bytes) / (1 << 20),
+              options.data.empty() ? "synthetic bf16 KV" : options.data.c_str());
+  CAKE_ASSIGN_OR_RETURN(const CodecSpeed speed, MeasureCodec(kv, chunk_bytes));
+  std::printf("  codec alone, one core: ratio %.3f, encode %.2f GB/s, decode %.2f GB/s (raw bytes)\n", speed.ratio,
+              speed.encode_gbps, speed.decode_gbps);
+  std::fflush(stdout);
+  JsonReport report;
+  report.Set("chunk_bytes", static_cast<double>(chunk_bytes));
+  report.Set("bytes", static_cast<double>(kv.size()));
+  report.Set("ratio", speed.ratio);
+  report.Set("encode_gbps_one_core", speed.encode_gbps);
+  report.Set("decode_gbps_one_core", speed.decode_gbps);
+
+  for (const std::string& tier : tiers) {
+    std::optional<std::filesystem::path> root;
+    std::optional<RedisServer> redis;
+    absl::Cleanup remove_root = [&] {
+      if (root) RemoveQuietly(*root);
+    };
+    std::vector<std::string> raw_args, codec_args;
+    if (tier == "disk") {
+      CAKE_ASSIGN_OR_RETURN(auto path, FreshPath(options.dir, "cake-codec"));
+      root = path;
+      std::filesystem::create_directories(path / "raw");
+      std::filesystem::create_directories(path / "codec");
+      raw_args = {"--disk-root", (path / "raw").string()};
+      codec_args = {"--disk-root", (path / "codec").string(), "--disk-codec", "planes-zstd"};
+    } else {
+      CAKE_ASSIGN_OR_RETURN(auto started, RedisServer::Start());
+      redis.emplace(std::move(started));
+      raw_args = {"--remote", redis->address(), "--remote-key-prefix", "raw:"};
+      codec_args = {"--remote", redis->address(), "--remote-key-prefix", "codec:", "--remote-codec", "planes-zstd"};
+    }
+    CAKE_ASSIGN_OR_RETURN(const TierRun run, MeasureTier(tier, raw_args, codec_args, kv, chunk_bytes, options.runs));
+    std::printf(
+        "  %s: median raw %.2f GB/s, planes-zstd %.2f GB/s; paired ratio median %.2f (min %.2f, max %.2f); stored "
+        "%.3fx smaller; the daemon decoded at %.2f GB/s per I/O thread\n",
+        tier.c_str(), Median(run.raw_gbps), Median(run.codec_gbps), Median(run.ratios),
+        *std::min_element(run.ratios.begin(), run.ratios.end()), Max(run.ratios), run.stored_ratio,
+        run.daemon_decode_gbps);
+    std::fflush(stdout);
+    report.Set(tier + "_raw_gbps", Median(run.raw_gbps));
+    report.Set(tier + "_codec_gbps", Median(run.codec_gbps));
+    report.Set(tier + "_paired_ratio", Median(run.ratios));
+    report.Set(tier + "_stored_ratio", run.stored_ratio);
+    report.Set(tier + "_daemon_decode_gbps", run.daemon_decode_gbps);
+  }
+  return report.WriteTo(options.json_path);
+}
+
+}  // namespace cake::bench
