@@ -64,7 +64,8 @@ struct EngineBenchOptions {
   // this machine's speed); explicit --throttles (Gbit/s) replace them.
   std::vector<double> load_ratios = {0.5, 1, 2};
   std::vector<double> throttles_gbps;
-  uint32_t sweep_step = 1;  // forced meeting points every this many chunks
+  uint32_t sweep_step = 1;          // forced meeting points every this many chunks
+  std::string disk_codec = "none";  // the private daemon's disk.codec
 };
 absl::Status RunEngineBench(const EngineBenchOptions& options);
 
@@ -223,6 +224,9 @@ struct CodecBenchOptions {
   uint64_t mib = 256;
   uint32_t runs = 5;
   std::string tiers = "disk,remote";
+  // Caps the remote tier's reads (both daemons'), as a network link between the daemon and Redis would: loopback
+  // Redis on a small machine is bound by CPU, not by a link. The cap counts the bytes Redis sends (encoded). 0: none.
+  double remote_gbps = 0;
 };
 absl::Status RunCodecBench(const CodecBenchOptions& options);
 

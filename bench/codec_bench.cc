@@ -42,8 +42,9 @@ void FillSyntheticBf16(std::span<std::byte> out, uint64_t seed) {
     return (static_cast<double>(x >> 11) + 0.5) / 9007199254740992.0;
   };
   for (size_t j = 0; j + 1 < out.size(); j += 2) {
-    const float value = static_cast<float>(std::sqrt(-2 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()) *
-                                           (0.05 + static_cast<double>((j / 2) % 64) / 16));
+    const float value =
+        static_cast<float>(std::sqrt(-2 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()) *
+                           (0.05 + static_cast<double>((j / 2) % 64) / 16));
     uint32_t bits;
     std::memcpy(&bits, &value, sizeof(bits));
     out[j] = static_cast<std::byte>(bits >> 16);
@@ -231,8 +232,15 @@ absl::Status RunCodecBench(const CodecBenchOptions& options) {
       redis.emplace(std::move(started));
       raw_args = {"--remote", redis->address(), "--remote-key-prefix", "raw:"};
       codec_args = {"--remote", redis->address(), "--remote-key-prefix", "codec:", "--remote-codec", "planes-zstd"};
+      if (options.remote_gbps > 0) {
+        for (auto* args : {&raw_args, &codec_args}) {
+          args->insert(args->end(), {"--remote-read-gbps", absl::StrCat(options.remote_gbps)});
+        }
+      }
     }
     CAKE_ASSIGN_OR_RETURN(const TierRun run, MeasureTier(tier, raw_args, codec_args, kv, chunk_bytes, options.runs));
+    if (tier == "remote" && options.remote_gbps > 0)
+      std::printf("  remote reads capped at %g Gbit/s\n", options.remote_gbps);
     std::printf(
         "  %s: median raw %.2f GB/s, planes-zstd %.2f GB/s; paired ratio median %.2f (min %.2f, max %.2f); stored "
         "%.3fx smaller; the daemon decoded at %.2f GB/s per I/O thread\n",

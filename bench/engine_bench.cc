@@ -79,7 +79,8 @@ absl::Status RunEngineBench(const EngineBenchOptions& options) {
     }
     const std::vector<uint32_t> prompt = *PromptTokens("", tokens, config.vocab);
     const uint64_t pages_bytes = model.PageBytes(chunk_tokens) * ((tokens + chunk_tokens - 1) / chunk_tokens);
-    CAKE_ASSIGN_OR_RETURN(auto daemon, engine::OpenEngineDaemon(options.common.socket_path, pages_bytes, kClientId));
+    CAKE_ASSIGN_OR_RETURN(
+        auto daemon, engine::OpenEngineDaemon(options.common.socket_path, pages_bytes, kClientId, options.disk_codec));
     Client& client = *daemon.target.client;
     CAKE_ASSIGN_OR_RETURN(auto region, client.RegisterRegion(pages_bytes));
     absl::Cleanup release_region = [&] { client.ReleaseRegion(region).IgnoreError(); };

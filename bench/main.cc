@@ -72,6 +72,11 @@ int main(int argc, char** argv) {
   engine_command->add_option("--sweep-step", engine.sweep_step, "forced meeting points every N chunks")
       ->capture_default_str()
       ->check(CLI::Range(1u, 100000u));
+  engine_command
+      ->add_option("--disk-codec", engine.disk_codec,
+                   "the private daemon's disk.codec (planes-zstd: stored "
+                   "encoded; the throttle then caps encoded bytes)")
+      ->capture_default_str();
 
   cake::bench::EngineCurveOptions curve;
   CLI::App* curve_command = app.add_subcommand(
@@ -300,6 +305,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 100u));
   codec_command->add_option("--tiers", codec.tiers, "disk, remote or both (comma-separated)")->capture_default_str();
+  codec_command->add_option("--remote-gbps", codec.remote_gbps, "cap remote reads as a network link would, Gbit/s")
+      ->capture_default_str();
 
   cake::bench::RemoteBenchOptions remote;
   CLI::App* remote_command = app.add_subcommand(

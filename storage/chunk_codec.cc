@@ -116,9 +116,9 @@ absl::StatusOr<ParsedHeader> ParseHeader(std::span<const std::byte> encoded) {
   const auto codec = GetLe<uint32_t>(h + 8);
   const auto version = GetLe<uint32_t>(h + 12);
   if (codec != static_cast<uint32_t>(ChunkCodec::kPlanesZstd) || version != kCodecVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the chunk was encoded with codec ", codec, " version ", version, ", which this daemon does not ",
-                     "know (it decodes codec 1 version 1)"));
+    return absl::FailedPreconditionError(absl::StrCat("the chunk was encoded with codec ", codec, " version ", version,
+                                                      ", which this daemon does not ",
+                                                      "know (it decodes codec 1 version 1)"));
   }
   ParsedHeader parsed;
   parsed.raw_bytes = GetLe<uint64_t>(h + 16);
@@ -136,8 +136,8 @@ absl::StatusOr<ParsedHeader> ParseHeader(std::span<const std::byte> encoded) {
       return absl::DataLossError(absl::StrCat("plane ", p, " has an unknown method ", plane.method));
     }
     if (plane.stored_bytes > left) {
-      return absl::DataLossError(absl::StrCat("plane ", p, " claims ", plane.stored_bytes, " bytes; ", left,
-                                              " are left (truncated?)"));
+      return absl::DataLossError(
+          absl::StrCat("plane ", p, " claims ", plane.stored_bytes, " bytes; ", left, " are left (truncated?)"));
     }
     if (plane.method == kStored && plane.stored_bytes != PlaneBytes(parsed.raw_bytes, p)) {
       return absl::DataLossError(absl::StrCat("stored plane ", p, " holds ", plane.stored_bytes, " bytes; a ",
@@ -199,7 +199,8 @@ std::vector<std::byte> EncodeChunk(ChunkCodec codec, std::span<const std::byte> 
   for (uint32_t p = 0; p < kCodecPlanes; ++p) {
     const size_t capacity = out.size() - at;
     const size_t compressed =
-        cctx == nullptr ? 0 : ZSTD_compressCCtx(cctx, out.data() + at, capacity, plane_at[p], plane_bytes[p], kZstdLevel);
+        cctx == nullptr ? 0
+                        : ZSTD_compressCCtx(cctx, out.data() + at, capacity, plane_at[p], plane_bytes[p], kZstdLevel);
     uint32_t method = kZstdFrame;
     uint64_t stored = compressed;
     if (cctx == nullptr || ZSTD_isError(compressed) || compressed >= kWorthCompressing * plane_bytes[p]) {
@@ -227,8 +228,8 @@ absl::Status DecodeChunk(std::span<const std::byte> encoded, std::span<std::byte
   absl::StatusOr<ParsedHeader> header = ParseHeader(encoded);
   if (!header.ok()) return header.status();
   if (header->raw_bytes != dst.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the encoded chunk decodes to ", header->raw_bytes,
-                                                   " bytes; the destination has ", dst.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the encoded chunk decodes to ", header->raw_bytes, " bytes; the destination has ", dst.size()));
   }
   // Compressed planes decode into scratch (each exactly its plane's length: zstd never writes past the capacity it
   // is given), stored planes are read where they lie, then one pass interleaves them all into dst.
@@ -251,8 +252,8 @@ absl::Status DecodeChunk(std::span<const std::byte> encoded, std::span<std::byte
       if (dctx == nullptr) return absl::ResourceExhaustedError("out of memory for a zstd decoder");
       const size_t got = ZSTD_decompressDCtx(dctx, scratch + scratch_at, plane_bytes, next, plane.stored_bytes);
       if (ZSTD_isError(got) || got != plane_bytes) {
-        return absl::DataLossError(absl::StrCat("plane ", p, " does not decode to its ", plane_bytes, " bytes: ",
-                                                ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short"));
+        return absl::DataLossError(absl::StrCat("plane ", p, " does not decode to its ", plane_bytes,
+                                                " bytes: ", ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short"));
       }
       plane_at[p] = scratch + scratch_at;
       scratch_at += plane_bytes;

@@ -63,8 +63,8 @@ absl::Status CodecTier::ReadValue(const ChunkKey& key, uint64_t max_bytes, std::
   if (!read.ok()) return read;
   const absl::StatusOr<uint64_t> raw_bytes = EncodedRawBytes(encoded);
   if (raw_bytes.ok() && *raw_bytes > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk ", key.Hex(), " decodes to ", *raw_bytes,
-                                                   " bytes; at most ", max_bytes, " were expected"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", key.Hex(), " decodes to ", *raw_bytes, " bytes; at most ", max_bytes, " were expected"));
   }
   if (raw_bytes.ok()) out.resize(*raw_bytes);
   return Decode(key, encoded, out);  // an undecodable header is judged there

@@ -59,15 +59,15 @@ absl::StatusOr<std::vector<uint32_t>> PromptTokens(const std::string& file, uint
 }
 
 absl::StatusOr<EngineDaemon> OpenEngineDaemon(const std::string& socket_path, uint64_t pages_bytes,
-                                              const std::string& client_id) {
+                                              const std::string& client_id, const std::string& disk_codec) {
   EngineDaemon d;
   std::vector<std::string> args;
   if (socket_path.empty()) {
     CAKE_ASSIGN_OR_RETURN(auto scratch, harness::ScratchDir::Create("cake-engine"));
     d.scratch.emplace(std::move(scratch));
     // A read cap to change later, once the engine's compute speed says which throttle makes both sides matter.
-    args = {"--disk-root",         (d.scratch->path() / "disk").string(),      "--disk-read-gbps", "100",
-            "--dram-capacity-mib", absl::StrCat(3 * (pages_bytes >> 20) + 256)};
+    args = {"--disk-root",         (d.scratch->path() / "disk").string(),       "--disk-read-gbps", "100",
+            "--dram-capacity-mib", absl::StrCat(3 * (pages_bytes >> 20) + 256), "--disk-codec",     disk_codec};
   }
   CAKE_ASSIGN_OR_RETURN(auto target, harness::OpenDaemon(socket_path, args, client_id));
   d.target = std::move(target);

@@ -47,9 +47,10 @@ struct EngineDaemon {
   bool from_disk = false;  // whether loads come from a disk tier (else from DRAM behind its cap)
   TierKind capped_tier() const { return from_disk ? TierKind::kDisk : TierKind::kDram; }
 };
-// `pages_bytes` sizes the private daemon's DRAM tier; `client_id` names the program to the daemon.
+// `pages_bytes` sizes the private daemon's DRAM tier; `client_id` names the program to the daemon; `disk_codec` is
+// the private daemon's disk.codec.
 absl::StatusOr<EngineDaemon> OpenEngineDaemon(const std::string& socket_path, uint64_t pages_bytes,
-                                              const std::string& client_id);
+                                              const std::string& client_id, const std::string& disk_codec = "none");
 
 // One run with every load coming from the slow tier: DRAM is emptied first, since a load promotes what it reads.
 absl::StatusOr<PrefillResult> RunCold(EngineDaemon& daemon, PrefillEngine& engine, PrefillMode mode,

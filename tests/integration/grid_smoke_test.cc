@@ -135,6 +135,33 @@ TEST_CASE("cake-bench remote and mixed run small against a real redis-server and
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("cake-bench codec runs small on a disk and a real redis-server: bit-exact loads, a smaller store",
+          "[grid][bench][codec]") {
+  const std::string bench = CAKE_BENCH_PATH;
+  const std::string dir = "/tmp/cake-codec-smoke-" + std::to_string(getpid());
+  const std::string json = dir + ".json";
+  std::filesystem::create_directories(dir);
+  auto codec = Run(bench + " codec --mib 23 --runs 1 --dir " + dir + " --json " + json);
+  INFO(codec.output);
+  REQUIRE(codec.exit_code == 0);  // every loaded byte was checked against what was stored
+  std::ifstream in(json);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const char* field : {"ratio", "disk_stored_ratio", "remote_stored_ratio"}) {
+    INFO(field);
+    const auto values = Fields(text, field);
+    REQUIRE(values.size() == 1);
+    CHECK(values[0] > 1.2);  // synthetic bf16 KV: about 1.43
+  }
+  for (const char* field : {"disk_codec_gbps", "remote_codec_gbps", "disk_daemon_decode_gbps"}) {
+    INFO(field);
+    const auto values = Fields(text, field);
+    REQUIRE(values.size() == 1);
+    CHECK(values[0] > 0);
+  }
+  std::remove(json.c_str());
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("cake-bench engine and engine-curve run small, bit-exact", "[grid][bench][engine]") {
   const std::string bench(CAKE_BENCH_PATH);
   const std::string tiny = " --layers 2 --hidden 128 --heads 4 --kv-heads 2 --intermediate 256 --chunk-tokens 32";

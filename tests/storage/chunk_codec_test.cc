@@ -1,11 +1,12 @@
 // The chunk codec (storage/chunk_codec.h): what it encodes decodes bit for bit, KV-shaped bytes get smaller, and
 // every forged, truncated or inconsistent encoding is refused without a byte written outside the destination.
+#include "storage/chunk_codec.h"
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <limits>
 #include <vector>
 
-#include "storage/chunk_codec.h"
 #include "tests/storage/tier_test_util.h"
 
 namespace cake {

@@ -1,6 +1,8 @@
 // The codec decorator (storage/codec_tier.h) over a real disk tier and a real Redis: chunks are stored encoded under
 // keys of their own, a reader with another codec (or none) never takes them for raw bytes, and a stored value that
 // passes the tier's checksum but does not decode is a miss that removes it.
+#include "storage/codec_tier.h"
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
@@ -8,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "storage/codec_tier.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/remote_tier.h"
 #include "testing/redis_process.h"
