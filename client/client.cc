@@ -79,6 +79,7 @@ void ToProto(const NamespaceSpec& spec, v1::Namespace* out) {
   out->set_tp_size(spec.tp_size);
   out->set_chunk_tokens(spec.chunk_tokens);
   out->set_tenant(spec.tenant);
+  out->set_stored_precision(static_cast<v1::StoredPrecision>(spec.stored_precision));
 }
 
 void ToProto(const PromptRef& prompt, v1::Prompt* out) {

@@ -91,6 +91,15 @@ absl::StatusOr<Namespace> Namespace::Create(NamespaceSpec spec, const NamespaceL
   if (dtype_bytes == 0) return bad("dtype", static_cast<uint32_t>(spec.dtype), "FP32, FP16, BF16, FP8, INT8");
   if (spec.tp_size == 0) spec.tp_size = 1;
   if (spec.tp_rank >= spec.tp_size) return bad("tp_rank", spec.tp_rank, "0 to tp_size - 1");
+  if (spec.stored_precision != StoredPrecision::kExact) {
+    if (static_cast<uint32_t>(spec.stored_precision) > static_cast<uint32_t>(StoredPrecision::kInt4)) {
+      return bad("stored_precision", static_cast<uint32_t>(spec.stored_precision), "EXACT, INT8, INT4");
+    }
+    if (spec.dtype != DType::kBf16 && spec.dtype != DType::kFp16 && spec.dtype != DType::kFp32) {
+      return absl::InvalidArgumentError(
+          "namespace.stored_precision INT8 or INT4 needs a dtype of BF16, FP16 or FP32 (it quantizes floats)");
+    }
+  }
   if (spec.chunk_tokens == 0 || spec.chunk_tokens > limits.max_chunk_tokens) {
     return bad("chunk_tokens", spec.chunk_tokens, absl::StrCat("1 to ", limits.max_chunk_tokens));
   }
@@ -111,6 +120,8 @@ absl::StatusOr<Namespace> Namespace::Create(NamespaceSpec spec, const NamespaceL
     h.UpdateU32(v);
   }
   h.UpdateString(spec.tenant);
+  // Only when lossy, so every exact namespace keeps the id it always had; a lossy one never shares keys with it.
+  if (spec.stored_precision != StoredPrecision::kExact) h.UpdateU32(static_cast<uint32_t>(spec.stored_precision));
   ns.id_ = h.Finish();
   h.Update("cake.v1.root");
   h.Update(ns.id_.bytes.data(), kChunkKeyBytes);

@@ -14,6 +14,10 @@ namespace cake {
 
 enum class DType : uint8_t { kFp32 = 1, kFp16 = 2, kBf16 = 3, kFp8 = 4, kInt8 = 5 };
 
+// How the slower tiers (disk, Redis) may store a namespace's chunks: as they are (lossless codecs included), or
+// quantized to 8 or 4 bits (storage/lossy_codec.h), which only an engine asks for. Part of the namespace's id.
+enum class StoredPrecision : uint8_t { kExact = 0, kInt8 = 1, kInt4 = 2 };
+
 // Bytes of one element, or 0 for a value outside the enum.
 uint32_t DTypeBytes(DType dtype);
 
@@ -46,6 +50,7 @@ struct NamespaceSpec {
   uint32_t tp_size = 1;
   uint32_t chunk_tokens = 256;
   std::string tenant;
+  StoredPrecision stored_precision = StoredPrecision::kExact;
 };
 
 // Bounds a namespace must respect; the daemon's configuration sets them.

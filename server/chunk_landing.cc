@@ -20,7 +20,7 @@ ChunkLanding::Landed ChunkLanding::Land(TierManager& tiers, TierKind tier, const
     Landed landed = LandOrThrow(tiers, tier, key, chunk);
     if (promote && landed.status.ok() && tier != TierKind::kDram && !landed.bytes().empty()) {
       if (is_inline()) {
-        tiers.Promote(key, landed.bytes(), tier);
+        tiers.Promote(key, landed.bytes(), tier, format_);
       } else {
         landed.promote_later = true;
       }
@@ -40,12 +40,12 @@ ChunkLanding::Landed ChunkLanding::LandOrThrow(TierManager& tiers, TierKind tier
   if (is_inline()) {
     landed.inline_bytes.resize(chunk_bytes_);
     const std::span<std::byte> dst(reinterpret_cast<std::byte*>(landed.inline_bytes.data()), chunk_bytes_);
-    landed.status = tiers.Read(tier, key, dst);
+    landed.status = tiers.Read(tier, key, dst, format_);
     return landed;
   }
   if (std::byte* base = region_->host_data(); base != nullptr) {
     const std::span<std::byte> dst(base + OffsetOf(chunk), chunk_bytes_);
-    landed.status = tiers.Read(tier, key, dst);
+    landed.status = tiers.Read(tier, key, dst, format_);
     landed.region_bytes = dst;
     return landed;
   }
@@ -65,7 +65,7 @@ ChunkLanding::Landed ChunkLanding::LandOrThrow(TierManager& tiers, TierKind tier
   }
   landed.staging = std::make_shared<StagingBuffer>(std::move(*buffer));
   landed.region_bytes = landed.staging->bytes();
-  landed.status = tiers.Read(tier, key, landed.staging->bytes());
+  landed.status = tiers.Read(tier, key, landed.staging->bytes(), format_);
   if (landed.status.ok()) landed.status = region_->CopyIn(OffsetOf(chunk), landed.region_bytes);
   return landed;
 }

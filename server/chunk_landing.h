@@ -14,6 +14,7 @@
 #include "keys/tier_kind.h"
 #include "regions/cuda_backend.h"
 #include "regions/region.h"
+#include "storage/lossy_codec.h"
 
 namespace cake {
 
@@ -48,6 +49,10 @@ class ChunkLanding {
   // descriptors) is a failed one.
   Landed Land(TierManager& tiers, TierKind tier, const ChunkKey& key, uint32_t chunk, bool promote = false) const;
 
+  // How the slower tiers store the namespace's chunks (quantized for a lossy namespace): reads decode with it.
+  void set_stored_format(const LossyFormat& format) { format_ = format; }
+  const LossyFormat& stored_format() const { return format_; }
+
   bool is_inline() const { return region_ == nullptr; }
   uint64_t chunk_bytes() const { return chunk_bytes_; }
   // Byte offset of `chunk` in the region (0 inline).
@@ -64,6 +69,7 @@ class ChunkLanding {
   uint64_t base_offset_ = 0;
   uint32_t first_chunk_ = 0;
   uint64_t chunk_bytes_ = 0;
+  LossyFormat format_;
 };
 
 }  // namespace cake

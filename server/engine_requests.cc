@@ -86,6 +86,7 @@ absl::StatusOr<StoreRequestChecked> ParseStore(const v1::StoreRequest& request, 
   out.first = request.first_chunk();
   out.count = request.chunk_count();
   out.chunk_bytes = ns.chunk_bytes();
+  out.format = LossyFormat::Of(ns.spec());
   if (out.count == 0) return absl::InvalidArgumentError("chunk_count is 0: name the chunks to store");
   if (out.first + out.count > out.keys.size()) {
     return absl::OutOfRangeError(absl::StrCat("chunks [", out.first, ", ", out.first + out.count,
@@ -129,13 +130,18 @@ absl::Status SilentClientError(bool before_start, std::chrono::nanoseconds timeo
 
 absl::StatusOr<LoadLanding> ReserveLanding(RegionRegistry& regions, const LoadRequest& request, uint32_t cached) {
   const uint64_t chunk_bytes = request.chunk_bytes();
-  if (!request.region) return LoadLanding{ChunkLanding::Inline(chunk_bytes), {}, 0};
+  if (!request.region) {
+    ChunkLanding landing = ChunkLanding::Inline(chunk_bytes);
+    landing.set_stored_format(LossyFormat::Of(request.ns.spec()));
+    return LoadLanding{std::move(landing), {}, 0};
+  }
   const uint64_t fit = std::min<uint64_t>(cached, request.region->bytes / chunk_bytes);
   const uint32_t window_first = cached - static_cast<uint32_t>(fit);
   CAKE_ASSIGN_OR_RETURN(RegionRegistry::WindowLease lease,
                         regions.ReserveWindow(request.region->owner, request.region->region_id, request.region->offset,
                                               fit * chunk_bytes));
   ChunkLanding landing = ChunkLanding::InRegion(lease.region(), request.region->offset, window_first, chunk_bytes);
+  landing.set_stored_format(LossyFormat::Of(request.ns.spec()));
   return LoadLanding{std::move(landing), std::move(lease), window_first};
 }
 

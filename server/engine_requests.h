@@ -62,6 +62,7 @@ struct StoreRequestChecked {
   uint64_t count = 0;
   uint64_t chunk_bytes = 0;
   std::shared_ptr<Region> region;  // null: inline_chunks
+  LossyFormat format;              // how the slower tiers store them
 };
 // INVALID_ARGUMENT or OUT_OF_RANGE naming the field; the region's own errors (NOT_FOUND, FAILED_PRECONDITION).
 absl::StatusOr<StoreRequestChecked> ParseStore(const v1::StoreRequest& request, const Caller& caller,

@@ -276,7 +276,7 @@ void LoadStream::ReadChunk(uint32_t chunk) {
       state_.tiers.PromoteLater(
           request_->keys[chunk], landed.bytes(),
           [self = shared_from_this(), staging = std::move(landed.staging)] { self->ReadRetired(); },
-          reads_.tiers[chunk])) {
+          reads_.tiers[chunk], reads_.landing->stored_format())) {
     return;
   }
   ReadRetired();

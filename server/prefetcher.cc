@@ -12,7 +12,8 @@ namespace cake {
 Prefetcher::Prefetcher(Options options, TierManager& tiers, SubmitIdle submit, Counters& counters, Clock* clock)
     : options_(options), tiers_(tiers), submit_(std::move(submit)), counters_(counters), clock_(clock) {}
 
-uint32_t Prefetcher::Prefetch(std::span<const ChunkKey> keys, std::span<const TierKind> tiers, uint64_t chunk_bytes) {
+uint32_t Prefetcher::Prefetch(std::span<const ChunkKey> keys, std::span<const TierKind> tiers, uint64_t chunk_bytes,
+                              const LossyFormat& format) {
   uint32_t queued = 0;
   MutexLock lock(&mu_);
   if (stopped_) return 0;
@@ -26,7 +27,7 @@ uint32_t Prefetcher::Prefetch(std::span<const ChunkKey> keys, std::span<const Ti
       ++over_budget;
       continue;
     }
-    entries_.emplace(keys[c], Entry{State::kQueued, tiers[c], chunk_bytes, now});
+    entries_.emplace(keys[c], Entry{State::kQueued, tiers[c], chunk_bytes, now, format});
     queue_.push_back(keys[c]);
     held_bytes_ += chunk_bytes;
     ++queued;
@@ -45,9 +46,10 @@ void Prefetcher::PumpLocked() {
     if (it == entries_.end() || it->second.state != State::kQueued) continue;  // taken by a load meanwhile
     const TierKind from = it->second.from;
     const uint64_t bytes = it->second.bytes;
+    const LossyFormat format = it->second.format;
     it->second.state = State::kSubmitted;
     ++copying_;
-    if (!submit_(from, [this, key, from, bytes] { Copy(key, from, bytes); })) {
+    if (!submit_(from, [this, key, from, bytes, format] { Copy(key, from, bytes, format); })) {
       --copying_;
       Bump(counters_.prefetch_chunks_failed);
       ForgetLocked(it);
@@ -56,7 +58,7 @@ void Prefetcher::PumpLocked() {
 }
 
 // On an idle I/O thread. TierManager::Prefetch throws nothing (a read that throws is an error it returns).
-void Prefetcher::Copy(const ChunkKey& key, TierKind from, uint64_t bytes) {
+void Prefetcher::Copy(const ChunkKey& key, TierKind from, uint64_t bytes, const LossyFormat& format) {
   {
     MutexLock lock(&mu_);
     auto it = entries_.find(key);
@@ -67,7 +69,7 @@ void Prefetcher::Copy(const ChunkKey& key, TierKind from, uint64_t bytes) {
     }
     it->second.state = State::kCopying;
   }
-  const absl::Status copied = tiers_.Prefetch(key, from, bytes);
+  const absl::Status copied = tiers_.Prefetch(key, from, bytes, format);
   // ALREADY_EXISTS: the chunk reached DRAM another way (a load's promotion, a Store) or is being copied: in DRAM.
   const bool in_dram = copied.ok() || absl::IsAlreadyExists(copied);
   if (copied.ok()) {

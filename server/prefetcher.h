@@ -22,6 +22,7 @@
 #include "keys/namespace.h"
 #include "keys/tier_kind.h"
 #include "server/counters.h"
+#include "storage/lossy_codec.h"
 
 namespace cake {
 
@@ -43,7 +44,9 @@ class Prefetcher {
 
   // Queues the chunks of the cached prefix (`tiers[c]` holds chunk c, the fastest tier first) that only slower
   // tiers hold, the highest first, as far as the budget allows; returns how many it queued.
-  uint32_t Prefetch(std::span<const ChunkKey> keys, std::span<const TierKind> tiers, uint64_t chunk_bytes);
+  // `format` is how the namespace's chunks are stored in the slower tiers (quantized, for a lossy namespace).
+  uint32_t Prefetch(std::span<const ChunkKey> keys, std::span<const TierKind> tiers, uint64_t chunk_bytes,
+                    const LossyFormat& format = {});
   // A load of `keys` started: copied (and being copied) chunks count as used, queued ones are dropped (the load
   // reads them itself, in its own order).
   void LoadStarted(std::span<const ChunkKey> keys);
@@ -67,9 +70,10 @@ class Prefetcher {
     TierKind from = TierKind::kNone;
     uint64_t bytes = 0;
     TimePoint since;  // queued, or copied
+    LossyFormat format;
   };
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Copy(const ChunkKey& key, TierKind from, uint64_t bytes);
+  void Copy(const ChunkKey& key, TierKind from, uint64_t bytes, const LossyFormat& format);
   void ForgetLocked(absl::flat_hash_map<ChunkKey, Entry>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;

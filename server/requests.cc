@@ -27,6 +27,11 @@ absl::StatusOr<Namespace> ParseNamespace(const v1::Namespace& p, const DaemonCon
   spec.chunk_tokens = p.chunk_tokens() == 0 ? config.default_chunk_tokens : p.chunk_tokens();
   if (tenant.size() > 256) return absl::InvalidArgumentError("namespace.tenant is longer than 256 bytes");
   spec.tenant = tenant;
+  if (p.stored_precision() < 0 || p.stored_precision() > v1::STORED_PRECISION_INT4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("namespace.stored_precision is ", p.stored_precision(), "; accepted: EXACT, INT8, INT4"));
+  }
+  spec.stored_precision = static_cast<StoredPrecision>(p.stored_precision());
   NamespaceLimits limits{config.max_chunk_bytes, config.max_chunk_tokens};
   CAKE_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(std::move(spec), limits, config.key_secret));
   // Every tier spends at least a page (DRAM extents, disk blocks) and an index entry per chunk: tiny chunks would

@@ -217,7 +217,8 @@ grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* con
   response->set_chunk_bytes(ns->chunk_bytes());
   const bool prefetch = request->prefetch() && state_.config.prefetch_enabled;
   auto prompt_keys = std::make_shared<const std::vector<ChunkKey>>(*std::move(keys));
-  auto answer = [this, response, prefetch, prompt_keys](const TierManager::PrefixLookup& lookup) {
+  const LossyFormat stored_format = LossyFormat::Of(ns->spec());
+  auto answer = [this, response, prefetch, prompt_keys, stored_format](const TierManager::PrefixLookup& lookup) {
     const std::vector<TierKind> tiers = lookup.Prefix();
     response->set_cached_chunks(static_cast<uint32_t>(tiers.size()));
     response->mutable_chunk_tiers()->Reserve(static_cast<int>(tiers.size()));
@@ -226,7 +227,8 @@ grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* con
     Bump(state_.counters.lookup_cached_chunks, tiers.size());
     // Queues the copies and returns: they run on idle I/O threads, never on this one.
     if (prefetch)
-      response->set_prefetch_chunks(state_.prefetcher.Prefetch(*prompt_keys, tiers, response->chunk_bytes()));
+      response->set_prefetch_chunks(
+          state_.prefetcher.Prefetch(*prompt_keys, tiers, response->chunk_bytes(), stored_format));
   };
   auto lookup = std::make_shared<TierManager::PrefixLookup>(state_.tiers.LookupPrefixInMemory(*prompt_keys));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -263,11 +265,13 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
   if (!checked.ok()) return reject(checked.status());
   std::shared_ptr<Region> region = std::move(checked->region);
   const uint64_t first = checked->first, count = checked->count, chunk_bytes = checked->chunk_bytes;
+  const LossyFormat format = checked->format;
   // The copies run on a background thread: a gRPC thread never waits on memory traffic of this size, and a load's
   // reads never queue behind them.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const bool submitted = state_.background.TrySubmit(AnsweredEvenIfItThrows(
-      reactor, [this, reactor, request, response, keys = std::move(checked->keys), first, count, chunk_bytes, region] {
+      reactor,
+      [this, reactor, request, response, keys = std::move(checked->keys), first, count, chunk_bytes, region, format] {
         std::vector<std::byte> staging;
         absl::Status status;
         for (uint64_t i = 0; i < count; ++i) {
@@ -289,7 +293,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
             if (!status.ok()) break;
             bytes = staging;
           }
-          status = state_.tiers.Write(key, bytes);
+          status = state_.tiers.Write(key, bytes, format);
           if (!status.ok()) {
             Bump(state_.counters.store_chunks_rejected, count - i);
             break;

@@ -5,6 +5,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace cake {
@@ -151,7 +152,8 @@ void TierManager::AwaitArrival(const ChunkKey& key) const {
 
 size_t TierManager::arrivals_in_flight() const { return arrivals_count_.load(std::memory_order_relaxed); }
 
-absl::Status TierManager::Prefetch(const ChunkKey& key, TierKind from, uint64_t chunk_bytes) {
+absl::Status TierManager::Prefetch(const ChunkKey& key, TierKind from, uint64_t chunk_bytes,
+                                   const LossyFormat& format) {
   if (tiers_.size() < 2 || from == tiers_.front()->kind) return absl::AlreadyExistsError("no slower tier to copy from");
   Entry* source = Find(from);
   if (source == nullptr) return absl::NotFoundError(absl::StrCat("no ", TierKindName(from), " tier is configured"));
@@ -179,8 +181,8 @@ absl::Status TierManager::Prefetch(const ChunkKey& key, TierKind from, uint64_t 
         static_cast<std::byte*>(::operator new[](size, std::align_val_t{4096})),
         [](std::byte* p) { ::operator delete[](p, std::align_val_t{4096}); });
     const std::span<std::byte> bytes(buffer.get(), chunk_bytes);
-    status = Read(from, key, bytes);
-    if (status.ok()) Promote(key, bytes, from);
+    status = Read(from, key, bytes, format);
+    if (status.ok()) Promote(key, bytes, from, format);
   } catch (const std::bad_alloc&) {
     status = absl::ResourceExhaustedError("out of memory for a prefetch buffer");
   } catch (const std::exception& e) {
@@ -191,12 +193,15 @@ absl::Status TierManager::Prefetch(const ChunkKey& key, TierKind from, uint64_t 
   return status;
 }
 
-absl::Status TierManager::Read(TierKind kind, const ChunkKey& key, std::span<std::byte> dst) {
+absl::Status TierManager::Read(TierKind kind, const ChunkKey& key, std::span<std::byte> dst,
+                               const LossyFormat& format) {
   Entry* e = Find(kind);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no ", TierKindName(kind), " tier is configured"));
-  if (e == tiers_.front().get()) AwaitArrival(key);
+  const bool fastest = e == tiers_.front().get();
+  if (fastest) AwaitArrival(key);
   const auto started = std::chrono::steady_clock::now();
-  absl::Status status = e->tier->Read(key, dst);
+  absl::Status status =
+      fastest || !format.lossy() ? e->tier->Read(key, dst) : ReadQuantized(*e->tier, key, dst, format);
   e->io.read_seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   if (status.ok()) {
     e->io.read_hits.fetch_add(1, std::memory_order_relaxed);
@@ -222,7 +227,27 @@ std::shared_ptr<const std::span<const std::byte>> TierManager::Lend(TierKind kin
   return e == nullptr ? nullptr : e->tier->Lend(key);
 }
 
-absl::Status TierManager::Write(const ChunkKey& key, std::span<const std::byte> src) {
+absl::Status TierManager::ReadQuantized(Tier& tier, const ChunkKey& key, std::span<std::byte> dst,
+                                        const LossyFormat& format) {
+  if (format.raw_bytes() != dst.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a chunk of this namespace is ", format.raw_bytes(), " bytes; the destination has ", dst.size()));
+  }
+  thread_local std::vector<std::byte> encoded;  // reused: chunks are megabytes
+  CAKE_RETURN_IF_ERROR(tier.ReadValue(key, format.encoded_bytes(), encoded));
+  absl::Status decoded = DecodeLossy(encoded, dst);
+  if (absl::IsDataLoss(decoded) || absl::IsInvalidArgument(decoded)) {
+    // It passed the tier's checksum and still is not this namespace's encoding: whoever stored it, no read will
+    // decode it.
+    spdlog::warn("{} tier: quantized chunk {} does not decode ({}); removing it", std::string(tier.name()), key.Hex(),
+                 std::string(decoded.message()));
+    (void)tier.Remove(key);
+    return absl::DataLossError(absl::StrCat("quantized chunk ", key.Hex(), ": ", decoded.message(), "; removed"));
+  }
+  return decoded;
+}
+
+absl::Status TierManager::Write(const ChunkKey& key, std::span<const std::byte> src, const LossyFormat& format) {
   if (tiers_.empty()) return absl::FailedPreconditionError("no tier is configured");
   Tier& fastest = *tiers_.front()->tier;
   absl::Status status = fastest.Write(key, src);
@@ -241,14 +266,14 @@ absl::Status TierManager::Write(const ChunkKey& key, std::span<const std::byte> 
     copy->second = copy->first;
     bytes = SharedBytes(copy, &copy->second);
   }
-  if (bytes != nullptr && write_back_.TryPush(src.size(), [this, key, bytes](bool run) mutable {
-        if (run) WriteToSlowerTiers(key, *bytes);
+  if (bytes != nullptr && write_back_.TryPush(src.size(), [this, key, bytes, format](bool run) mutable {
+        if (run) WriteToSlowerTiers(key, *bytes, format);
         bytes = nullptr;
       })) {
     return absl::OkStatus();
   }
   Count(&WriteBackStats::inline_writes);
-  WriteToSlowerTiers(key, src);
+  WriteToSlowerTiers(key, src, format);
   return absl::OkStatus();
 }
 
@@ -257,10 +282,16 @@ void TierManager::Count(uint64_t WriteBackStats::*counter) {
   ++(stats_.*counter);
 }
 
-void TierManager::WriteToSlowerTiers(const ChunkKey& key, std::span<const std::byte> bytes) {
+void TierManager::WriteToSlowerTiers(const ChunkKey& key, std::span<const std::byte> raw, const LossyFormat& format) {
+  std::vector<std::byte> quantized;  // made once, for the first slower tier that needs it
+  std::span<const std::byte> bytes = raw;
   for (size_t i = 1; i < tiers_.size(); ++i) {
     Tier& tier = *tiers_[i]->tier;
     if (tier.Contains(key)) continue;
+    if (format.lossy() && quantized.empty()) {
+      quantized = EncodeLossy(format, raw);
+      bytes = quantized;
+    }
     const absl::Status written = tier.Write(key, bytes);
     tiers_[i]->io.CountWrite(written, bytes.size());
     Count(written.ok() ? &WriteBackStats::written : &WriteBackStats::failed);
@@ -292,7 +323,8 @@ TierManager::PromotionFit TierManager::FitForPromotion(std::span<const TierKind>
   return slower_bytes <= dram->Usage().capacity_bytes / 2 ? PromotionFit::kFits : PromotionFit::kTooLarge;
 }
 
-void TierManager::Promote(const ChunkKey& key, std::span<const std::byte> bytes, TierKind from) {
+void TierManager::Promote(const ChunkKey& key, std::span<const std::byte> bytes, TierKind from,
+                          const LossyFormat& format) {
   if (tiers_.size() < 2) return;
   Entry& fastest = *tiers_.front();
   if (!fastest.tier->Contains(key)) {
@@ -300,7 +332,7 @@ void TierManager::Promote(const ChunkKey& key, std::span<const std::byte> bytes,
     fastest.io.CountWrite(written, bytes.size());
     if (written.ok()) Count(&WriteBackStats::promotions);
   }
-  if (from == TierKind::kRemote && options_.promote_remote_to_disk) {
+  if (from == TierKind::kRemote && options_.promote_remote_to_disk && !format.lossy()) {
     Entry* disk = Find(TierKind::kDisk);
     if (disk != nullptr && !disk->tier->Contains(key)) {
       const absl::Status written = disk->tier->Write(key, bytes);
@@ -311,13 +343,15 @@ void TierManager::Promote(const ChunkKey& key, std::span<const std::byte> bytes,
 }
 
 bool TierManager::PromoteLater(const ChunkKey& key, std::span<const std::byte> bytes, std::function<void()> done,
-                               TierKind from) {
-  const bool to_disk = from == TierKind::kRemote && options_.promote_remote_to_disk && tier(TierKind::kDisk) != nullptr;
+                               TierKind from, const LossyFormat& format) {
+  const bool to_disk = from == TierKind::kRemote && options_.promote_remote_to_disk && !format.lossy() &&
+                       tier(TierKind::kDisk) != nullptr;
   if (tiers_.size() < 2 || (tiers_.front()->tier->Contains(key) && !to_disk)) return false;
-  const bool queued = promotion_.TryPush(bytes.size(), [this, key, bytes, from, done = std::move(done)](bool run) {
-    if (run) Promote(key, bytes, from);
-    done();
-  });
+  const bool queued =
+      promotion_.TryPush(bytes.size(), [this, key, bytes, from, format, done = std::move(done)](bool run) {
+        if (run) Promote(key, bytes, from, format);
+        done();
+      });
   if (!queued) Count(&WriteBackStats::promotions_dropped);
   return queued;
 }

@@ -18,6 +18,7 @@
 #include "base/mutex.h"
 #include "keys/tier_kind.h"
 #include "storage/bounded_worker.h"
+#include "storage/lossy_codec.h"
 #include "storage/tier.h"
 
 namespace cake {
@@ -72,13 +73,16 @@ class TierManager {
   // Some tier waits on a network (its Usage too): Status and Stats ask it off gRPC's threads.
   bool has_network_tier() const;
 
-  // Reads from `kind`'s tier; any error means the chunk is a miss for this load (the engine computes it).
-  absl::Status Read(TierKind kind, const ChunkKey& key, std::span<std::byte> dst);
+  // Reads from `kind`'s tier; any error means the chunk is a miss for this load (the engine computes it). `format`
+  // is how the namespace's chunks are stored below the fastest tier: a lossy one's are decoded into dst (and a
+  // value that does not decode is removed: DATA_LOSS).
+  absl::Status Read(TierKind kind, const ChunkKey& key, std::span<std::byte> dst, const LossyFormat& format = {});
   // `kind`'s own bytes of the chunk (Tier::Lend, through the tier's decorators); nullptr when it cannot lend.
   std::shared_ptr<const std::span<const std::byte>> Lend(TierKind kind, const ChunkKey& key);
   // Stores into the fastest tier and queues a write-back to every slower one. An error means the fastest tier
   // refused it (RESOURCE_EXHAUSTED when full); write-back failures are counted, never returned.
-  absl::Status Write(const ChunkKey& key, std::span<const std::byte> src);
+  // A lossy `format` quantizes the copies written back (once, for every slower tier); the fastest keeps src.
+  absl::Status Write(const ChunkKey& key, std::span<const std::byte> src, const LossyFormat& format = {});
   // Whether a load reading chunks [from, end) of `chunk_tiers` should promote what it reads from slower tiers into
   // DRAM: not when nothing comes from them (or there is no DRAM tier), nor when those bytes exceed half the DRAM
   // tier (kTooLarge: each promotion would only evict an earlier one of the same load, and whatever else was hot).
@@ -86,12 +90,15 @@ class TierManager {
   PromotionFit FitForPromotion(std::span<const TierKind> chunk_tiers, uint32_t from, uint64_t chunk_bytes) const;
   // After a read from a slower tier (`from`): keeps a copy in the fastest, so the next load of it is a DRAM hit,
   // and, for a remote hit with promote_remote_to_disk, one on the disk. Copies on the calling thread.
-  void Promote(const ChunkKey& key, std::span<const std::byte> bytes, TierKind from = TierKind::kNone);
+  // A chunk of a lossy namespace (`format`) is not copied onto the disk: its bytes are decoded approximations,
+  // and quantizing them again would lose more.
+  void Promote(const ChunkKey& key, std::span<const std::byte> bytes, TierKind from = TierKind::kNone,
+               const LossyFormat& format = {});
   // The same, on the promotion thread, so a load's I/O threads go on reading: `done` runs there once the copy is
   // made or given up, and `bytes` must stay valid until then. Returns false, without calling `done`, when the
   // chunk is already in the fastest tier or the promotion queue is full (counted as dropped).
   bool PromoteLater(const ChunkKey& key, std::span<const std::byte> bytes, std::function<void()> done,
-                    TierKind from = TierKind::kNone);
+                    TierKind from = TierKind::kNone, const LossyFormat& format = {});
   // Prefetch: copies a chunk that only slower tiers hold into the fastest, ahead of a load that will want it, on
   // the calling thread (an idle I/O thread). While a copy from a local tier (disk) runs the chunk counts as in the
   // fastest tier: a lookup reports it there, and a read or lend of it from there waits for the copy (at most
@@ -99,7 +106,7 @@ class TierManager {
   // that waits on a network (Redis) is not waited for: a frozen Redis must not hold the threads DRAM reads need.
   // `from` is the tier to read it from. ALREADY_EXISTS when the fastest tier holds it or another copy of it runs;
   // a read's error as it came (a read that throws is an INTERNAL error: the arrival always ends).
-  absl::Status Prefetch(const ChunkKey& key, TierKind from, uint64_t chunk_bytes);
+  absl::Status Prefetch(const ChunkKey& key, TierKind from, uint64_t chunk_bytes, const LossyFormat& format = {});
   // Chunks whose prefetch copy runs now.
   size_t arrivals_in_flight() const;
   static constexpr auto kArrivalWait = std::chrono::seconds(30);
@@ -157,8 +164,11 @@ class TierManager {
   Entry* Find(TierKind kind) const;
   // Before a read or lend from the fastest tier: waits while a prefetch copies `key` into it.
   void AwaitArrival(const ChunkKey& key) const;
-  void WriteToSlowerTiers(const ChunkKey& key, std::span<const std::byte> bytes);
+  void WriteToSlowerTiers(const ChunkKey& key, std::span<const std::byte> bytes, const LossyFormat& format);
   void Count(uint64_t WriteBackStats::*counter);
+  // Read of a lossy namespace's chunk from a slower tier: its quantized value, decoded into dst.
+  static absl::Status ReadQuantized(Tier& tier, const ChunkKey& key, std::span<std::byte> dst,
+                                    const LossyFormat& format);
   std::atomic<uint64_t> write_back_failures_{0};
 
   const Options options_;

@@ -9,6 +9,8 @@ import hashlib
 import struct
 
 KEY_BYTES = 16
+# Namespace.stored_precision's wire values.
+STORED_PRECISIONS = {"exact": 0, "int8": 1, "int4": 2}
 
 
 def _u32(value):
@@ -31,6 +33,9 @@ def namespace_id(ns):
                   ns.chunk_tokens):
         h.update(_u32(value))
     h.update(_length_prefixed(ns.tenant))
+    precision = getattr(ns, "stored_precision", "exact")
+    if precision != "exact":  # only then: every exact namespace keeps its id
+        h.update(_u32(STORED_PRECISIONS[precision]))
     return h.digest()[:KEY_BYTES]
 
 

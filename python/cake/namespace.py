@@ -7,6 +7,8 @@ from cake._stubs import kv_pb2
 DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 _PROTO_DTYPE = {"fp32": kv_pb2.DTYPE_FP32, "fp16": kv_pb2.DTYPE_FP16, "bf16": kv_pb2.DTYPE_BF16,
                 "fp8": kv_pb2.DTYPE_FP8, "int8": kv_pb2.DTYPE_INT8}
+_PROTO_PRECISION = {"exact": kv_pb2.STORED_PRECISION_EXACT, "int8": kv_pb2.STORED_PRECISION_INT8,
+                    "int4": kv_pb2.STORED_PRECISION_INT4}
 
 
 @dataclass(frozen=True)
@@ -22,10 +24,16 @@ class Namespace:
     tp_size: int = 1
     chunk_tokens: int = 256
     tenant: str = ""
+    # "exact", or "int8" / "int4": the disk and remote tiers store this namespace's chunks quantized, and loads from
+    # them deliver approximations (docs/protocol.md, "Lossy storage"); DRAM keeps them exact.
+    stored_precision: str = "exact"
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.stored_precision not in _PROTO_PRECISION:
+            raise ValueError(f"stored_precision {self.stored_precision!r} is not one of "
+                             f"{', '.join(_PROTO_PRECISION)}")
 
     @property
     def dtype_bytes(self):
@@ -46,4 +54,5 @@ class Namespace:
     def to_proto(self):
         return kv_pb2.Namespace(model_id=self.model_id, num_layers=self.num_layers, num_kv_heads=self.num_kv_heads,
                                 head_dim=self.head_dim, dtype=self.proto_dtype, tp_rank=self.tp_rank,
-                                tp_size=self.tp_size, chunk_tokens=self.chunk_tokens, tenant=self.tenant)
+                                tp_size=self.tp_size, chunk_tokens=self.chunk_tokens, tenant=self.tenant,
+                                stored_precision=_PROTO_PRECISION[self.stored_precision])

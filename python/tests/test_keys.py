@@ -11,6 +11,7 @@ from cake import keys
 GOLDEN = os.path.join(os.environ.get("CAKE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", "..")),
                       "tests", "golden", "chunk_keys.toml")
 DTYPE_NAMES = {1: "fp32", 2: "fp16", 3: "bf16", 4: "fp8", 5: "int8"}
+PRECISION_NAMES = {0: "exact", 1: "int8", 2: "int4"}
 
 
 def vectors():
@@ -22,7 +23,8 @@ def vectors():
 def test_golden_vectors(vector):
     ns = cake.Namespace(vector["model_id"], vector["num_layers"], vector["num_kv_heads"], vector["head_dim"],
                         DTYPE_NAMES[vector["dtype"]], tp_rank=vector["tp_rank"], tp_size=vector["tp_size"],
-                        chunk_tokens=vector["chunk_tokens"], tenant=vector["tenant"])
+                        chunk_tokens=vector["chunk_tokens"], tenant=vector["tenant"],
+                        stored_precision=PRECISION_NAMES[vector.get("stored_precision", 0)])
     secret = vector["secret"].encode()
     assert keys.namespace_id(ns).hex() == vector["namespace_id"]
     assert keys.root_key(ns, secret).hex() == vector["root"]

@@ -3,6 +3,7 @@
 // daemon without the codec never takes the encoded chunks for raw bytes: they are misses it computes.
 #include <filesystem>
 
+#include "storage/lossy_codec.h"
 #include "testing/redis_process.h"
 #include "tests/integration/fixture.h"
 
@@ -78,4 +79,109 @@ TEST_CASE("a remote tier with the planes-zstd codec: what one daemon stores anot
   const auto done = LoadAndVerify(*client, ns, tokens, 29);
   CHECK(done.failed_chunks == 0);
   CHECK(Counter(*client, "tier_remote_codec_chunks_decoded") >= done.loaded_chunks);
+}
+
+namespace {
+
+// bf16 values shaped like KV (a magnitude per group), so quantizing them means something.
+std::vector<std::byte> Bf16Chunks(uint64_t bytes, uint32_t seed) {
+  std::vector<std::byte> out(bytes);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 5;
+  for (uint64_t i = 0; i < bytes / 2; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    const double uniform = (static_cast<double>(x >> 11) + 0.5) / 9007199254740992.0;
+    const float value = static_cast<float>((uniform - 0.5) * (1 + (i / 64) % 13));
+    uint32_t bits;
+    std::memcpy(&bits, &value, 4);
+    out[2 * i] = static_cast<std::byte>(bits >> 16);
+    out[2 * i + 1] = static_cast<std::byte>(bits >> 24);
+  }
+  return out;
+}
+
+// One I/O-only load of the whole cached prefix into a fresh region; its bytes.
+std::vector<std::byte> LoadBytes(Client& client, const NamespaceSpec& ns, const std::vector<uint32_t>& tokens,
+                                 uint64_t bytes) {
+  auto region = client.RegisterRegion(bytes);
+  REQUIRE(region.ok());
+  LoadOptions options{ns, {tokens, {}}, &*region};
+  options.io_only = true;
+  auto session = client.StartLoad(options);
+  REQUIRE(session.ok());
+  auto done = (*session)->WaitDone();
+  REQUIRE(done.ok());
+  REQUIRE(done->failed_chunks == 0);
+  std::vector<std::byte> out(bytes);
+  for (uint32_t c = 0; c < bytes / (64 * kSmallBytesPerToken); ++c) {
+    std::memcpy(out.data() + c * 64 * kSmallBytesPerToken, region->data() + (*session)->RegionOffset(c),
+                64 * kSmallBytesPerToken);
+  }
+  REQUIRE((*session)->Release().ok());
+  REQUIRE(client.ReleaseRegion(*region).ok());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a namespace stored as INT8 loads exact from DRAM and quantized from disk, under keys of its own",
+          "[codec][lossy]") {
+  ScratchFolder root;
+  for (StoredPrecision precision : {StoredPrecision::kInt8, StoredPrecision::kInt4}) {
+    INFO("precision " << static_cast<int>(precision));
+    NamespaceSpec ns = SmallNamespace(64);
+    ns.stored_precision = precision;
+    const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
+    const uint32_t chunks = 6;
+    const auto tokens = Tokens(64 * chunks, static_cast<uint32_t>(precision));
+    const auto kv = Bf16Chunks(chunks * chunk_bytes, 7);
+    auto daemon = StartDaemon({"--disk-root", root.path + "/" + std::to_string(static_cast<int>(precision))});
+    auto client = Connect(daemon);
+    auto region = client->RegisterRegion(kv.size());
+    REQUIRE(region.ok());
+    std::memcpy(region->data(), kv.data(), kv.size());
+    auto stored = client->Store(ns, PromptRef{tokens, {}}, 0, chunks, *region, 0);
+    REQUIRE(stored.ok());
+    REQUIRE(client->ReleaseRegion(*region).ok());
+    REQUIRE(Eventually([&] { return Counter(*client, "write_back_written") == chunks; }));
+
+    // What the disk holds is the quantized encoding: int8 about 1.9x, int4 about 3.6x smaller.
+    const LossyFormat format = LossyFormat::Of(ns);
+    CHECK(Counter(*client, "tier_disk_written_bytes") == chunks * format.encoded_bytes());
+    // The exact namespace's keys are others: nothing of this prompt is cached for it.
+    NamespaceSpec exact = ns;
+    exact.stored_precision = StoredPrecision::kExact;
+    auto other = client->Lookup(exact, {tokens, {}});
+    REQUIRE(other.ok());
+    CHECK(other->cached_chunks == 0);
+
+    // From DRAM: the engine's bytes exactly.
+    CHECK(LoadBytes(*client, ns, tokens, kv.size()) == kv);
+    // From disk: each chunk decoded from its quantized form, as the codec decodes it.
+    REQUIRE(client->Evict(TierKind::kDram).ok());
+    auto lookup = client->Lookup(ns, {tokens, {}});
+    REQUIRE(lookup.ok());
+    REQUIRE(lookup->cached_chunks == chunks);
+    for (TierKind t : lookup->tiers) CHECK(t == TierKind::kDisk);
+    const auto from_disk = LoadBytes(*client, ns, tokens, kv.size());
+    std::vector<std::byte> expected(kv.size());
+    for (uint32_t c = 0; c < chunks; ++c) {
+      const auto chunk = std::span(kv).subspan(c * chunk_bytes, chunk_bytes);
+      REQUIRE(DecodeLossy(EncodeLossy(format, chunk), std::span(expected).subspan(c * chunk_bytes, chunk_bytes)).ok());
+    }
+    CHECK(from_disk == expected);
+    CHECK(from_disk != kv);
+  }
+}
+
+TEST_CASE("a lossy precision for an integer dtype is INVALID_ARGUMENT naming the field", "[codec][lossy]") {
+  auto daemon = StartDaemon();
+  auto client = Connect(daemon);
+  NamespaceSpec ns = SmallNamespace(64);
+  ns.dtype = DType::kInt8;
+  ns.head_dim = 128;
+  ns.stored_precision = StoredPrecision::kInt8;
+  auto lookup = client->Lookup(ns, {Tokens(128), {}});
+  REQUIRE_FALSE(lookup.ok());
+  CHECK(lookup.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(lookup.status().message()), Catch::Contains("stored_precision"));
 }

@@ -103,6 +103,7 @@ TEST_CASE("namespace: the shared golden vectors file", "[namespace]") {
     spec.tp_size = u32(v, "tp_size");
     spec.chunk_tokens = u32(v, "chunk_tokens");
     spec.tenant = v["tenant"].value_or(std::string());
+    spec.stored_precision = static_cast<StoredPrecision>(u32(v, "stored_precision"));  // absent: 0, EXACT
     Namespace ns = MakeNamespace(spec, v["secret"].value_or(std::string()));
     CHECK(ns.id().Hex() == v["namespace_id"].value_or(std::string()));
     CHECK(ns.root().Hex() == v["root"].value_or(std::string()));

@@ -1,0 +1,263 @@
+#include "storage/lossy_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+
+namespace cake {
+namespace {
+
+constexpr std::string_view kLossyMagic = "CAKEKVQ1";
+constexpr uint32_t kLossyVersion = 1;
+
+template <typename T>
+void PutLe(std::byte* out, T value) {
+  for (size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<std::byte>((value >> (8 * i)) & 0xff);
+}
+
+template <typename T>
+T GetLe(const std::byte* in) {
+  T value = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) value |= static_cast<T>(static_cast<uint8_t>(in[i])) << (8 * i);
+  return value;
+}
+
+int QuantMax(StoredPrecision precision) { return precision == StoredPrecision::kInt8 ? 127 : 7; }
+
+// Bytes of one group's values.
+uint64_t GroupValueBytes(StoredPrecision precision, uint32_t head_dim) {
+  return precision == StoredPrecision::kInt8 ? head_dim : (uint64_t{head_dim} + 1) / 2;
+}
+
+float Bf16ToFloat(uint16_t bits) {
+  const uint32_t wide = uint32_t{bits} << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof(out));
+  return out;
+}
+
+uint16_t FloatToBf16(float value) {  // round to nearest even; decoded values are finite
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  bits += 0x7fff + ((bits >> 16) & 1);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
+  const uint32_t exponent = (h >> 10) & 0x1f;
+  const uint32_t mantissa = h & 0x3ffu;
+  float magnitude;
+  if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // zero or subnormal
+  } else if (exponent == 31) {
+    magnitude = mantissa == 0 ? INFINITY : NAN;
+  } else {
+    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &magnitude, sizeof(bits));
+  bits |= sign;
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+uint16_t FloatToHalf(float value) {  // round to nearest even, as torch's .to(torch.float16)
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  bits &= 0x7fffffffu;
+  if (bits >= 0x7f800000u) return sign | 0x7c00u | (bits > 0x7f800000u ? 0x200u : 0);  // inf, NaN
+  if (bits >= 0x477ff000u) return sign | 0x7c00u;                                    // rounds past 65504
+  if (bits < 0x38800000u) {                                                          // subnormal or zero
+    float magnitude;
+    std::memcpy(&magnitude, &bits, sizeof(magnitude));
+    return sign | static_cast<uint16_t>(std::nearbyint(std::ldexp(magnitude, 24)));
+  }
+  const uint32_t rounded = bits + 0xfffu + ((bits >> 13) & 1);
+  return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
+}
+
+float LoadValue(DType dtype, const std::byte* at) {
+  switch (dtype) {
+    case DType::kFp32: {
+      float out;
+      std::memcpy(&out, at, sizeof(out));
+      return out;
+    }
+    case DType::kFp16:
+      return HalfToFloat(GetLe<uint16_t>(at));
+    default:
+      return Bf16ToFloat(GetLe<uint16_t>(at));
+  }
+}
+
+void StoreValue(DType dtype, float value, std::byte* at) {
+  switch (dtype) {
+    case DType::kFp32:
+      std::memcpy(at, &value, sizeof(value));
+      return;
+    case DType::kFp16:
+      PutLe<uint16_t>(at, FloatToHalf(value));
+      return;
+    default:
+      PutLe<uint16_t>(at, FloatToBf16(value));
+  }
+}
+
+// groups = layers * 2 * tokens * kv_heads, and the raw bytes, without wrapping; false when they would.
+bool Sizes(const LossyFormat& f, uint64_t* groups, uint64_t* raw_bytes) {
+  uint64_t g = 2;
+  const uint32_t element = DTypeBytes(f.dtype);
+  if (element == 0) return false;
+  for (uint64_t factor : {uint64_t{f.layers}, uint64_t{f.tokens}, uint64_t{f.kv_heads}}) {
+    if (__builtin_mul_overflow(g, factor, &g)) return false;
+  }
+  uint64_t raw = 0;
+  if (__builtin_mul_overflow(g, uint64_t{f.head_dim} * element, &raw)) return false;
+  *groups = g;
+  *raw_bytes = raw;
+  return true;
+}
+
+}  // namespace
+
+LossyFormat LossyFormat::Of(const NamespaceSpec& spec) {
+  return LossyFormat{spec.stored_precision, spec.dtype,      spec.num_layers,
+                     spec.num_kv_heads,     spec.head_dim,   spec.chunk_tokens};
+}
+
+uint64_t LossyFormat::raw_bytes() const {
+  uint64_t groups = 0, raw = 0;
+  return Sizes(*this, &groups, &raw) ? raw : 0;
+}
+
+uint64_t LossyFormat::encoded_bytes() const {
+  uint64_t groups = 0, raw = 0;
+  if (!Sizes(*this, &groups, &raw)) return 0;
+  return kLossyHeaderBytes + groups * (sizeof(float) + GroupValueBytes(precision, head_dim));
+}
+
+std::vector<std::byte> EncodeLossy(const LossyFormat& format, std::span<const std::byte> raw) {
+  uint64_t groups = 0, raw_bytes = 0;
+  if (!format.lossy() || !Sizes(format, &groups, &raw_bytes) || raw_bytes != raw.size()) return {};
+  std::vector<std::byte> out(format.encoded_bytes(), std::byte{0});
+  std::byte* h = out.data();
+  std::memcpy(h, kLossyMagic.data(), kLossyMagic.size());
+  PutLe<uint32_t>(h + 8, kLossyVersion);
+  PutLe<uint32_t>(h + 12, static_cast<uint32_t>(format.precision));
+  PutLe<uint32_t>(h + 16, static_cast<uint32_t>(format.dtype));
+  PutLe<uint32_t>(h + 20, format.layers);
+  PutLe<uint32_t>(h + 24, format.kv_heads);
+  PutLe<uint32_t>(h + 28, format.head_dim);
+  PutLe<uint32_t>(h + 32, format.tokens);
+
+  const uint32_t dim = format.head_dim;
+  const size_t element = DTypeBytes(format.dtype);
+  const int qmax = QuantMax(format.precision);
+  const uint64_t value_bytes = GroupValueBytes(format.precision, dim);
+  std::byte* scales = h + kLossyHeaderBytes;
+  std::byte* values = scales + groups * sizeof(float);
+  std::vector<float> group(dim);
+  for (uint64_t g = 0; g < groups; ++g) {
+    const std::byte* in = raw.data() + g * dim * element;
+    float absmax = 0;
+    for (uint32_t i = 0; i < dim; ++i) {
+      group[i] = LoadValue(format.dtype, in + i * element);
+      absmax = std::max(absmax, std::fabs(group[i]));
+    }
+    // A group holding inf or NaN (not KV a model produces) keeps no information: zeros.
+    const float scale = std::isfinite(absmax) ? absmax / static_cast<float>(qmax) : 0.0f;
+    std::memcpy(scales + g * sizeof(float), &scale, sizeof(scale));
+    std::byte* q = values + g * value_bytes;
+    for (uint32_t i = 0; i < dim; ++i) {
+      int v = 0;
+      if (scale > 0) v = static_cast<int>(std::clamp(std::nearbyint(group[i] / scale), -float(qmax), float(qmax)));
+      if (format.precision == StoredPrecision::kInt8) {
+        q[i] = static_cast<std::byte>(static_cast<int8_t>(v));
+      } else {
+        const auto nibble = static_cast<uint8_t>(v & 0xf);
+        q[i / 2] |= static_cast<std::byte>(i % 2 == 0 ? nibble : nibble << 4);
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte> dst) {
+  if (encoded.size() < kLossyHeaderBytes ||
+      std::memcmp(encoded.data(), kLossyMagic.data(), kLossyMagic.size()) != 0) {
+    return absl::DataLossError("not a quantized chunk (too short, or a bad magic)");
+  }
+  const std::byte* h = encoded.data();
+  if (GetLe<uint32_t>(h + 8) != kLossyVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a quantized chunk of version ", GetLe<uint32_t>(h + 8), ", which this daemon does not know"));
+  }
+  LossyFormat format;
+  const uint32_t precision = GetLe<uint32_t>(h + 12);
+  const uint32_t dtype = GetLe<uint32_t>(h + 16);
+  if (precision < 1 || precision > 2) return absl::DataLossError(absl::StrCat("unknown precision ", precision));
+  if (dtype != static_cast<uint32_t>(DType::kFp32) && dtype != static_cast<uint32_t>(DType::kFp16) &&
+      dtype != static_cast<uint32_t>(DType::kBf16)) {
+    return absl::DataLossError(absl::StrCat("a quantized chunk of dtype ", dtype, " (only floats are quantized)"));
+  }
+  format.precision = static_cast<StoredPrecision>(precision);
+  format.dtype = static_cast<DType>(dtype);
+  format.layers = GetLe<uint32_t>(h + 20);
+  format.kv_heads = GetLe<uint32_t>(h + 24);
+  format.head_dim = GetLe<uint32_t>(h + 28);
+  format.tokens = GetLe<uint32_t>(h + 32);
+  for (size_t at = 36; at < kLossyHeaderBytes; ++at) {
+    if (h[at] != std::byte{0}) return absl::DataLossError("a quantized chunk's reserved bytes are not zero");
+  }
+  uint64_t groups = 0, raw_bytes = 0;
+  if (!Sizes(format, &groups, &raw_bytes) || format.head_dim == 0) {
+    return absl::DataLossError("a quantized chunk's shape is empty or too large");
+  }
+  if (raw_bytes != dst.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the quantized chunk decodes to ", raw_bytes, " bytes; the destination has ", dst.size()));
+  }
+  // raw_bytes equals dst.size(), which is memory the caller holds: this cannot wrap.
+  if (encoded.size() != format.encoded_bytes()) {
+    return absl::DataLossError(absl::StrCat("a quantized chunk of this shape is ", format.encoded_bytes(),
+                                            " bytes; this one is ", encoded.size(), " (truncated?)"));
+  }
+  const std::byte* scales = h + kLossyHeaderBytes;
+  for (uint64_t g = 0; g < groups; ++g) {
+    float scale;
+    std::memcpy(&scale, scales + g * sizeof(float), sizeof(scale));
+    if (!(scale >= 0) || !std::isfinite(scale)) {
+      return absl::DataLossError(absl::StrCat("group ", g, " has the scale ", scale));
+    }
+  }
+  const uint32_t dim = format.head_dim;
+  const size_t element = DTypeBytes(format.dtype);
+  const uint64_t value_bytes = GroupValueBytes(format.precision, dim);
+  const std::byte* values = scales + groups * sizeof(float);
+  for (uint64_t g = 0; g < groups; ++g) {
+    float scale;
+    std::memcpy(&scale, scales + g * sizeof(float), sizeof(scale));
+    const std::byte* q = values + g * value_bytes;
+    std::byte* out = dst.data() + g * dim * element;
+    for (uint32_t i = 0; i < dim; ++i) {
+      int v;
+      if (format.precision == StoredPrecision::kInt8) {
+        v = static_cast<int8_t>(q[i]);
+      } else {
+        const auto byte = static_cast<uint8_t>(q[i / 2]);
+        const int nibble = i % 2 == 0 ? (byte & 0xf) : (byte >> 4);
+        v = nibble >= 8 ? nibble - 16 : nibble;
+      }
+      StoreValue(format.dtype, static_cast<float>(v) * scale, out + i * element);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cake
