@@ -227,6 +227,10 @@ struct CodecBenchOptions {
   // Caps the remote tier's reads (both daemons'), as a network link between the daemon and Redis would: loopback
   // Redis on a small machine is bound by CPU, not by a link. The cap counts the bytes Redis sends (encoded). 0: none.
   double remote_gbps = 0;
+  // Instead: the lossy precisions (Namespace.stored_precision) against exact, on one daemon's disk tier capped at
+  // disk_gbps (0: the disk's own speed).
+  bool lossy = false;
+  double disk_gbps = 0;
 };
 absl::Status RunCodecBench(const CodecBenchOptions& options);
 

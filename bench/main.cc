@@ -307,6 +307,10 @@ int main(int argc, char** argv) {
   codec_command->add_option("--tiers", codec.tiers, "disk, remote or both (comma-separated)")->capture_default_str();
   codec_command->add_option("--remote-gbps", codec.remote_gbps, "cap remote reads as a network link would, Gbit/s")
       ->capture_default_str();
+  codec_command->add_flag("--lossy", codec.lossy,
+                          "instead: disk loads of namespaces stored as INT8 and INT4 against EXACT, one daemon");
+  codec_command->add_option("--disk-gbps", codec.disk_gbps, "with --lossy: cap the disk tier's reads, Gbit/s")
+      ->capture_default_str();
 
   cake::bench::RemoteBenchOptions remote;
   CLI::App* remote_command = app.add_subcommand(

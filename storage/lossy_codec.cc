@@ -39,13 +39,6 @@ float Bf16ToFloat(uint16_t bits) {
   return out;
 }
 
-uint16_t FloatToBf16(float value) {  // round to nearest even; decoded values are finite
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  bits += 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = uint32_t{h & 0x8000u} << 16;
   const uint32_t exponent = (h >> 10) & 0x1f;
@@ -72,8 +65,8 @@ uint16_t FloatToHalf(float value) {  // round to nearest even, as torch's .to(to
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   bits &= 0x7fffffffu;
   if (bits >= 0x7f800000u) return sign | 0x7c00u | (bits > 0x7f800000u ? 0x200u : 0);  // inf, NaN
-  if (bits >= 0x477ff000u) return sign | 0x7c00u;                                    // rounds past 65504
-  if (bits < 0x38800000u) {                                                          // subnormal or zero
+  if (bits >= 0x477ff000u) return sign | 0x7c00u;                                      // rounds past 65504
+  if (bits < 0x38800000u) {                                                            // subnormal or zero
     float magnitude;
     std::memcpy(&magnitude, &bits, sizeof(magnitude));
     return sign | static_cast<uint16_t>(std::nearbyint(std::ldexp(magnitude, 24)));
@@ -96,19 +89,6 @@ float LoadValue(DType dtype, const std::byte* at) {
   }
 }
 
-void StoreValue(DType dtype, float value, std::byte* at) {
-  switch (dtype) {
-    case DType::kFp32:
-      std::memcpy(at, &value, sizeof(value));
-      return;
-    case DType::kFp16:
-      PutLe<uint16_t>(at, FloatToHalf(value));
-      return;
-    default:
-      PutLe<uint16_t>(at, FloatToBf16(value));
-  }
-}
-
 // groups = layers * 2 * tokens * kv_heads, and the raw bytes, without wrapping; false when they would.
 bool Sizes(const LossyFormat& f, uint64_t* groups, uint64_t* raw_bytes) {
   uint64_t g = 2;
@@ -124,11 +104,66 @@ bool Sizes(const LossyFormat& f, uint64_t* groups, uint64_t* raw_bytes) {
   return true;
 }
 
+// The groups' decoded values, written as the dtype: first the quantized values times the scale into a float
+// buffer, then the floats into the dtype, each a plain loop over non-aliasing arrays that the compiler vectorizes
+// (a generic loop with a switch per value decoded at about a third of the disk's speed).
+template <StoredPrecision kPrecision, DType kDType>
+void DecodeGroups(const std::byte* scales, const std::byte* values, uint64_t groups, uint32_t dim, std::byte* dst) {
+  const uint64_t value_bytes = GroupValueBytes(kPrecision, dim);
+  const size_t element = kDType == DType::kFp32 ? 4 : 2;
+  std::vector<float> buffer(dim);
+  std::vector<uint16_t> halves(dim);
+  float* __restrict f = buffer.data();
+  uint16_t* __restrict h = halves.data();
+  for (uint64_t g = 0; g < groups; ++g) {
+    float scale;
+    std::memcpy(&scale, scales + g * sizeof(float), sizeof(scale));
+    const auto* __restrict q = reinterpret_cast<const uint8_t*>(values + g * value_bytes);
+    if constexpr (kPrecision == StoredPrecision::kInt8) {
+      for (uint32_t i = 0; i < dim; ++i) f[i] = static_cast<float>(static_cast<int8_t>(q[i])) * scale;
+    } else {
+      // Two values a byte, the even one low; a nibble is sign-extended by shifting it to the top of an int8.
+      for (uint32_t j = 0; j < dim / 2; ++j) {
+        f[2 * j] = static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(q[j] << 4)) >> 4) * scale;
+        f[2 * j + 1] = static_cast<float>(static_cast<int8_t>(q[j] & 0xf0) >> 4) * scale;
+      }
+      if (dim % 2 == 1) f[dim - 1] = static_cast<float>(static_cast<int8_t>(q[dim / 2] << 4) >> 4) * scale;
+    }
+    auto* __restrict out = reinterpret_cast<uint8_t*>(dst) + g * dim * element;
+    if constexpr (kDType == DType::kBf16) {
+      for (uint32_t i = 0; i < dim; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &f[i], sizeof(bits));
+        h[i] = static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);  // nearest even
+      }
+      std::memcpy(out, h, dim * sizeof(uint16_t));  // little-endian, like every x86 and arm64 host
+    } else if constexpr (kDType == DType::kFp32) {
+      std::memcpy(out, f, dim * sizeof(float));
+    } else {
+      for (uint32_t i = 0; i < dim; ++i) h[i] = FloatToHalf(f[i]);
+      std::memcpy(out, h, dim * sizeof(uint16_t));
+    }
+  }
+}
+
+template <StoredPrecision kPrecision>
+void DecodeAll(DType dtype, const std::byte* scales, const std::byte* values, uint64_t groups, uint32_t dim,
+               std::byte* dst) {
+  switch (dtype) {
+    case DType::kFp32:
+      return DecodeGroups<kPrecision, DType::kFp32>(scales, values, groups, dim, dst);
+    case DType::kFp16:
+      return DecodeGroups<kPrecision, DType::kFp16>(scales, values, groups, dim, dst);
+    default:
+      return DecodeGroups<kPrecision, DType::kBf16>(scales, values, groups, dim, dst);
+  }
+}
+
 }  // namespace
 
 LossyFormat LossyFormat::Of(const NamespaceSpec& spec) {
-  return LossyFormat{spec.stored_precision, spec.dtype,      spec.num_layers,
-                     spec.num_kv_heads,     spec.head_dim,   spec.chunk_tokens};
+  return LossyFormat{spec.stored_precision, spec.dtype,    spec.num_layers,
+                     spec.num_kv_heads,     spec.head_dim, spec.chunk_tokens};
 }
 
 uint64_t LossyFormat::raw_bytes() const {
@@ -189,8 +224,7 @@ std::vector<std::byte> EncodeLossy(const LossyFormat& format, std::span<const st
 }
 
 absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte> dst) {
-  if (encoded.size() < kLossyHeaderBytes ||
-      std::memcmp(encoded.data(), kLossyMagic.data(), kLossyMagic.size()) != 0) {
+  if (encoded.size() < kLossyHeaderBytes || std::memcmp(encoded.data(), kLossyMagic.data(), kLossyMagic.size()) != 0) {
     return absl::DataLossError("not a quantized chunk (too short, or a bad magic)");
   }
   const std::byte* h = encoded.data();
@@ -236,26 +270,11 @@ absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte
       return absl::DataLossError(absl::StrCat("group ", g, " has the scale ", scale));
     }
   }
-  const uint32_t dim = format.head_dim;
-  const size_t element = DTypeBytes(format.dtype);
-  const uint64_t value_bytes = GroupValueBytes(format.precision, dim);
   const std::byte* values = scales + groups * sizeof(float);
-  for (uint64_t g = 0; g < groups; ++g) {
-    float scale;
-    std::memcpy(&scale, scales + g * sizeof(float), sizeof(scale));
-    const std::byte* q = values + g * value_bytes;
-    std::byte* out = dst.data() + g * dim * element;
-    for (uint32_t i = 0; i < dim; ++i) {
-      int v;
-      if (format.precision == StoredPrecision::kInt8) {
-        v = static_cast<int8_t>(q[i]);
-      } else {
-        const auto byte = static_cast<uint8_t>(q[i / 2]);
-        const int nibble = i % 2 == 0 ? (byte & 0xf) : (byte >> 4);
-        v = nibble >= 8 ? nibble - 16 : nibble;
-      }
-      StoreValue(format.dtype, static_cast<float>(v) * scale, out + i * element);
-    }
+  if (format.precision == StoredPrecision::kInt8) {
+    DecodeAll<StoredPrecision::kInt8>(format.dtype, scales, values, groups, format.head_dim, dst.data());
+  } else {
+    DecodeAll<StoredPrecision::kInt4>(format.dtype, scales, values, groups, format.head_dim, dst.data());
   }
   return absl::OkStatus();
 }

@@ -1,13 +1,14 @@
 // The lossy codecs (storage/lossy_codec.h): int8 and int4 with one scale per (layer, K/V, token, head) group, for
 // bf16, fp16 and fp32; what they lose is bounded by half a quantization step, and forged encodings are refused
 // without a byte written outside the destination.
+#include "storage/lossy_codec.h"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
 
-#include "storage/lossy_codec.h"
 #include "tests/storage/tier_test_util.h"
 
 namespace cake {
@@ -35,9 +36,11 @@ std::vector<std::byte> KvValues(const LossyFormat& f, uint32_t seed) {
       raw[i * 2 + 1] = static_cast<std::byte>(bits >> 24);
     } else {  // fp16 of small values: exact from a float with 10 mantissa bits
       const float rounded = std::ldexp(std::nearbyint(std::ldexp(value, 8)), -8);
-      const uint16_t half = rounded == 0 ? 0 : static_cast<uint16_t>(
-          (rounded < 0 ? 0x8000 : 0) | ((std::ilogb(rounded) + 15) << 10) |
-          (static_cast<uint32_t>(std::ldexp(std::fabs(rounded), 10 - std::ilogb(rounded))) & 0x3ff));
+      const uint16_t half =
+          rounded == 0 ? 0
+                       : static_cast<uint16_t>(
+                             (rounded < 0 ? 0x8000 : 0) | ((std::ilogb(rounded) + 15) << 10) |
+                             (static_cast<uint32_t>(std::ldexp(std::fabs(rounded), 10 - std::ilogb(rounded))) & 0x3ff));
       raw[i * 2] = static_cast<std::byte>(half & 0xff);
       raw[i * 2 + 1] = static_cast<std::byte>(half >> 8);
     }
@@ -60,8 +63,8 @@ float Value(const std::vector<std::byte>& raw, DType dtype, size_t i) {
     return v;
   }
   const int exponent = (bits >> 10) & 0x1f;
-  const float magnitude = exponent == 0 ? std::ldexp(float(bits & 0x3ff), -24)
-                                        : std::ldexp(float((bits & 0x3ff) | 0x400), exponent - 25);
+  const float magnitude =
+      exponent == 0 ? std::ldexp(float(bits & 0x3ff), -24) : std::ldexp(float((bits & 0x3ff) | 0x400), exponent - 25);
   return (bits & 0x8000) ? -magnitude : magnitude;
 }
 
