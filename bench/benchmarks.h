@@ -66,6 +66,9 @@ struct EngineBenchOptions {
   std::vector<double> throttles_gbps;
   uint32_t sweep_step = 1;          // forced meeting points every this many chunks
   std::string disk_codec = "none";  // the private daemon's disk.codec
+  // The engine's namespace's stored_precision: exact, int8 or int4 (lossy: loaded runs are held to the first
+  // token, not every KV byte).
+  std::string stored_precision = "exact";
 };
 absl::Status RunEngineBench(const EngineBenchOptions& options);
 

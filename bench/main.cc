@@ -77,6 +77,11 @@ int main(int argc, char** argv) {
                    "the private daemon's disk.codec (planes-zstd: stored "
                    "encoded; the throttle then caps encoded bytes)")
       ->capture_default_str();
+  engine_command
+      ->add_option("--stored-precision", engine.stored_precision,
+                   "the engine's namespace stored as exact, int8 or int4 on disk (lossy: runs that load are held to "
+                   "compute-only's first token, not every KV byte)")
+      ->capture_default_str();
 
   cake::bench::EngineCurveOptions curve;
   CLI::App* curve_command = app.add_subcommand(

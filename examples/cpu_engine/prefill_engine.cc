@@ -21,13 +21,17 @@ double SecondsBetween(Clock::time_point from, Clock::time_point to) {
 }  // namespace
 
 PrefillEngine::PrefillEngine(Transformer& model, uint32_t chunk_tokens, std::vector<uint32_t> prompt, Client* client,
-                             const MappedRegion& region)
+                             const MappedRegion& region, StoredPrecision stored_precision)
     : model_(model),
       chunk_tokens_(chunk_tokens),
       prompt_(std::move(prompt)),
       client_(client),
       region_(region),
-      ns_(model.Namespace(chunk_tokens)),
+      ns_([&] {
+        NamespaceSpec ns = model.Namespace(chunk_tokens);
+        ns.stored_precision = stored_precision;
+        return ns;
+      }()),
       page_bytes_(model.PageBytes(chunk_tokens)) {
   pages_.base = region.data();
   const uint32_t chunks = static_cast<uint32_t>((prompt_.size() + chunk_tokens - 1) / chunk_tokens);

@@ -39,8 +39,9 @@ class PrefillEngine {
  public:
   // `region` holds the KV pages, page c at c x page bytes: register at least PagesBytes() for it. `client` may
   // be null for compute-only runs.
+  // `stored_precision` is the namespace's (lossy: the disk and remote tiers keep its chunks quantized).
   PrefillEngine(Transformer& model, uint32_t chunk_tokens, std::vector<uint32_t> prompt, Client* client,
-                const MappedRegion& region);
+                const MappedRegion& region, StoredPrecision stored_precision = StoredPrecision::kExact);
 
   uint32_t chunk_tokens() const { return chunk_tokens_; }
   uint32_t total_chunks() const { return static_cast<uint32_t>(pages_.offsets.size()); }
