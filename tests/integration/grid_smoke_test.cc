@@ -159,6 +159,20 @@ TEST_CASE("cake-bench codec runs small on a disk and a real redis-server: bit-ex
     CHECK(values[0] > 0);
   }
   std::remove(json.c_str());
+
+  // The lossy precisions: every chunk loaded from disk is byte for byte what the codec gives (the bench checks).
+  auto lossy = Run(bench + " codec --lossy --mib 23 --runs 1 --dir " + dir + " --json " + json);
+  INFO(lossy.output);
+  REQUIRE(lossy.exit_code == 0);
+  std::ifstream lossy_in(json);
+  const std::string lossy_text((std::istreambuf_iterator<char>(lossy_in)), std::istreambuf_iterator<char>());
+  for (const char* field : {"lossy_exact_gbps", "lossy_int8_gbps", "lossy_int4_gbps"}) {
+    INFO(field);
+    const auto values = Fields(lossy_text, field);
+    REQUIRE(values.size() == 1);
+    CHECK(values[0] > 0);
+  }
+  std::remove(json.c_str());
   std::filesystem::remove_all(dir);
 }
 
