@@ -95,6 +95,10 @@ struct IoBenchOptions {
   std::string caked_config;        // caked --config, for settings without a flag (e.g. disk.queue_depth)
   uint32_t inprocess_threads = 4;  // threads of the in-process DiskTier::Read comparison
   uint64_t load_dram_mib = 64;     // DRAM tier of the loading daemons (caked --dram-capacity-mib)
+  // After the runs: this many pairs of (io_uring load, fio read), the order alternating, and as many pairs of
+  // (fio read, fio read): the median of the per-pair ratios, its bootstrap 95% interval, and the fio-against-fio
+  // interval, which is the smallest gap the method can see on this disk. 0: none.
+  uint32_t pairs = 0;
 };
 absl::Status RunIoBench(const IoBenchOptions& options);
 

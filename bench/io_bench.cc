@@ -17,6 +17,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -44,6 +45,21 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 // The write-back of a large prefix takes a while on a slow disk; no progress for this long means it is stuck
 // (a refused write is counted by the daemon, not reported, so a stall is how it shows here).
 constexpr std::chrono::seconds kWriteBackStall{60};
+
+// The bootstrap 95% interval of the median of `samples` (2000 resamples, a fixed seed: the same samples give the
+// same interval).
+std::pair<double, double> MedianInterval(const std::vector<double>& samples) {
+  if (samples.size() < 2) return {Median(samples), Median(samples)};
+  std::mt19937_64 rng(20261203);
+  std::uniform_int_distribution<size_t> pick(0, samples.size() - 1);
+  std::vector<double> medians;
+  std::vector<double> resample(samples.size());
+  for (int b = 0; b < 2000; ++b) {
+    for (double& s : resample) s = samples[pick(rng)];
+    medians.push_back(Median(resample));
+  }
+  return {Percentile(medians, 2.5), Percentile(medians, 97.5)};
+}
 
 // ---- fio and the page cache ----
 
@@ -436,6 +452,52 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
   std::printf("  tier / fio = %.0f%% (goal: at least 90%%) -> %s\n", 100 * ratio, ratio >= 0.9 ? "met" : "MISSED");
 
   JsonReport report;
+  if (options.pairs > 0) {
+    // Paired: the disk's speed drifts by tens of percent between invocations and within one (section 11 of
+    // docs/benchmarks.md), so each tier load is compared with the fio read next to it, never with a median of
+    // reads minutes away; the order within a pair alternates so neither side always gets the warmer disk.
+    std::vector<double> paired, same;
+    for (uint32_t i = 0; i < options.pairs; ++i) {
+      double tier_side = 0, fio_side = 0;
+      for (int k = 0; k < 2; ++k) {
+        if ((k == 0) == (i % 2 == 0)) {
+          CAKE_ASSIGN_OR_RETURN(auto load, TimedColdLoad(p, Concat(base_args, {"--disk-io-backend", "uring"}),
+                                                         options.window, &cache_dropped));
+          tier_side = GigabytesPerSecond(p.bytes, load.seconds);
+        } else {
+          cache_dropped = DropPageCache() && cache_dropped;
+          CAKE_ASSIGN_OR_RETURN(auto read, RunFio(fio_file, "read", p.bytes >> 20));
+          fio_side = read / 1e9;
+        }
+      }
+      paired.push_back(tier_side / fio_side);
+      cache_dropped = DropPageCache() && cache_dropped;
+      CAKE_ASSIGN_OR_RETURN(auto first, RunFio(fio_file, "read", p.bytes >> 20));
+      cache_dropped = DropPageCache() && cache_dropped;
+      CAKE_ASSIGN_OR_RETURN(auto second, RunFio(fio_file, "read", p.bytes >> 20));
+      same.push_back(first / second);
+      std::printf("  pair %u: tier %.3f / fio %.3f GB/s = %.3f; fio / fio %.3f\n", i + 1, tier_side, fio_side,
+                  paired.back(), same.back());
+      std::fflush(stdout);
+    }
+    const auto [low, high] = MedianInterval(paired);
+    const auto [same_low, same_high] = MedianInterval(same);
+    // The method resolves a gap when it is larger than the noise an A/A comparison shows.
+    const double resolves = std::max(std::fabs(same_high - 1), std::fabs(1 - same_low));
+    std::printf(
+        "  paired: median tier / fio %.3f (95%% interval %.3f to %.3f, %u pairs; goal: at least 0.95 -> %s); fio / "
+        "fio %.3f (%.3f to %.3f): the method resolves gaps of about %.1f%% on this disk\n",
+        Median(paired), low, high, options.pairs, Median(paired) >= 0.95 ? "met" : "MISSED", Median(same), same_low,
+        same_high, 100 * resolves);
+    report.Set("paired_ratio_median", Median(paired));
+    report.Set("paired_ratio_low", low);
+    report.Set("paired_ratio_high", high);
+    report.Set("fio_fio_ratio_median", Median(same));
+    report.Set("fio_fio_ratio_low", same_low);
+    report.Set("fio_fio_ratio_high", same_high);
+    report.Set("resolvable_gap", resolves);
+    report.Set("pairs", options.pairs);
+  }
   report.Set("tier_gbps", tier);
   report.Set("pread_gbps", pread);
   report.Set("fio_gbps", fio);

@@ -114,6 +114,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 256u));
   io_command->add_option("--caked-config", io.caked_config, "caked --config FILE, e.g. for disk.queue_depth");
   io_command
+      ->add_option("--pairs", io.pairs,
+                   "then N alternating (tier, fio) pairs and N (fio, fio) pairs: the median paired ratio, its 95% "
+                   "interval, and the smallest gap the method resolves")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1000u));
+  io_command
       ->add_option(
           "--load-dram-mib", io.load_dram_mib,
           "DRAM tier of the loading daemons, MiB; loads are promoted only when the prefix is at most half of it")
