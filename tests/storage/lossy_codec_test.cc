@@ -6,6 +6,9 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <limits>
 #include <vector>
 
@@ -160,6 +163,37 @@ TEST_CASE("lossy codec: forged or truncated encodings are refused and nothing is
     auto e = encoded;
     std::memcpy(e.data() + kLossyHeaderBytes + 4 * 7, &scale, 4);
     CHECK(decode(e, raw).code() == absl::StatusCode::kDataLoss);
+  }
+}
+
+}  // namespace cake
+
+namespace cake {
+
+// Vectors written by the research's reference quantizer (docs/research/lossy-kv: torch and NumPy, which agree),
+// one [2][K,V][4][2][8] chunk each: random bf16, fp16 and fp32, and bf16 edge cases (zeros and -0, ties at .5,
+// subnormals, values near bf16's largest), which catch a reciprocal instead of a division and a flush to zero.
+TEST_CASE("lossy codec: decodes bit for bit as the Python reference quantizer") {
+  auto read = [](const std::string& name) {
+    std::ifstream in(std::string(CAKE_SOURCE_DIR) + "/tests/golden/lossy_kv/" + name, std::ios::binary);
+    REQUIRE(in);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<std::byte> out(bytes.size());
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+    return out;
+  };
+  for (const auto& [vector, dtype] : {std::pair{"random-bf16", DType::kBf16}, std::pair{"random-fp16", DType::kFp16},
+                                      std::pair{"random-fp32", DType::kFp32}, std::pair{"edge-bf16", DType::kBf16}}) {
+    const auto input = read(std::string(vector) + ".input.bin");
+    for (const auto& [precision, name] :
+         {std::pair{StoredPrecision::kInt8, "int8"}, std::pair{StoredPrecision::kInt4, "int4"}}) {
+      INFO(vector << " " << name);
+      const LossyFormat format{precision, dtype, 2, 2, 8, 4};
+      REQUIRE(format.raw_bytes() == input.size());
+      std::vector<std::byte> decoded(input.size());
+      REQUIRE(DecodeLossy(EncodeLossy(format, input), decoded).ok());
+      CHECK(decoded == read(std::string(vector) + "." + name + ".bin"));
+    }
   }
 }
 

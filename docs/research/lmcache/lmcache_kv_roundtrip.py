@@ -79,6 +79,8 @@ def main():
     ap.add_argument("--dir", default="/tmp/lmc-disk", help="local_disk directory (emptied first)")
     ap.add_argument("--url", default="redis://127.0.0.1:6399")
     ap.add_argument("--serde", default="naive", help="remote_serde: naive or cachegen (remote backends)")
+    ap.add_argument("--model-name", default="cake-side-by-side",
+                    help="part of every key; cachegen needs one it knows (test_model = 32 layers)")
     ap.add_argument("--tokens", type=int, default=16384)  # 16384 x 128 KiB = 2 GiB
     ap.add_argument("--layers", type=int, default=32)  # Llama-3-8B-like: 32 layers, 8 KV heads, 128 dims
     ap.add_argument("--kv-heads", type=int, default=8)
@@ -109,7 +111,7 @@ def main():
         cfg.update(remote_url=args.url)
     config = LMCacheEngineConfig.from_defaults(**cfg)
     metadata = LMCacheMetadata(
-        model_name="cake-side-by-side", world_size=1, local_world_size=1, worker_id=0,
+        model_name=args.model_name, world_size=1, local_world_size=1, worker_id=0,
         local_worker_id=0, kv_dtype=torch.bfloat16, kv_shape=(L, 2, C, H, D), chunk_size=C,
     )
     engine = LMCacheEngineBuilder.get_or_create(
@@ -175,6 +177,10 @@ def main():
         load_GBps=round(nbytes / t_load / 1e9, 3), tokens_hit=hit, bytes_equal=same,
         chunks_held_before_load=holding,
     )
+    if not same and hit == T:  # lossy codec (cachegen): how far off
+        diff = (dst.float() - src.float())
+        result.update(max_abs_err=round(diff.abs().max().item(), 4),
+                      rel_l2_err=round((diff.norm() / src.float().norm()).item(), 5))
     print(json.dumps(result), flush=True)
     # LMCache 0.5.6's RESP (resp://) backend never returns from close(); give the teardown 10 s and leave.
     closer = threading.Thread(target=LMCacheEngineBuilder.destroy, args=("bench",), daemon=True)
