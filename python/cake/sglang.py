@@ -140,6 +140,8 @@ class CakeHiCacheStorage(_Base):
         # batch_exists runs on SGLang's prefetch thread as a request enters the queue: the daemon then copies the
         # pages it finds on disk or in Redis into DRAM while the request waits (cake_prefetch = false: not).
         self._prefetch = parse_flag(extra.get("cake_prefetch", True))
+        # Lossy storage on disk and in Redis (docs/protocol.md, "Lossy storage"): "exact", "int8" or "int4".
+        self._stored_precision = str(extra.get("cake_stored_precision", "exact"))
         self._client = client or Client(extra.get("cake_socket") or None, client_id=f"sglang-{os.getpid()}",
                                         timeout_s=self._timeout_s, load_timeout_s=self._timeout_s)
         self._owns_client = client is None
@@ -162,7 +164,8 @@ class CakeHiCacheStorage(_Base):
             raise ValueError(f"host pool dtype {mem_pool_host.dtype} has no Cake equivalent")
         self.ns = Namespace(self._model_id, num_layers=mem_pool_host.layer_num, num_kv_heads=mem_pool_host.head_num,
                             head_dim=mem_pool_host.head_dim, dtype=dtype, tp_rank=self._tp_rank,
-                            tp_size=self._tp_size, chunk_tokens=mem_pool_host.page_size, tenant=self._tenant)
+                            tp_size=self._tp_size, chunk_tokens=mem_pool_host.page_size, tenant=self._tenant,
+                            stored_precision=self._stored_precision)
         self._layout = ChunkLayout.of(self.ns)
         self._torch_dtype = mem_pool_host.dtype
         self._copier = _PageCopier(mem_pool_host)

@@ -132,7 +132,8 @@ def namespace_for(vllm_config, tp_rank=None):
                      num_layers=int(model.get_num_layers(parallel)),
                      num_kv_heads=int(model.get_num_kv_heads(parallel)), head_dim=int(model.get_head_size()),
                      dtype=dtype, tp_rank=rank, tp_size=tp_size, chunk_tokens=chunk_tokens,
-                     tenant=str(extra.get("cake_tenant", "")))
+                     tenant=str(extra.get("cake_tenant", "")),
+                     stored_precision=str(extra.get("cake_stored_precision", "exact")))
 
 
 def _pipeline_rank(parallel):

@@ -468,3 +468,11 @@ def test_the_chunk_must_be_whole_blocks(daemon):
     with pytest.raises(ValueError, match="do not match"):
         worker = CakeConnector(VllmConfig(daemon), KVConnectorRole.WORKER)
         worker.register_kv_caches({"only": torch.zeros((2, 4, BLOCK, HEADS, DIM), dtype=torch.float16)})
+
+
+def test_lossy_storage_is_asked_for_in_the_extra_config(daemon):
+    from cake.vllm import namespace_for
+    assert namespace_for(VllmConfig(daemon)).stored_precision == "exact"
+    assert namespace_for(VllmConfig(daemon, cake_stored_precision="int8")).stored_precision == "int8"
+    with pytest.raises(ValueError, match="stored_precision"):
+        namespace_for(VllmConfig(daemon, cake_stored_precision="int3"))

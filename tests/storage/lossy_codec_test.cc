@@ -8,8 +8,8 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <string>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "tests/storage/tier_test_util.h"

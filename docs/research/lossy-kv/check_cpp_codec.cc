@@ -16,7 +16,9 @@
 
 namespace cake {
 // keys/namespace.cc's, copied so that the check links without the rest of the daemon.
-uint32_t DTypeBytes(DType dtype) { return dtype == DType::kFp32 ? 4 : dtype == DType::kFp8 || dtype == DType::kInt8 ? 1 : 2; }
+uint32_t DTypeBytes(DType dtype) {
+  return dtype == DType::kFp32 ? 4 : dtype == DType::kFp8 || dtype == DType::kInt8 ? 1 : 2;
+}
 }  // namespace cake
 
 static std::vector<std::byte> Read(const std::string& path) {
@@ -32,29 +34,44 @@ int main(int argc, char** argv) {
     const std::string d = argv[3];
     cake::LossyFormat f;
     f.dtype = d == "fp32" ? cake::DType::kFp32 : d == "fp16" ? cake::DType::kFp16 : cake::DType::kBf16;
-    f.layers = std::stoul(argv[4]); f.kv_heads = std::stoul(argv[5]); f.head_dim = std::stoul(argv[6]);
+    f.layers = std::stoul(argv[4]);
+    f.kv_heads = std::stoul(argv[5]);
+    f.head_dim = std::stoul(argv[6]);
     f.tokens = std::stoul(argv[7]);
     f.precision = std::string(argv[8]) == "int8" ? cake::StoredPrecision::kInt8 : cake::StoredPrecision::kInt4;
     const auto input = Read(argv[2]);
     const auto encoded = cake::EncodeLossy(f, input);
     std::vector<std::byte> decoded(input.size());
     const absl::Status st = cake::DecodeLossy(encoded, decoded);
-    if (!st.ok() || encoded.empty()) { std::fprintf(stderr, "failed: %s\n", st.ToString().c_str()); return 1; }
+    if (!st.ok() || encoded.empty()) {
+      std::fprintf(stderr, "failed: %s\n", st.ToString().c_str());
+      return 1;
+    }
     std::ofstream(argv[9], std::ios::binary).write(reinterpret_cast<const char*>(decoded.data()), decoded.size());
     return 0;
   }
   const std::string dir = argc > 1 ? argv[1] : "testvectors";
-  struct V { const char* name; cake::DType dtype; };
-  const V vectors[] = {{"random-bf16", cake::DType::kBf16}, {"random-fp16", cake::DType::kFp16},
-                       {"random-fp32", cake::DType::kFp32}, {"edge-bf16", cake::DType::kBf16}};
+  struct V {
+    const char* name;
+    cake::DType dtype;
+  };
+  const V vectors[] = {{"random-bf16", cake::DType::kBf16},
+                       {"random-fp16", cake::DType::kFp16},
+                       {"random-fp32", cake::DType::kFp32},
+                       {"edge-bf16", cake::DType::kBf16}};
   int passed = 0, failed = 0;
   for (const V& v : vectors) {
     const auto input = Read(dir + "/" + v.name + ".input.bin");
-    for (auto [codec, precision] : {std::pair{"int8", cake::StoredPrecision::kInt8},
-                                    std::pair{"int4", cake::StoredPrecision::kInt4}}) {
+    for (auto [codec, precision] :
+         {std::pair{"int8", cake::StoredPrecision::kInt8}, std::pair{"int4", cake::StoredPrecision::kInt4}}) {
       const auto expected = Read(dir + "/" + v.name + "." + codec + ".bin");
       cake::LossyFormat f;
-      f.precision = precision; f.dtype = v.dtype; f.layers = 2; f.kv_heads = 2; f.head_dim = 8; f.tokens = 4;
+      f.precision = precision;
+      f.dtype = v.dtype;
+      f.layers = 2;
+      f.kv_heads = 2;
+      f.head_dim = 8;
+      f.tokens = 4;
       const auto encoded = cake::EncodeLossy(f, input);
       std::vector<std::byte> decoded(input.size());
       const absl::Status st = cake::DecodeLossy(encoded, decoded);
