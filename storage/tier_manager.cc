@@ -291,6 +291,11 @@ void TierManager::WriteToSlowerTiers(const ChunkKey& key, std::span<const std::b
     if (format.lossy() && quantized.empty()) {
       quantized = EncodeLossy(format, raw);
       bytes = quantized;
+      // Empty only for a chunk of another size than the namespace's, which Store refuses: never store nothing.
+      if (quantized.empty()) {
+        Count(&WriteBackStats::failed);
+        return;
+      }
     }
     const absl::Status written = tier.Write(key, bytes);
     tiers_[i]->io.CountWrite(written, bytes.size());
