@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,8 +26,15 @@
 
 namespace cake::testing {
 
+// The caked under test: $CAKE_CAKED where set (a test binary that travelled without its build tree, as
+// scripts/device-check carries it to a GPU machine), else the one this build made.
+inline std::string CakedUnderTest() {
+  const char* named = std::getenv("CAKE_CAKED");
+  return named != nullptr && *named != '\0' ? std::string(named) : std::string(CAKE_CAKED_PATH);
+}
+
 inline SpawnedDaemon StartDaemon(const std::vector<std::string>& args = {}) {
-  auto d = SpawnedDaemon::Start(CAKE_CAKED_PATH, args);
+  auto d = SpawnedDaemon::Start(CakedUnderTest(), args);
   if (!d.ok()) FAIL("caked did not start: " << d.status().ToString());
   return std::move(*d);
 }
