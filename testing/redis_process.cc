@@ -162,6 +162,18 @@ absl::StatusOr<std::string> MakeTempDir() {
   return pattern;
 }
 
+// The value of `field` in INFO's text ("role:master" gives "master"); empty when it is not there.
+std::string InfoField(const std::string& info, const std::string& field) {
+  const std::string prefix = field + ":";
+  size_t at = 0;
+  while (at < info.size()) {
+    const size_t end = std::min(info.find_first_of("\r\n", at), info.size());
+    if (info.compare(at, prefix.size(), prefix) == 0) return info.substr(at + prefix.size(), end - at - prefix.size());
+    at = end + 1;
+  }
+  return "";
+}
+
 // Polls `check` until it is OK; DEADLINE_EXCEEDED with its last complaint when `timeout` runs out first.
 absl::Status WaitUntilOk(const std::function<absl::Status()>& check, std::chrono::milliseconds timeout,
                          const std::string& what) {
@@ -225,12 +237,13 @@ absl::StatusOr<RedisServer> RedisServer::StartOnce(const Options& options) {
   if (options.cluster) {
     // The bus port is chosen explicitly (rather than Redis's port + 10000, which can pass 65535 or be taken)
     // and the announced address is fixed, so no node has to learn its own address from gossip. A cache cluster
-    // keeps serving the slots it has when a master dies (full coverage off), as docs/operations.md advises.
+    // keeps serving the slots it has when a master dies (full coverage off), as docs/operations.md advises. A
+    // replica's sync starts at once (Redis 7 waits 5 s by default for more replicas to share a diskless sync).
     server.cluster_bus_port_ = ports[1];
-    args.insert(args.end(),
-                {"--cluster-enabled", "yes", "--cluster-config-file", server.dir_ + "/nodes.conf",
-                 "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no", "--cluster-port",
-                 absl::StrCat(server.cluster_bus_port_), "--cluster-announce-ip", kLoopback});
+    args.insert(args.end(), {"--cluster-enabled", "yes", "--cluster-config-file", server.dir_ + "/nodes.conf",
+                             "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no",
+                             "--cluster-port", absl::StrCat(server.cluster_bus_port_), "--cluster-announce-ip",
+                             kLoopback, "--repl-diskless-sync-delay", "0"});
   }
   if (!options.password.empty()) args.insert(args.end(), {"--requirepass", options.password});
   args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
@@ -309,12 +322,18 @@ absl::StatusOr<std::string> RedisServer::Command(const std::vector<std::string>&
 // ---------------------------------------------------------------------------------------------------------------
 // RedisCluster
 
-absl::StatusOr<RedisCluster> RedisCluster::Start(int masters) {
+absl::StatusOr<RedisCluster> RedisCluster::Start(int masters, int replicas_per_master) {
   if (masters < 1 || masters > kSlots) return absl::InvalidArgumentError(absl::StrCat("masters = ", masters));
+  if (replicas_per_master < 0 || replicas_per_master > 4) {
+    return absl::InvalidArgumentError(absl::StrCat("replicas_per_master = ", replicas_per_master));
+  }
   RedisCluster cluster;
+  cluster.masters_ = masters;
+  cluster.replicas_per_master_ = replicas_per_master;
   RedisServer::Options options;
   options.cluster = true;
-  for (int i = 0; i < masters; ++i) {
+  const int nodes = masters * (1 + replicas_per_master);
+  for (int i = 0; i < nodes; ++i) {
     CAKE_ASSIGN_OR_RETURN(auto server, RedisServer::Start(options));
     cluster.nodes_.push_back(std::move(server));
   }
@@ -340,16 +359,97 @@ absl::StatusOr<RedisCluster> RedisCluster::Start(int masters) {
       }
     }
   }
-  for (int i = 1; i < masters; ++i) {
+  for (int i = 1; i < nodes; ++i) {
     const RedisServer& node = cluster.nodes_[i];
     auto met = cluster.nodes_[0].Command(
         {"CLUSTER", "MEET", node.host(), absl::StrCat(node.port()), absl::StrCat(node.cluster_bus_port())});
     if (!met.ok()) return met.status();
   }
 
+  // A replica can only follow a master it has heard of by gossip: REPLICATE is retried until it has.
+  for (int m = 0; m < masters; ++m) {
+    for (size_t r : cluster.ReplicasOf(m)) {
+      CAKE_RETURN_IF_ERROR(WaitUntilOk(
+          [&] {
+            return cluster.nodes_[r].Command({"CLUSTER", "REPLICATE", cluster.node_ids_[m]}).status();
+          },
+          kClusterStartTimeout, absl::StrCat("node ", r, " replicating node ", m)));
+    }
+  }
+
   CAKE_RETURN_IF_ERROR(WaitUntilOk([&] { return cluster.CheckConverged(/*require_state_ok=*/true); },
                                    kClusterStartTimeout, "cluster_state:ok and one slot map on every node"));
+  // The first sync: until it is done a replica holds nothing and could not be promoted (a test that fails a
+  // master over right after Start would lose the slots' keys, or see no election at all).
+  for (size_t r = masters; r < cluster.nodes_.size(); ++r) {
+    CAKE_RETURN_IF_ERROR(WaitUntilOk(
+        [&]() -> absl::Status {
+          CAKE_ASSIGN_OR_RETURN(auto info, cluster.nodes_[r].Command({"INFO", "replication"}));
+          if (absl::StrContains(info, "master_link_status:up")) return absl::OkStatus();
+          return absl::UnavailableError(absl::StrCat("node ", r, "'s link to its master is not up"));
+        },
+        kClusterStartTimeout, absl::StrCat("replica ", r, " in sync")));
+  }
   return cluster;
+}
+
+std::vector<size_t> RedisCluster::ReplicasOf(size_t master) const {
+  std::vector<size_t> out;
+  if (master >= static_cast<size_t>(masters_)) return out;
+  for (int k = 0; k < replicas_per_master_; ++k) {
+    out.push_back(static_cast<size_t>(masters_) + master * replicas_per_master_ + k);
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> RedisCluster::Role(size_t i) const {
+  if (i >= nodes_.size()) return absl::InvalidArgumentError(absl::StrCat("node ", i));
+  CAKE_ASSIGN_OR_RETURN(auto info, nodes_[i].Command({"INFO", "replication"}));
+  return InfoField(info, "role");
+}
+
+absl::Status RedisCluster::WaitForReplicas(size_t master, std::chrono::milliseconds timeout) const {
+  if (master >= nodes_.size()) return absl::InvalidArgumentError(absl::StrCat("node ", master));
+  return WaitUntilOk(
+      [&]() -> absl::Status {
+        CAKE_ASSIGN_OR_RETURN(auto info, nodes_[master].Command({"INFO", "replication"}));
+        const std::string offset = InfoField(info, "master_repl_offset");
+        for (size_t r : ReplicasOf(master)) {
+          if (nodes_[r].pid() <= 0) continue;
+          CAKE_ASSIGN_OR_RETURN(auto replica, nodes_[r].Command({"INFO", "replication"}));
+          const std::string acked = InfoField(replica, "slave_repl_offset");
+          if (acked.empty() || acked != offset) {
+            return absl::UnavailableError(
+                absl::StrCat("replica ", r, " is at offset ", acked, ", its master at ", offset));
+          }
+        }
+        return absl::OkStatus();
+      },
+      timeout, absl::StrCat("the replicas of node ", master, " in step"));
+}
+
+absl::Status RedisCluster::Failover(size_t replica, std::chrono::milliseconds timeout) {
+  if (replica >= nodes_.size()) return absl::InvalidArgumentError(absl::StrCat("node ", replica));
+  CAKE_RETURN_IF_ERROR(nodes_[replica].Command({"CLUSTER", "FAILOVER"}).status());
+  return WaitUntilMaster(replica, timeout);
+}
+
+absl::Status RedisCluster::WaitUntilMaster(size_t node, std::chrono::milliseconds timeout) const {
+  if (node >= nodes_.size()) return absl::InvalidArgumentError(absl::StrCat("node ", node));
+  return WaitUntilOk(
+      [&]() -> absl::Status {
+        CAKE_ASSIGN_OR_RETURN(auto role, Role(node));
+        if (role != "master") return absl::UnavailableError(absl::StrCat("node ", node, " is still a ", role));
+        // The new master owns slots in every live node's map (a master promoted with none would be odd, and the
+        // others learn of the promotion by gossip).
+        CAKE_RETURN_IF_ERROR(CheckConverged(/*require_state_ok=*/false));
+        CAKE_ASSIGN_OR_RETURN(auto owners, SlotOwnersSeenBy(node));
+        if (std::find(owners.begin(), owners.end(), static_cast<int>(node)) == owners.end()) {
+          return absl::UnavailableError(absl::StrCat("node ", node, " is a master of no slot yet"));
+        }
+        return absl::OkStatus();
+      },
+      timeout, absl::StrCat("node ", node, " promoted and known as master by every node"));
 }
 
 std::vector<std::string> RedisCluster::addresses() const {
@@ -490,7 +590,8 @@ absl::Status RedisCluster::FinishSlotMigration(int slot, size_t from, size_t to)
   // the Redis cluster specification orders it; telling every node directly saves waiting for gossip.
   std::vector<size_t> order = {to, from};
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (i != to && i != from && nodes_[i].pid() > 0) order.push_back(i);
+    // Replicas refuse SETSLOT; they take their master's map.
+    if (i != to && i != from && nodes_[i].pid() > 0 && Role(i).value_or("") == "master") order.push_back(i);
   }
   for (size_t i : order) {
     auto assigned = nodes_[i].Command({"CLUSTER", "SETSLOT", absl::StrCat(slot), "NODE", node_ids_[to]});

@@ -81,14 +81,16 @@ class RedisServer {
   std::string password_;
 };
 
-// `masters` cluster-enabled RedisServers (no replicas), each owning an even share of the 16384 slots. Start
-// returns once every node reports cluster_state:ok and every node's CLUSTER SLOTS names the same owner for
-// every slot.
+// `masters` cluster-enabled RedisServers, each owning an even share of the 16384 slots, and
+// `replicas_per_master` replicas of each (CLUSTER REPLICATE), so a test can fail a master over. Nodes
+// [0, masters) are the masters as started; the replicas follow, master m's at masters + m * replicas_per_master
+// onwards (ReplicasOf). Start returns once every node reports cluster_state:ok, every node's CLUSTER SLOTS names the
+// same owner for every slot, and every replica reports master_link_status:up (its first sync done).
 class RedisCluster {
  public:
   static constexpr int kSlots = 16384;
 
-  static absl::StatusOr<RedisCluster> Start(int masters = 3);
+  static absl::StatusOr<RedisCluster> Start(int masters = 3, int replicas_per_master = 0);
 
   RedisCluster(RedisCluster&&) noexcept = default;
   RedisCluster& operator=(RedisCluster&&) noexcept = default;
@@ -98,6 +100,23 @@ class RedisCluster {
   const RedisServer& node(size_t i) const { return nodes_[i]; }
   std::vector<std::string> addresses() const;                  // "127.0.0.1:port" of every node, in node order
   std::string NodeId(size_t i) const { return node_ids_[i]; }  // CLUSTER MYID, read at start
+  int masters() const { return masters_; }                     // as started; a failover does not change it
+  // The nodes started as replicas of node `master` (index below masters()); empty for any other node. Roles change
+  // with a failover: this is the topology as started, Role says what a node is now.
+  std::vector<size_t> ReplicasOf(size_t master) const;
+  // "master" or "slave", from the node's INFO replication (UNAVAILABLE for a node that does not answer).
+  absl::StatusOr<std::string> Role(size_t i) const;
+
+  // Waits until every live replica of `master` (as started) has taken all the master's writes so far: the
+  // replica's acknowledged offset has reached the master's replication offset. For a test that kills a master and
+  // expects its replica to hold what was written.
+  absl::Status WaitForReplicas(size_t master, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+  // CLUSTER FAILOVER on `replica` (a manual failover: the master stops writes until the replica has caught up,
+  // then they swap roles), then waits until the replica is a master and every live node agrees on the slot map.
+  absl::Status Failover(size_t replica, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // Waits until `node` reports role master and every live node names the same owner for every slot: after its
+  // master was killed, the replica's own election (node timeout 2 s, then the election) promotes it.
+  absl::Status WaitUntilMaster(size_t node, std::chrono::milliseconds timeout = std::chrono::seconds(15)) const;
 
   // The index of the node that owns `slot`, as every live node sees it. FAILED_PRECONDITION when the nodes
   // disagree (between the SETSLOT NODE calls of a migration that is being finished by hand).
@@ -130,6 +149,8 @@ class RedisCluster {
 
   std::vector<RedisServer> nodes_;
   std::vector<std::string> node_ids_;
+  int masters_ = 0;
+  int replicas_per_master_ = 0;
 };
 
 }  // namespace cake

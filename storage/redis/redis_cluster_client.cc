@@ -182,21 +182,32 @@ class RedisClusterClient::Impl {
     std::vector<RedisReply> replies(commands.size());
     std::vector<size_t> pending(commands.size());
     for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
+    // A refresh forced by a refused redirect happens at most once a call, so a hostile node costs a call one
+    // CLUSTER SLOTS more, not one per round.
+    bool forced_once = false;
     for (int round = 0; round < kMaxRedirects && !pending.empty(); ++round) {
       std::map<Node*, std::vector<size_t>> by_node;
       for (size_t i : pending) by_node[OwnerOf(slots[i])].push_back(i);
       std::vector<size_t> again;
       std::map<Node*, std::vector<size_t>> asked;
       bool refresh = false;
+      bool force = false;
       std::vector<NodeBatch> batches;
       for (auto& [node, indices] : by_node) batches.push_back(NodeBatch{node, std::move(indices)});
       RunBatches(batches, commands, /*asking=*/false);
       for (NodeBatch& batch : batches) {
-        if (!batch.replies.ok() && allow_partial) continue;
-        if (!batch.replies.ok()) return batch.replies.status();
+        if (!batch.replies.ok()) {
+          // A node that cannot be reached sends no MOVED: if it died and a replica took its slots over, only
+          // another node's slot map says so. Asked now (at most every 100 ms, skipping nodes that are down), so
+          // calls go to the new master once the cluster has promoted it, instead of failing for as long as the
+          // dead node stays in our map.
+          RefreshSlotMapAfterFailure();
+          if (allow_partial) continue;
+          return batch.replies.status();
+        }
         for (size_t k = 0; k < batch.indices.size(); ++k) {
           Route(slots[batch.indices[k]], batch.indices[k], std::move((*batch.replies)[k]), replies, again, asked,
-                refresh);
+                refresh, force);
         }
       }
       // An ASK is for one command only: the slot is moving, and this key has gone ahead to the target.
@@ -204,16 +215,26 @@ class RedisClusterClient::Impl {
       for (auto& [node, indices] : asked) asked_batches.push_back(NodeBatch{node, std::move(indices)});
       if (!asked_batches.empty()) RunBatches(asked_batches, commands, /*asking=*/true);
       for (NodeBatch& batch : asked_batches) {
-        if (!batch.replies.ok() && allow_partial) continue;
-        if (!batch.replies.ok()) return batch.replies.status();
+        if (!batch.replies.ok()) {
+          RefreshSlotMapAfterFailure();
+          if (allow_partial) continue;
+          return batch.replies.status();
+        }
         std::map<Node*, std::vector<size_t>> asked_again;
         for (size_t k = 0; k < batch.indices.size(); ++k) {
           Route(slots[batch.indices[k]], batch.indices[k], std::move((*batch.replies)[k]), replies, again, asked_again,
-                refresh);
+                refresh, force);
         }
         for (auto& [n, more] : asked_again) again.insert(again.end(), more.begin(), more.end());
       }
-      if (refresh) RefreshSlotMap(/*force=*/false);
+      // A redirect to a node we do not know yet is, after a failover, the replica that took over: its address
+      // comes only from a fresh map, and waiting out the 100 ms would spend this call's rounds on the same refusal.
+      if (force && !forced_once) {
+        forced_once = true;
+        RefreshSlotMap(/*force=*/true);
+      } else if (refresh) {
+        RefreshSlotMap(/*force=*/false);
+      }
       pending = std::move(again);
     }
     if (!pending.empty()) {
@@ -233,6 +254,12 @@ class RedisClusterClient::Impl {
       last_refresh_ = now;
     }
     for (Node* node : NodesSnapshot()) {
+      {
+        // A node backing off would refuse the call anyway (and count a fast failure no caller made); a dead seed
+        // must not hold up the map the others can give.
+        MutexLock lock(&node->mu);
+        if (node->backoff.count() > 0) continue;
+      }
       RedisCommand slots;
       slots.verb = "CLUSTER";
       slots.key = "SLOTS";
@@ -276,6 +303,12 @@ class RedisClusterClient::Impl {
   bool is_cluster() const {
     MutexLock lock(&mu_);
     return !slot_owner_.empty();
+  }
+
+  // After a node failed a call: a cluster's map is asked again (rate-limited); a standalone server has no other
+  // node to ask.
+  void RefreshSlotMapAfterFailure() {
+    if (is_cluster()) RefreshSlotMap(/*force=*/false);
   }
 
   std::vector<Node*> Masters() const {
@@ -406,7 +439,7 @@ class RedisClusterClient::Impl {
 
  private:
   void Route(int slot, size_t i, RedisReply reply, std::vector<RedisReply>& replies, std::vector<size_t>& again,
-             std::map<Node*, std::vector<size_t>>& asked, bool& refresh) {
+             std::map<Node*, std::vector<size_t>>& asked, bool& refresh, bool& force) {
     std::string host;
     int port = 0;
     const bool moved = IsError(reply.get(), "MOVED ") && ParseRedirectTarget(reply.get(), &host, &port);
@@ -420,6 +453,7 @@ class RedisClusterClient::Impl {
                      options_.log_name, host, port);
       }
       refresh = true;
+      force = true;
       again.push_back(i);
     } else if (moved) {
       moved_++;

@@ -2,7 +2,9 @@
 // commands are written and the replies read by RunExchanges (socket_engine.h), every node of a call at once from
 // the calling thread's io_uring, values sent from and received into the caller's buffers. Whether it
 // is a cluster is detected (CLUSTER SLOTS); the slot map comes from any seed that answers and is kept current by
-// following MOVED (the map refreshed) and ASK (that one command re-sent to the target after ASKING). Each node
+// following MOVED (the map refreshed) and ASK (that one command re-sent to the target after ASKING), and by asking
+// the nodes that are up for it again whenever a node fails a call (a dead master sends no MOVED; once its replica is
+// promoted, the others' maps name it). Each node
 // has a pool of idle connections, and a node that fails backs off: calls to it fail at once for a while, so a
 // dead server costs a caller nothing but a status. It knows nothing of what the values mean.
 //

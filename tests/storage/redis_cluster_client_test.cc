@@ -1,6 +1,7 @@
 // RedisClusterClient against real redis-server processes: commands on one server and on a 3-master cluster
 // seeded with one node, values received into the caller's buffer, AUTH, a node that is down (back-off) or frozen
-// (timeouts), a slot migrated under the client (ASK, then MOVED) and a master killed.
+// (timeouts), a slot migrated under the client (ASK, then MOVED), a master killed, and masters with replicas that
+// fail over (killed, and by hand).
 #include "storage/redis/redis_cluster_client.h"
 
 #include <arpa/inet.h>
@@ -443,6 +444,94 @@ TEST_CASE("RedisClusterClient: a dead master fails its own slots only, allow_par
   auto live = client->Execute(live_gets);
   REQUIRE(live.ok());
   CHECK(client->Masters().size() == 3);  // the slot map still names it: no failover without replicas
+}
+
+TEST_CASE("RedisClusterClient: a master killed or failed over hands its slots to its replica and no reply is wrong",
+          "[redis][cluster][failover]") {
+  auto cluster = RedisCluster::Start(3, 1);
+  REQUIRE(cluster.ok());
+  REQUIRE(cluster->size() == 6);
+  // Seeded with one master only: the replicas it must go to after a failover are learned from the slot map.
+  RedisClusterClient::Options options = OptionsFor({cluster->addresses()[0]});
+  options.command_timeout = milliseconds(500);
+  auto client = OpenClient(options);
+  REQUIRE(client->Masters().size() == 3);
+
+  constexpr int kKeys = 60;
+  std::vector<std::string> keys, values;
+  std::vector<RedisCommand> sets, gets;
+  std::vector<int> owner(kKeys);
+  for (int i = 0; i < kKeys; ++i) {
+    keys.push_back(absl::StrCat("failover-", i));
+    values.push_back(testing::TestText(i, 200 + i));
+  }
+  for (int i = 0; i < kKeys; ++i) {
+    sets.push_back(Set(keys[i], values[i]));
+    gets.push_back(Cmd("GET", keys[i]));
+    owner[i] = cluster->NodeForSlot(RedisKeySlot(keys[i])).value();
+  }
+  REQUIRE(client->Execute(sets).ok());
+  for (int m = 0; m < 3; ++m) REQUIRE(cluster->WaitForReplicas(m).ok());
+  REQUIRE(std::count(owner.begin(), owner.end(), 1) > 0);
+  REQUIRE(std::count(owner.begin(), owner.end(), 2) > 0);
+
+  // Every reply that comes is the value stored; a key on a node that cannot answer gets no reply (a miss).
+  // Returns how many keys were answered.
+  auto read_all = [&] {
+    auto got = client->Execute(gets, /*allow_partial=*/true);
+    REQUIRE(got.ok());
+    int answered = 0, wrong = 0;
+    for (int i = 0; i < kKeys; ++i) {
+      if ((*got)[i] == nullptr) continue;
+      wrong += Text((*got)[i]) != values[i];
+      answered++;
+    }
+    CHECK(wrong == 0);
+    return answered;
+  };
+  REQUIRE(read_all() == kKeys);
+
+  {
+    INFO("master 1 killed: its keys are misses until its replica is promoted, then the replica serves them");
+    const size_t replica = cluster->ReplicasOf(1).at(0);
+    cluster->node(1).Kill();
+    const int while_down = read_all();
+    CHECK(while_down == kKeys - std::count(owner.begin(), owner.end(), 1));
+    // Reads go on meanwhile, each answered or a miss at once: the dead node is backing off.
+    const auto promoted_by = SteadyClock::now() + std::chrono::seconds(15);
+    while (SteadyClock::now() < promoted_by && cluster->Role(replica).value_or("") != "master") {
+      const auto start = SteadyClock::now();
+      read_all();
+      CHECK(SteadyClock::now() - start < milliseconds(400));
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    REQUIRE(cluster->WaitUntilMaster(replica).ok());
+    // The client learns the new owner without a MOVED (the dead node sends none) from the map another node gives.
+    const auto learned_by = SteadyClock::now() + std::chrono::seconds(3);
+    while (read_all() != kKeys && SteadyClock::now() < learned_by) std::this_thread::sleep_for(milliseconds(10));
+    CHECK(read_all() == kKeys);
+    CHECK(client->Masters().size() == 3);
+    // Writes to those slots land on the new master.
+    const int moved_key = static_cast<int>(std::find(owner.begin(), owner.end(), 1) - owner.begin());
+    const std::string fresh = "written after the failover";
+    REQUIRE(client->Execute({Set(keys[moved_key], fresh)}).ok());
+    CHECK(cluster->node(replica).Command({"GET", keys[moved_key]}).value_or("") == fresh);
+    values[moved_key] = fresh;
+  }
+
+  {
+    INFO("master 2 failed over by hand, then killed: no call fails, the old master's MOVED leads to the new one");
+    const size_t replica = cluster->ReplicasOf(2).at(0);
+    REQUIRE(cluster->Failover(replica).ok());
+    auto got = client->Execute(gets);
+    REQUIRE(got.ok());
+    for (int i = 0; i < kKeys; ++i) CHECK(Text((*got)[i]) == values[i]);
+    cluster->node(2).Kill();
+    got = client->Execute(gets);
+    REQUIRE(got.ok());
+    for (int i = 0; i < kKeys; ++i) CHECK(Text((*got)[i]) == values[i]);
+    CHECK(client->Masters().size() == 3);
+  }
 }
 
 }  // namespace cake
