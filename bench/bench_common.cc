@@ -1,12 +1,15 @@
 // Shared pieces of cake-bench (see bench_common.h).
 #include "bench/bench_common.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -91,6 +94,41 @@ absl::StatusOr<double> TimedIoOnlyLoad(Client& client, const LoadOptions& option
 
 double GigabytesPerSecond(uint64_t bytes, double seconds) {
   return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
+}
+
+absl::StatusOr<double> ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(in, line)) return absl::UnavailableError(absl::StrCat("cannot read /proc/", pid, "/stat"));
+  // The command name (field 2) may hold spaces: fields after it start past the last ')'.
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+bool DropPageCache() {
+  ::sync();
+  const int fd = ::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, "3\n", 2) == 2;
+  ::close(fd);
+  return ok;
+}
+
+std::optional<std::pair<uint64_t, double>> LoggedDiskRecovery(const std::string& log) {
+  const size_t at = log.find("recovered ");
+  if (at == std::string::npos) return std::nullopt;
+  unsigned long long chunks = 0, bytes = 0;
+  double ms = 0;
+  if (std::sscanf(log.c_str() + at, "recovered %llu chunks (%llu bytes) in %lf ms", &chunks, &bytes, &ms) != 3) {
+    return std::nullopt;
+  }
+  return std::make_pair(static_cast<uint64_t>(chunks), ms / 1000);
 }
 
 }  // namespace cake::bench

@@ -3,12 +3,16 @@
 // The pieces cake-demo needs too live in examples/harness; the benches name them as their own.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -70,5 +74,18 @@ absl::StatusOr<double> TimedIoOnlyLoad(Client& client, const LoadOptions& option
 
 // Gigabytes (1e9 bytes) per second.
 double GigabytesPerSecond(uint64_t bytes, double seconds);
+
+// User plus system CPU seconds of process `pid` so far (/proc/<pid>/stat): a daemon's own cost, whatever its
+// callers measure.
+absl::StatusOr<double> ProcessCpuSeconds(pid_t pid);
+
+// Writes back dirty pages, then drops the page cache, dentries and inodes (needs root; false without). The disk
+// tier and fio both use O_DIRECT, so the data itself bypasses the cache either way; what the drop makes cold is
+// metadata.
+bool DropPageCache();
+
+// What caked logged of its disk tier's start-up ("recovered N chunks (B bytes) in X ms"): the chunks and the
+// seconds, or nullopt.
+std::optional<std::pair<uint64_t, double>> LoggedDiskRecovery(const std::string& log);
 
 }  // namespace cake::bench

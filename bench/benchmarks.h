@@ -305,4 +305,50 @@ struct SoakOptions {
 };
 absl::Status RunSoakBench(const SoakOptions& options);
 
+// How caked's costs grow, each as a curve with a fitted slope: Lookup (a stored 16K-token prompt) and Ping per
+// second and p99 with more clients at once, each on a connection of its own; the daemon's CPU per loaded chunk and
+// the TTFT of I/O-only loads from DRAM with more loads at once; the daemon's memory per stored chunk beyond the
+// chunks' bytes (the tiers' indexes) in the DRAM and disk tiers at growing chunk counts, and the disk tier's
+// start-up after a clean stop and after a crash at each. Private daemons only, configured by the bench.
+struct ScaleOptions {
+  std::string json_path;         // empty: no JSON file
+  std::string dir = "/var/tmp";  // the disk tier's chunk files go in <dir>/cake-bench-scale, removed afterwards
+  std::vector<std::string> parts = {"calls", "loads", "dram", "disk"};
+  std::vector<uint32_t> clients = {1, 8, 64, 256};
+  std::vector<uint32_t> loads = {1, 16, 64, 256};
+  std::vector<uint64_t> sizes = {100000, 1000000, 10000000};  // chunks; sizes a tier cannot hold here are reported
+  double seconds = 1.5;                                       // each measured phase of calls
+  uint32_t rounds = 2;                                        // Ping and Lookup phases per point, alternating
+  uint32_t load_chunks = 128;                                 // 4 KiB chunks per load
+  uint64_t max_disk_chunks = 1000000;                         // files are created at 6,000 to 13,000 a second
+};
+absl::Status RunScaleBench(const ScaleOptions& options);
+
+// A fleet of `daemons` caked on this machine, each with its own DRAM and disk, sharing a Redis Cluster of 3 masters
+// with a replica each, under multi-turn sessions whose turns are routed to a random daemon: the hit rate and TTFT
+// (Lookup + an I/O-only load, measured, plus compute_ms_per_chunk for each missed chunk) against as many daemons
+// without the cluster on the same turns; then fresh sessions while a master is failed over by hand and its old self
+// killed, and later another master is killed outright: errors and wrong bytes (both must be 0, or the bench fails)
+// and the hit rate per window of time, with the time each fault took to recover from.
+struct FleetOptions {
+  std::string dir;  // the daemons' disk tiers go in <dir>/cake-fleet, removed afterwards
+  std::string json_path;
+  uint32_t daemons = 4;
+  uint32_t workers = 4;    // engine threads, each with a client and a region on every daemon
+  uint32_t sessions = 48;  // in each of the shared and local phases
+  uint32_t turns = 6;
+  uint32_t first_tokens = 1024;
+  uint32_t turn_tokens = 256;
+  uint32_t chunk_tokens = 64;  // of 1 KiB a token (the simulated engine's stand-in KV)
+  uint32_t think_ms = 100;     // at least this between a session's turns
+  double compute_ms_per_chunk = 5;
+  uint32_t dram_mib = 256;
+  uint32_t disk_mib = 512;
+  double failover_seconds = 36;
+  double manual_failover_at_s = 10;
+  double kill_at_s = 20;
+  double window_s = 1;
+};
+absl::Status RunFleetBench(const FleetOptions& options);
+
 }  // namespace cake::bench

@@ -143,17 +143,6 @@ absl::StatusOr<double> RunFio(const fs::path& file, const std::string& rw, uint6
   return FioFigure(text, rw, "", "bw_bytes");
 }
 
-// Writes back dirty pages, then drops the page cache, dentries and inodes (needs root). The disk tier and fio
-// both use O_DIRECT, so the data itself bypasses the cache either way; what the drop makes cold is metadata.
-bool DropPageCache() {
-  ::sync();
-  const int fd = ::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool ok = ::write(fd, "3\n", 2) == 2;
-  ::close(fd);
-  return ok;
-}
-
 // ---- the prefix and the daemon ----
 
 struct Prefix {
@@ -555,18 +544,6 @@ DiskTier::Options RebuildTierOptions(const fs::path& root, uint64_t files, uint6
   return o;
 }
 
-// The time caked logged for its recovery ("recovered N chunks (B bytes) in X ms"), or nullopt.
-std::optional<std::pair<uint64_t, double>> LoggedRecovery(const std::string& log) {
-  const size_t at = log.find("recovered ");
-  if (at == std::string::npos) return std::nullopt;
-  unsigned long long chunks = 0, bytes = 0;
-  double ms = 0;
-  if (std::sscanf(log.c_str() + at, "recovered %llu chunks (%llu bytes) in %lf ms", &chunks, &bytes, &ms) != 3) {
-    return std::nullopt;
-  }
-  return std::make_pair(static_cast<uint64_t>(chunks), ms / 1000);
-}
-
 }  // namespace
 
 absl::Status RunRebuildBench(const RebuildBenchOptions& options) {
@@ -648,7 +625,7 @@ absl::Status RunRebuildBench(const RebuildBenchOptions& options) {
     auto daemon = SpawnedDaemon::Start(SpawnedDaemon::SiblingCakedPath(), caked_args, kCakedStartLimit);
     const double spawn_wall = SecondsSince(spawn);
     if (daemon.ok()) {
-      auto logged = LoggedRecovery(daemon->log());
+      auto logged = LoggedDiskRecovery(daemon->log());
       const bool used_index = daemon->log().find("from the clean-stop index") != std::string::npos;
       if (!logged || logged->first != options.files || used_index != clean) {
         return absl::InternalError(absl::StrCat("caked did not log recovering ", options.files, " chunks ",

@@ -402,11 +402,87 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1000.0));
   soak_command->add_option("--seed", soak.seed, "the engines' random draws")->capture_default_str();
 
+  cake::bench::ScaleOptions scale;
+  CLI::App* scale_command = app.add_subcommand(
+      "scale", "how costs grow: calls and loads with more clients, index memory and start-up with more chunks");
+  scale_command->add_option("--json", scale.json_path, "also write the results to this file as one JSON object");
+  scale_command->add_option("--dir", scale.dir, "folder for the disk tier's chunk files")->capture_default_str();
+  scale_command->add_option("--parts", scale.parts, "calls, loads, dram, disk (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  scale_command->add_option("--clients", scale.clients, "clients calling at once, one point each")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  scale_command->add_option("--loads", scale.loads, "loads at once, one point each")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  scale_command->add_option("--sizes", scale.sizes, "stored chunks, one point each per tier")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32));
+  scale_command->add_option("--seconds", scale.seconds, "each measured phase of calls")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
+  scale_command->add_option("--rounds", scale.rounds, "Ping and Lookup phases per point, alternating")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
+  scale_command->add_option("--load-chunks", scale.load_chunks, "4 KiB chunks per load")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 8192u));
+  scale_command->add_option("--max-disk-chunks", scale.max_disk_chunks, "larger disk sizes are left out (time)")
+      ->capture_default_str();
+
+  cake::bench::FleetOptions fleet;
+  CLI::App* fleet_command = app.add_subcommand(
+      "fleet",
+      "daemons sharing a Redis Cluster under multi-turn sessions routed at random, against daemons alone; "
+      "then a master failed over and another killed: errors, wrong bytes, hit rate over time");
+  fleet_command->add_option("--dir", fleet.dir, "folder for the daemons' disk tiers")->required();
+  fleet_command->add_option("--json", fleet.json_path, "also write the results to this file as one JSON object");
+  fleet_command->add_option("--daemons", fleet.daemons, "daemons in the fleet")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 16u));
+  fleet_command->add_option("--workers", fleet.workers, "engine threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+  fleet_command->add_option("--sessions", fleet.sessions, "sessions in each of the shared and local phases")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000u));
+  fleet_command->add_option("--turns", fleet.turns, "turns a session")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
+  fleet_command->add_option("--first-tokens", fleet.first_tokens, "the first turn's prompt")->capture_default_str();
+  fleet_command->add_option("--turn-tokens", fleet.turn_tokens, "tokens each later turn adds")->capture_default_str();
+  fleet_command->add_option("--chunk-tokens", fleet.chunk_tokens, "tokens a chunk (1 KiB each)")->capture_default_str();
+  fleet_command->add_option("--think-ms", fleet.think_ms, "at least this between a session's turns")
+      ->capture_default_str();
+  fleet_command
+      ->add_option("--compute-ms-per-chunk", fleet.compute_ms_per_chunk,
+                   "simulated compute of a missed chunk, added to the measured Lookup + load time for the TTFT")
+      ->capture_default_str();
+  fleet_command->add_option("--dram-mib", fleet.dram_mib, "each daemon's DRAM tier")->capture_default_str();
+  fleet_command->add_option("--disk-mib", fleet.disk_mib, "each daemon's disk tier")->capture_default_str();
+  fleet_command->add_option("--failover-seconds", fleet.failover_seconds, "length of the failover phase")
+      ->capture_default_str();
+  fleet_command
+      ->add_option("--manual-failover-at", fleet.manual_failover_at_s,
+                   "when master 0 is failed over by hand (then killed), s into the phase")
+      ->capture_default_str();
+  fleet_command->add_option("--kill-at", fleet.kill_at_s, "when master 1 is killed, s into the phase")
+      ->capture_default_str();
+  fleet_command->add_option("--window-seconds", fleet.window_s, "the hit rate's windows")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
   if (lookup_command->parsed()) {
     status = cake::bench::RunLookupBench(lookup);
+  } else if (fleet_command->parsed()) {
+    status = cake::bench::RunFleetBench(fleet);
+  } else if (scale_command->parsed()) {
+    status = cake::bench::RunScaleBench(scale);
   } else if (soak_command->parsed()) {
     status = cake::bench::RunSoakBench(soak);
   } else if (client_load_command->parsed()) {

@@ -1,11 +1,7 @@
 // cake-bench overhead: the daemon's CPU cost per loaded chunk (scheduling, reads from DRAM, messages), from the
 // daemon's own CPU time (/proc/<pid>/stat) over many loads of many small chunks, so the copies cost next to nothing
 // and what is left is the per-chunk work.
-#include <unistd.h>
-
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -15,25 +11,6 @@
 #include "examples/simulated_engine/simulated_storage.h"
 
 namespace cake::bench {
-namespace {
-
-// User plus system CPU seconds of process `pid` so far.
-absl::StatusOr<double> ProcessCpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  if (!std::getline(in, line)) return absl::UnavailableError(absl::StrCat("cannot read /proc/", pid, "/stat"));
-  // The command name (field 2) may hold spaces: fields after it start past the last ')'.
-  std::istringstream rest(line.substr(line.rfind(')') + 2));
-  std::string field;
-  double utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14) utime = std::stod(field);
-    if (i == 15) stime = std::stod(field);
-  }
-  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-}  // namespace
 
 absl::Status RunOverheadBench(const OverheadOptions& options) {
   if (!options.common.socket_path.empty()) {
