@@ -248,18 +248,24 @@ class SplitWorker:
             self._end(load)
 
     def _copy_rows(self, load: _Load, splice, rows) -> None:
+        """One scatter of K and one of V per layer over the whole range: the rows of every chunk are gathered first
+        (one torch.cat each, a single kernel), since a scatter per chunk per layer costs a kernel launch and its
+        index tensors each, thousands for a long prefix (on an H200 that ran at 17 to 31 GB/s, docs/benchmarks.md
+        section 14)."""
         import torch
+        if not rows:
+            return
         chunk_bytes, bs = self.ns.chunk_bytes, self.block_size
         block_ids = torch.tensor(splice.block_ids, dtype=torch.int64)
-        for r in rows:
-            offset = load.session.region_offset(r.chunk)
-            view = self._chunk_view(offset // chunk_bytes)
-            positions = torch.arange(r.token_start, r.token_end)
-            blocks = block_ids[positions // bs - splice.first_block].to(self.device)
-            offsets = (positions % bs).to(self.device)
-            for index, layer in enumerate(self.layers):
-                layer.write(blocks, offsets, view[index, 0, r.row_start:r.row_end].to(layer.cache.dtype),
-                            view[index, 1, r.row_start:r.row_end].to(layer.cache.dtype))
+        positions = torch.cat([torch.arange(r.token_start, r.token_end) for r in rows])
+        blocks = block_ids[positions // bs - splice.first_block].to(self.device)
+        offsets = (positions % bs).to(self.device)
+        views = [(self._chunk_view(load.session.region_offset(r.chunk) // chunk_bytes), r.row_start, r.row_end)
+                 for r in rows]
+        for index, layer in enumerate(self.layers):
+            k = torch.cat([view[index, 0, start:end] for view, start, end in views])
+            v = torch.cat([view[index, 1, start:end] for view, start, end in views])
+            layer.write(blocks, offsets, k.to(layer.cache.dtype), v.to(layer.cache.dtype))
 
     def _end(self, load: _Load) -> None:
         """Release (never a cancel: the daemon's reads still in flight land before the stream ends, and only then

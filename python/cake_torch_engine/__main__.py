@@ -154,6 +154,8 @@ def demo(args):
         all_exact = ok_compute and ok_io and ok_cake
         print(f"  KV cache and first-token logits identical to full compute's in every mode: "
               f"{'yes' if all_exact else 'NO'}")
+        if not all_exact:  # which: a compute-only run that differs says the GPU's arithmetic did, not the loads
+            print(f"    compute-only {ok_compute}, I/O-only {ok_io}, Cake {ok_cake}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"engine": "torch", "device": str(model.device), "model": model.config.describe(),
@@ -162,7 +164,9 @@ def demo(args):
                            "compute_only_s": computed.ttft_s, "io_only_s": io.ttft_s, "cake_s": cake_run.ttft_s,
                            "meeting_chunk": cake_run.meeting_chunk,
                            "predicted_meeting_chunk": cake_run.predicted_meeting_chunk,
-                           "first_token": cake_run.first_token, "bitexact": all_exact}, f, indent=1)
+                           "first_token": cake_run.first_token, "bitexact": all_exact,
+                           "exact_modes": {"compute-only": ok_compute, "I/O-only": ok_io, "Cake": ok_cake}}, f,
+                          indent=1)
         return 0 if all_exact else 1
     finally:
         engine.close()
