@@ -254,6 +254,7 @@ struct RemoteBenchOptions {
   // Masters of a private Redis Cluster to read from instead of one server (0: one server); redis-benchmark then
   // runs in its --cluster mode, its `window` connections dealt out over the masters in turn.
   uint32_t cluster_masters = 0;
+  uint32_t read_threads = 0;  // caked --remote-read-threads (0: its default)
 };
 absl::Status RunRemoteBench(const RemoteBenchOptions& options);
 

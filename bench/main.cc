@@ -340,6 +340,11 @@ int main(int argc, char** argv) {
                    "read from a private Redis Cluster of this many masters (redis-benchmark --cluster with "
                    "--window connections)")
       ->check(CLI::Range(3u, 16u));
+  remote_command
+      ->add_option("--read-threads", remote.read_threads,
+                   "caked --remote-read-threads: chunks read from Redis at once (0: caked's default)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 64u));
 
   cake::bench::MixedOptions mixed;
   CLI::App* mixed_command = app.add_subcommand(

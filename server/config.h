@@ -107,6 +107,8 @@ struct DaemonConfig {
   std::string remote_key_prefix = "cake:";
   uint64_t remote_part_bytes = uint64_t{4} << 20;
   uint32_t remote_connections = 8;  // idle connections kept per Redis node
+  // Threads that read chunks from Redis, one chunk each at a time; 0: as many as loader.io_threads.
+  uint32_t remote_read_threads = 0;
   uint32_t remote_connect_timeout_ms = 500;
   uint32_t remote_command_timeout_ms = 2000;
   uint64_t remote_ttl_s = 0;            // 0: keys do not expire (Redis's maxmemory policy evicts)
@@ -148,6 +150,7 @@ struct DaemonConfig {
   std::string key_secret;  // mixed into every key root; daemons that share a store must share it
 
   std::string socket_path() const;
+  uint32_t RemoteReadThreads() const { return remote_read_threads != 0 ? remote_read_threads : io_threads; }
 };
 
 // The embedded defaults, with run_dir resolved for the current user.

@@ -142,7 +142,7 @@ struct DaemonState {
                                        c.max_regions, c.max_total_region_bytes,
                                        std::chrono::milliseconds(c.region_lease_ms)}),
         // Room for every live load's full window, so a load that got admitted is never refused a read.
-        network_reads(c.remote_endpoints.empty() ? 1 : static_cast<int>(c.io_threads),
+        network_reads(c.remote_endpoints.empty() ? 1 : static_cast<int>(c.RemoteReadThreads()),
                       size_t{c.max_concurrent_loads} * c.max_load_window + 1024, c.arbiter,
                       std::chrono::milliseconds(c.arbiter_starvation_ms)),
         pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024, c.arbiter,

@@ -63,9 +63,11 @@ TEST_CASE("two daemons share one Redis Cluster: what one stores, the other loads
   REQUIRE(Eventually([&] { return Counter(*writer_client, "write_back_written") == 16; }));
   CHECK(Counter(*writer_client, "tier_remote_errors") == 0);
 
-  // The reader is seeded with one node only, and cuts values into parts of another size than the writer's.
-  const std::string config = WriteFile(writer.run_dir(), "reader.toml", "[remote]\npart_bytes = 16384\n");
-  auto reader = StartDaemon({"--config", config, "--remote", cluster->addresses()[1]});
+  // The reader is seeded with one node only, cuts values into parts of another size than the writer's, and reads
+  // Redis with one thread (remote.read_threads) under a window of 8: the reads wait their turn, none is refused.
+  const std::string config =
+      WriteFile(writer.run_dir(), "reader.toml", "[remote]\npart_bytes = 16384\nread_threads = 1\n");
+  auto reader = StartDaemon({"--config", config, "--remote", cluster->addresses()[1], "--window", "8"});
   auto reader_client = Connect(reader, "engine-b");
   auto lookup = reader_client->Lookup(ns, {tokens, {}});
   REQUIRE(lookup.ok());

@@ -288,6 +288,7 @@ key_prefix = "prod:"
 part_bytes = 1048576
 ttl_s = 3600
 read_gbps = 7
+read_threads = 2
 )");
   REQUIRE(c.ok());
   CHECK(c->remote_endpoints == std::vector<std::string>{"10.0.0.5:6379", "10.0.0.6:6379"});
@@ -297,7 +298,12 @@ read_gbps = 7
   CHECK(c->remote_part_bytes == 1048576);
   CHECK(c->remote_ttl_s == 3600);
   CHECK(c->remote_read_gbps == 7);
+  CHECK(c->RemoteReadThreads() == 2);
   CHECK(DefaultConfig().remote_endpoints.empty());
+  // Unset, Redis is read by as many threads as the other tiers.
+  CHECK(DefaultConfig().remote_read_threads == 0);
+  CHECK(DefaultConfig().RemoteReadThreads() == DefaultConfig().io_threads);
+  ExpectInvalid("[remote]\nread_threads = 5000\n", "remote.read_threads");
   ExpectInvalid("[remote]\nendpoints = \"10.0.0.5:6379\"\n", "remote.endpoints must be a list of strings");
   ExpectInvalid("[remote]\nendpoints = [6379]\n", "remote.endpoints must be a list of strings");
   ExpectInvalid("[remote]\npart_bytes = 10\n", "remote.part_bytes");
@@ -314,6 +320,8 @@ read_gbps = 7
   CHECK_THAT(std::string(ValidateConfig(flags).message()), Catch::Contains("--disk-read-gbps"));
   flags.disk_read_gbps = 7;
   CHECK(ValidateConfig(flags).ok());
+  flags.remote_read_threads = 5000;
+  CHECK_THAT(std::string(ValidateConfig(flags).message()), Catch::Contains("--remote-read-threads"));
 }
 
 TEST_CASE("config: [access] principals and [tcp]", "[config][access]") {
