@@ -506,10 +506,9 @@ absl::Status RunFleetBench(const FleetOptions& options) {
   std::printf(
       "\n| setup | turns | tokens | hit rate | hit rate, turns 2+ | mean TTFT (ms) | TTFT turns 2+ (ms) | "
       "p99 TTFT (ms) | mean Lookup + load (ms) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-  for (const auto& [name, s] :
-       {std::pair<std::string, const PhaseStats*>{absl::StrCat(options.daemons, " daemons + shared Redis Cluster"),
-                                                  &with_cluster},
-        {absl::StrCat(options.daemons, " daemons, own tiers only"), &alone}}) {
+  for (const auto& [name, s] : {std::pair<std::string, const PhaseStats*>{
+                                    absl::StrCat(options.daemons, " daemons + shared Redis Cluster"), &with_cluster},
+                                {absl::StrCat(options.daemons, " daemons, own tiers only"), &alone}}) {
     std::printf("| %s | %llu | %llu | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f |\n", name.c_str(),
                 static_cast<unsigned long long>(s->turns), static_cast<unsigned long long>(s->tokens), s->hit_rate(),
                 s->later_hit_rate(), s->mean_ttft_ms(), s->later_mean_ttft_ms(), Percentile(s->ttfts, 99) * 1e3,
