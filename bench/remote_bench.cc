@@ -203,8 +203,12 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
 
   // The part size has no flag: a config file in a private folder (which also takes redis-benchmark's output).
   CAKE_ASSIGN_OR_RETURN(auto scratch, ScratchDir::Create("cake-bench-remote"));
-  const std::string config_path =
-      scratch.WriteFile("caked.toml", absl::StrCat("[remote]\npart_bytes = ", part_bytes, "\n"));
+  // The proxy namespace counts 1 KiB per token, so a large prefix (2 GiB: 2M tokens) is a longer prompt than the
+  // daemon accepts by default: the limit is raised to the prompt, which is what an operator would do.
+  const uint64_t prompt_tokens = uint64_t{chunks} * chunk_tokens;
+  const std::string config_path = scratch.WriteFile(
+      "caked.toml", absl::StrCat("[remote]\npart_bytes = ", part_bytes, "\n[limits]\nmax_prompt_tokens = ",
+                                 std::max<uint64_t>(prompt_tokens, uint64_t{1} << 20), "\n"));
   // A DRAM tier smaller than twice the prefix: loads of it are not promoted, so every run reads Redis.
   CAKE_ASSIGN_OR_RETURN(auto target,
                         OpenDaemon("", {"--config", config_path, "--remote", endpoints, "--remote-key-prefix",
