@@ -99,6 +99,7 @@ struct IoBenchOptions {
   // (fio read, fio read): the median of the per-pair ratios, its bootstrap 95% interval, and the fio-against-fio
   // interval, which is the smallest gap the method can see on this disk. 0: none.
   uint32_t pairs = 0;
+  uint32_t settle_ms = 0;  // a pause before each of the pairs' timed reads, after the page cache is dropped
 };
 absl::Status RunIoBench(const IoBenchOptions& options);
 

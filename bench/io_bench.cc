@@ -216,9 +216,11 @@ struct ColdLoad {
 
 // A fresh daemon on the stored root (so its DRAM tier is empty), a region, a dropped page cache, then one timed
 // I/O-only load of the whole prefix, every byte checked. The daemon stops afterwards: a load promotes what it
-// read into DRAM, so the next measured load needs a fresh daemon to come from disk again.
+// read into DRAM, so the next measured load needs a fresh daemon to come from disk again. `settle`: a pause
+// between the dropped page cache and the timed load (see the paired comparison in RunIoBench).
 absl::StatusOr<ColdLoad> TimedColdLoad(const Prefix& p, const std::vector<std::string>& daemon_args, uint32_t window,
-                                       bool* cache_dropped) {
+                                       bool* cache_dropped,
+                                       std::chrono::milliseconds settle = std::chrono::milliseconds(0)) {
   CAKE_ASSIGN_OR_RETURN(auto target, OpenDaemon("", daemon_args));
   Client& client = *target.client;
   ColdLoad result;
@@ -233,6 +235,7 @@ absl::StatusOr<ColdLoad> TimedColdLoad(const Prefix& p, const std::vector<std::s
                                             " chunks cached, ", on_disk, " of them on disk; expected all on disk"));
   }
   *cache_dropped = DropPageCache() && *cache_dropped;
+  std::this_thread::sleep_for(settle);
 
   LoadOptions load;
   load.ns = p.ns;
@@ -445,28 +448,38 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
     // Paired: the disk's speed drifts by tens of percent between invocations and within one (section 11 of
     // docs/benchmarks.md), so each tier load is compared with the fio read next to it, never with a median of
     // reads minutes away; the order within a pair alternates so neither side always gets the warmer disk.
-    std::vector<double> paired, same;
+    // On this VM the order still matters: a fio read that follows a tier load (its daemon's start, load and
+    // stop) runs slower than one that follows a fio read, a pause of seconds or not (section 27), so the
+    // tier-first pairs favour the tier. The tier-first and fio-first halves are reported apart; the fio-first
+    // half, where no fio read follows a daemon, is the conservative figure. `settle` (0 unless asked): a pause
+    // after the page cache is dropped, before each timed read.
+    const auto settle = std::chrono::milliseconds(options.settle_ms);
+    auto fio_read = [&]() -> absl::StatusOr<double> {
+      cache_dropped = DropPageCache() && cache_dropped;
+      std::this_thread::sleep_for(settle);
+      CAKE_ASSIGN_OR_RETURN(auto read, RunFio(fio_file, "read", p.bytes >> 20));
+      return read / 1e9;
+    };
+    std::vector<double> paired, tier_first, fio_first, same;
     for (uint32_t i = 0; i < options.pairs; ++i) {
+      const bool tier_goes_first = i % 2 == 0;
       double tier_side = 0, fio_side = 0;
       for (int k = 0; k < 2; ++k) {
-        if ((k == 0) == (i % 2 == 0)) {
+        if ((k == 0) == tier_goes_first) {
           CAKE_ASSIGN_OR_RETURN(auto load, TimedColdLoad(p, Concat(base_args, {"--disk-io-backend", "uring"}),
-                                                         options.window, &cache_dropped));
+                                                         options.window, &cache_dropped, settle));
           tier_side = GigabytesPerSecond(p.bytes, load.seconds);
         } else {
-          cache_dropped = DropPageCache() && cache_dropped;
-          CAKE_ASSIGN_OR_RETURN(auto read, RunFio(fio_file, "read", p.bytes >> 20));
-          fio_side = read / 1e9;
+          CAKE_ASSIGN_OR_RETURN(fio_side, fio_read());
         }
       }
       paired.push_back(tier_side / fio_side);
-      cache_dropped = DropPageCache() && cache_dropped;
-      CAKE_ASSIGN_OR_RETURN(auto first, RunFio(fio_file, "read", p.bytes >> 20));
-      cache_dropped = DropPageCache() && cache_dropped;
-      CAKE_ASSIGN_OR_RETURN(auto second, RunFio(fio_file, "read", p.bytes >> 20));
+      (tier_goes_first ? tier_first : fio_first).push_back(paired.back());
+      CAKE_ASSIGN_OR_RETURN(const double first, fio_read());
+      CAKE_ASSIGN_OR_RETURN(const double second, fio_read());
       same.push_back(first / second);
-      std::printf("  pair %u: tier %.3f / fio %.3f GB/s = %.3f; fio / fio %.3f\n", i + 1, tier_side, fio_side,
-                  paired.back(), same.back());
+      std::printf("  pair %u (%s first): tier %.3f / fio %.3f GB/s = %.3f; fio / fio %.3f\n", i + 1,
+                  tier_goes_first ? "tier" : "fio", tier_side, fio_side, paired.back(), same.back());
       std::fflush(stdout);
     }
     const auto [low, high] = MedianInterval(paired);
@@ -474,18 +487,23 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
     // The method resolves a gap when it is larger than the noise an A/A comparison shows.
     const double resolves = std::max(std::fabs(same_high - 1), std::fabs(1 - same_low));
     std::printf(
-        "  paired: median tier / fio %.3f (95%% interval %.3f to %.3f, %u pairs; goal: at least 0.95 -> %s); fio / "
-        "fio %.3f (%.3f to %.3f): the method resolves gaps of about %.1f%% on this disk\n",
-        Median(paired), low, high, options.pairs, Median(paired) >= 0.95 ? "met" : "MISSED", Median(same), same_low,
-        same_high, 100 * resolves);
+        "  paired (%lld ms settle before each read): median tier / fio %.3f (95%% interval %.3f to %.3f, %u pairs; "
+        "goal: at least 0.95 -> %s); tier first %.3f, fio first %.3f; fio / fio %.3f (%.3f to %.3f): the method "
+        "resolves gaps of about %.1f%% on this disk\n",
+        static_cast<long long>(options.settle_ms), Median(paired), low, high, options.pairs,
+        Median(paired) >= 0.95 ? "met" : "MISSED", Median(tier_first), fio_first.empty() ? 0.0 : Median(fio_first),
+        Median(same), same_low, same_high, 100 * resolves);
     report.Set("paired_ratio_median", Median(paired));
     report.Set("paired_ratio_low", low);
     report.Set("paired_ratio_high", high);
+    report.Set("paired_ratio_tier_first_median", Median(tier_first));
+    if (!fio_first.empty()) report.Set("paired_ratio_fio_first_median", Median(fio_first));
     report.Set("fio_fio_ratio_median", Median(same));
     report.Set("fio_fio_ratio_low", same_low);
     report.Set("fio_fio_ratio_high", same_high);
     report.Set("resolvable_gap", resolves);
     report.Set("pairs", options.pairs);
+    report.Set("settle_ms", options.settle_ms);
   }
   report.Set("tier_gbps", tier);
   report.Set("pread_gbps", pread);

@@ -120,6 +120,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0u, 1000u));
   io_command
+      ->add_option("--settle-ms", io.settle_ms,
+                   "the pairs' pause before each timed read, after the page cache is dropped")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 600000u));
+  io_command
       ->add_option(
           "--load-dram-mib", io.load_dram_mib,
           "DRAM tier of the loading daemons, MiB; loads are promoted only when the prefix is at most half of it")

@@ -349,7 +349,8 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.io_threads == 0) return absl::InvalidArgumentError("loader.io_threads (--io-threads) must be at least 1");
   if (c.remote_read_threads > 1024) {
     return absl::InvalidArgumentError(
-        "remote.read_threads (--remote-read-threads) must be at most 1024 (0: as many as loader.io_threads)");
+        "remote.read_threads (--remote-read-threads) must be at most 1024 (0: one per Redis master, at least 2, at "
+        "most loader.io_threads)");
   }
   if (!(c.dram_read_burst_us >= 0) || !std::isfinite(c.dram_read_burst_us)) {
     return absl::InvalidArgumentError("dram.read_burst_us (--dram-read-burst-us) must be 0 or more microseconds");

@@ -1,6 +1,7 @@
 // caked's configuration: embedded defaults, then a TOML file, then command-line flags, in that order.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -107,7 +108,7 @@ struct DaemonConfig {
   std::string remote_key_prefix = "cake:";
   uint64_t remote_part_bytes = uint64_t{4} << 20;
   uint32_t remote_connections = 8;  // idle connections kept per Redis node
-  // Threads that read chunks from Redis, one chunk each at a time; 0: as many as loader.io_threads.
+  // Threads that read chunks from Redis, one chunk each at a time; 0: chosen at start-up (RemoteReadThreads).
   uint32_t remote_read_threads = 0;
   uint32_t remote_connect_timeout_ms = 500;
   uint32_t remote_command_timeout_ms = 2000;
@@ -150,7 +151,16 @@ struct DaemonConfig {
   std::string key_secret;  // mixed into every key root; daemons that share a store must share it
 
   std::string socket_path() const;
-  uint32_t RemoteReadThreads() const { return remote_read_threads != 0 ? remote_read_threads : io_threads; }
+  // The remote tier's read threads, given the masters its Redis had at start-up (0: it did not answer). Unset:
+  // one per master, since a redis-server answers one command at a time and more reads than masters only queue
+  // there while they take the daemon's cores (section 30 of docs/benchmarks.md: 3 threads on a 3-master cluster
+  // did as well as 4 or better in every invocation); at least two, so a server never waits a round trip between one
+  // chunk and the next; at most loader.io_threads. With no answer at start, loader.io_threads.
+  uint32_t RemoteReadThreads(uint32_t masters_at_start) const {
+    if (remote_read_threads != 0) return remote_read_threads;
+    if (masters_at_start == 0) return io_threads;
+    return std::min(io_threads, std::max(2u, masters_at_start));
+  }
 };
 
 // The embedded defaults, with run_dir resolved for the current user.

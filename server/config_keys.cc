@@ -76,7 +76,7 @@ const ConfigKey kKeys[] = {
     {"remote", "key_prefix", CAKE_FIELD(remote_key_prefix), 0, 0, "--remote-key-prefix", "prefix of every Redis key"},
     {"remote", "part_bytes", CAKE_FIELD(remote_part_bytes), 4096, Pow2(29), "", "values are split into parts of this size"},
     {"remote", "connections", CAKE_FIELD(remote_connections), 1, 1024, "", "idle connections kept per Redis node"},
-    {"remote", "read_threads", CAKE_FIELD(remote_read_threads), 0, 1024, "--remote-read-threads", "chunks read from Redis at once (a thread each); 0: loader.io_threads"},
+    {"remote", "read_threads", CAKE_FIELD(remote_read_threads), 0, 1024, "--remote-read-threads", "chunks read from Redis at once (a thread each); 0: one per master, at least 2, at most loader.io_threads"},
     {"remote", "connect_timeout_ms", CAKE_FIELD(remote_connect_timeout_ms), 1, 600000, "", "a connection to a Redis node not made by then has failed"},
     {"remote", "command_timeout_ms", CAKE_FIELD(remote_command_timeout_ms), 1, 600000, "", "a Redis command not answered by then has failed"},
     {"remote", "ttl_s", CAKE_FIELD(remote_ttl_s), 0, Pow2(31), "", "keys expire after this many seconds; 0: never (Redis's maxmemory policy evicts)"},

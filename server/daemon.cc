@@ -286,8 +286,20 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   if (!access.ok()) return access.status();
   d->state_ = std::make_unique<DaemonState>(config, std::move(*access));
   DecideCudaRegions(config, *d->state_);
+  uint32_t remote_masters = 0;
   CAKE_RETURN_IF_ERROR(AddTiersFromConfig(config, d->state_->cuda_usable && config.cuda_pin_dram, d->state_->tiers,
-                                          d->state_->dram_pinned));
+                                          d->state_->dram_pinned, &remote_masters));
+  if (config.remote_endpoints.empty()) {
+    d->state_->StartNetworkReads(1);
+  } else {
+    const uint32_t read_threads = config.RemoteReadThreads(remote_masters);
+    d->state_->StartNetworkReads(static_cast<int>(read_threads));
+    spdlog::info("remote tier: chunks read on {} threads ({})", read_threads,
+                 config.remote_read_threads != 0 ? "remote.read_threads"
+                 : remote_masters == 0           ? "Redis did not answer: loader.io_threads"
+                                       : absl::StrCat("one per master, at least 2, at most loader.io_threads; ",
+                                                      remote_masters, remote_masters == 1 ? " master" : " masters"));
+  }
 
   d->kv_service_ = std::make_unique<KvServiceImpl>(*d->state_);
   d->admin_service_ = std::make_unique<AdminServiceImpl>(*d->state_);

@@ -141,10 +141,6 @@ struct DaemonState {
         regions(RegionRegistry::Limits{c.max_region_bytes, c.max_regions_per_client, c.cuda_max_region_bytes,
                                        c.max_regions, c.max_total_region_bytes,
                                        std::chrono::milliseconds(c.region_lease_ms)}),
-        // Room for every live load's full window, so a load that got admitted is never refused a read.
-        network_reads(c.remote_endpoints.empty() ? 1 : static_cast<int>(c.RemoteReadThreads()),
-                      size_t{c.max_concurrent_loads} * c.max_load_window + 1024, c.arbiter,
-                      std::chrono::milliseconds(c.arbiter_starvation_ms)),
         pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024, c.arbiter,
              std::chrono::milliseconds(c.arbiter_starvation_ms)) {
     // A region is unmapped (or cudaFree'd) on a background thread, never on the gRPC or I/O thread that let it go.
@@ -231,7 +227,7 @@ struct DaemonState {
                           std::chrono::milliseconds(config.prefetch_ttl_ms)},
       tiers,
       [this](TierKind from, std::function<void()> copy) {
-        return (from == TierKind::kRemote ? network_reads : pool).TrySubmitIdle(std::move(copy));
+        return (from == TierKind::kRemote ? network_reads() : pool).TrySubmitIdle(std::move(copy));
       },
       counters, Clock::Real()};
   // Work that is not a load's read: RegisterRegion's page mapping, Store's copies, Evict. Its own threads, so a
@@ -239,8 +235,20 @@ struct DaemonState {
   // copies may hand write-backs to the tiers, which outlive both pools.
   IoPool background{kBackgroundThreads, kBackgroundQueue, ArbiterPolicy::kFifo};
   // The loads' reads from networked tiers (Redis), on threads of their own: a frozen or slow Redis holds these,
-  // never the ones DRAM and disk reads need. Same size and policy as `pool` (one thread without a remote tier).
-  IoPool network_reads;
+  // never the ones DRAM and disk reads need. Same policy as `pool`; made by StartNetworkReads once the tiers are
+  // open, since how many threads it has depends on the Redis the remote tier found (DaemonConfig::RemoteReadThreads).
+  IoPool& network_reads() { return *network_reads_; }
+  void StartNetworkReads(int threads) {
+    // Room for every live load's full window, so a load that got admitted is never refused a read.
+    network_reads_.emplace(threads, size_t{config.max_concurrent_loads} * config.max_load_window + 1024, config.arbiter,
+                           std::chrono::milliseconds(config.arbiter_starvation_ms));
+  }
+  size_t network_reads_queued() const { return network_reads_ ? network_reads_->queued() : 0; }
+
+ private:
+  std::optional<IoPool> network_reads_;
+
+ public:
   IoPool pool;  // the loads' reads; last member: destroyed first, so queued work never outlives what it touches
 
   static constexpr int kNetworkCallThreads = 4;

@@ -168,7 +168,7 @@ absl::Status LoadStream::PlanLocked(std::vector<TierKind> tiers) {
   cursor_.emplace(LoadCursor::Options{cached, strategy == Strategy::kComputeOnly ? cached : lowest, request.window,
                                       strategy == Strategy::kCake, std::move(chunk_class)});
   io_group_ = state_.pool.NewGroup();
-  network_io_group_ = state_.network_reads.NewGroup();
+  network_io_group_ = state_.network_reads().NewGroup();
   phase_ = Phase::kLoading;
   UpdateRemainingLocked();
   tally_.Planned(strategy, timers_.Now());
@@ -227,7 +227,7 @@ void LoadStream::IssueReadsLocked() {
     // A networked tier's reads have threads of their own: a frozen Redis must not hold the threads that DRAM and
     // disk reads need (this load's and every other's).
     const bool networked = reads_.tiers[c] == TierKind::kRemote;
-    if ((networked ? state_.network_reads : state_.pool)
+    if ((networked ? state_.network_reads() : state_.pool)
             .TrySubmit(networked ? network_io_group_ : io_group_,
                        [self = shared_from_this(), c] { self->ReadChunk(c); })) {
       ++reads_outstanding_;

@@ -190,7 +190,7 @@ void CollectDaemon(const DaemonState& state, Telemetry& out) {
     out.Add(kHealthWatchesRefused, static_cast<double>(state.health->watches_refused()));
   }
   out.Add(kIoQueueDepth, static_cast<double>(state.pool.queued()), {"local"});
-  out.Add(kIoQueueDepth, static_cast<double>(state.network_reads.queued()), {"network"});
+  out.Add(kIoQueueDepth, static_cast<double>(state.network_reads_queued()), {"network"});
   const TierManager::WriteBackStats wb = state.tiers.write_back_stats();
   out.Add(kWriteBackQueuedBytes, static_cast<double>(wb.queued_bytes));
   out.Add(kWriteBack, static_cast<double>(wb.written), {"written"});

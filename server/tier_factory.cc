@@ -14,7 +14,8 @@
 namespace cake {
 
 absl::Status AddTiersFromConfig(const DaemonConfig& config, bool page_lock_dram, TierManager& tiers,
-                                PinnedRange& dram_pinned) {
+                                PinnedRange& dram_pinned, uint32_t* remote_masters) {
+  if (remote_masters != nullptr) *remote_masters = 0;
   const auto prefault_started = std::chrono::steady_clock::now();
   auto dram_tier = std::make_unique<DramTier>(config.dram_capacity_bytes, config.dram_prefault);
   if (!dram_tier->status().ok()) return dram_tier->status();
@@ -78,7 +79,9 @@ absl::Status AddTiersFromConfig(const DaemonConfig& config, bool page_lock_dram,
     remote.connect_timeout = std::chrono::milliseconds(config.remote_connect_timeout_ms);
     remote.command_timeout = std::chrono::milliseconds(config.remote_command_timeout_ms);
     remote.ttl = std::chrono::seconds(config.remote_ttl_s);
-    CAKE_ASSIGN_OR_RETURN(std::unique_ptr<Tier> remote_tier, RemoteTier::Open(remote));
+    CAKE_ASSIGN_OR_RETURN(std::unique_ptr<RemoteTier> opened, RemoteTier::Open(remote));
+    if (remote_masters != nullptr) *remote_masters = opened->masters();
+    std::unique_ptr<Tier> remote_tier = std::move(opened);
     if (config.remote_read_gbps > 0) {
       remote_tier = std::make_unique<ThrottledTier>(std::move(remote_tier), config.remote_read_gbps);
     }

@@ -11,8 +11,10 @@ namespace cake {
 
 // Adds the configured tiers to `tiers`. With `page_lock_dram` (a usable CUDA device and cuda.pin_dram), the DRAM
 // arena is page-locked into `dram_pinned`, so DRAM hits reach device regions in one DMA; a failure to lock is
-// logged and costs only that. Errors: the DRAM reservation, the disk root or the remote options are unusable.
+// logged and costs only that. `remote_masters`, when not null, gets the masters the remote tier found
+// (RemoteTier::masters; 0 without a remote tier or an answer). Errors: the DRAM reservation, the disk root or the
+// remote options are unusable.
 absl::Status AddTiersFromConfig(const DaemonConfig& config, bool page_lock_dram, TierManager& tiers,
-                                PinnedRange& dram_pinned);
+                                PinnedRange& dram_pinned, uint32_t* remote_masters = nullptr);
 
 }  // namespace cake

@@ -540,4 +540,10 @@ TierStats RemoteTier::Stats() const {
 
 bool RemoteTier::is_cluster() const { return impl_->redis_->is_cluster(); }
 
+uint32_t RemoteTier::masters() const {
+  const RedisClusterClient& client = *impl_->redis_;
+  if (client.is_cluster()) return static_cast<uint32_t>(client.Masters().size());
+  return client.counters().errors > 0 ? 0 : 1;
+}
+
 }  // namespace cake

@@ -97,6 +97,9 @@ class RemoteTier final : public Tier {
   TierCapabilities Capabilities() const override { return {.checksummed = true, .waits_on_network = true}; }
   // True once a node answered CLUSTER SLOTS with a slot map.
   bool is_cluster() const;
+  // The masters that own slots (1: a standalone server); 0 while Redis has not answered (the seeds failed and no
+  // slot map came). The daemon sizes its remote read threads by it at start-up.
+  uint32_t masters() const;
 
   class Impl;
 

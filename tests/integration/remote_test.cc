@@ -58,6 +58,8 @@ TEST_CASE("two daemons share one Redis Cluster: what one stores, the other loads
   const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
   const auto tokens = Tokens(64 * 16);
   auto writer = StartDaemon({"--remote", Seeds(*cluster)});
+  // Unset, remote.read_threads follows the masters the daemon found: one each.
+  CHECK(writer.log().find("chunks read on 3 threads (one per master") != std::string::npos);
   auto writer_client = Connect(writer);
   StorePrompt(*writer_client, ns, tokens, 41, 16, chunk_bytes);
   REQUIRE(Eventually([&] { return Counter(*writer_client, "write_back_written") == 16; }));
@@ -68,6 +70,7 @@ TEST_CASE("two daemons share one Redis Cluster: what one stores, the other loads
   const std::string config =
       WriteFile(writer.run_dir(), "reader.toml", "[remote]\npart_bytes = 16384\nread_threads = 1\n");
   auto reader = StartDaemon({"--config", config, "--remote", cluster->addresses()[1], "--window", "8"});
+  CHECK(reader.log().find("chunks read on 1 threads (remote.read_threads)") != std::string::npos);
   auto reader_client = Connect(reader, "engine-b");
   auto lookup = reader_client->Lookup(ns, {tokens, {}});
   REQUIRE(lookup.ok());
@@ -131,6 +134,8 @@ TEST_CASE("a remote that is down at start-up: the daemon serves from its own tie
   // Nothing listens on port 1.
   auto daemon = StartDaemon({"--remote", "127.0.0.1:1"});
   CHECK(daemon.log().find("does not answer yet") != std::string::npos);
+  // How many masters is not known: as many read threads as loader.io_threads (4).
+  CHECK(daemon.log().find("chunks read on 4 threads (Redis did not answer") != std::string::npos);
   auto client = Connect(daemon);
   const auto ns = SmallNamespace(64);
   const uint64_t chunk_bytes = 64 * kSmallBytesPerToken;
@@ -149,6 +154,8 @@ TEST_CASE("an engine with no shared region stores and loads inline through the r
   const auto tokens = Tokens(64 * 6);
   {
     auto daemon = StartDaemon({"--remote", redis->address()});
+    // One server: two read threads, so it never waits a round trip between one chunk and the next.
+    CHECK(daemon.log().find("chunks read on 2 threads (one per master, at least 2") != std::string::npos);
     auto client = Connect(daemon);
     std::vector<std::string> chunks(6, std::string(chunk_bytes, '\0'));
     for (uint32_t i = 0; i < 6; ++i) FillChunk(reinterpret_cast<std::byte*>(chunks[i].data()), chunk_bytes, 53, i);

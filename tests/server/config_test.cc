@@ -298,11 +298,17 @@ read_threads = 2
   CHECK(c->remote_part_bytes == 1048576);
   CHECK(c->remote_ttl_s == 3600);
   CHECK(c->remote_read_gbps == 7);
-  CHECK(c->RemoteReadThreads() == 2);
+  CHECK(c->RemoteReadThreads(3) == 2);  // set, it is what it says, whatever Redis is
+  CHECK(c->RemoteReadThreads(0) == 2);
   CHECK(DefaultConfig().remote_endpoints.empty());
-  // Unset, Redis is read by as many threads as the other tiers.
+  // Unset: one thread per master, at least two, at most loader.io_threads (4); io_threads when Redis did not
+  // answer at start-up.
   CHECK(DefaultConfig().remote_read_threads == 0);
-  CHECK(DefaultConfig().RemoteReadThreads() == DefaultConfig().io_threads);
+  CHECK(DefaultConfig().io_threads == 4);
+  CHECK(DefaultConfig().RemoteReadThreads(0) == 4);
+  CHECK(DefaultConfig().RemoteReadThreads(1) == 2);
+  CHECK(DefaultConfig().RemoteReadThreads(3) == 3);
+  CHECK(DefaultConfig().RemoteReadThreads(10) == 4);
   ExpectInvalid("[remote]\nread_threads = 5000\n", "remote.read_threads");
   ExpectInvalid("[remote]\nendpoints = \"10.0.0.5:6379\"\n", "remote.endpoints must be a list of strings");
   ExpectInvalid("[remote]\nendpoints = [6379]\n", "remote.endpoints must be a list of strings");
