@@ -100,6 +100,9 @@ struct IoBenchOptions {
   // interval, which is the smallest gap the method can see on this disk. 0: none.
   uint32_t pairs = 0;
   uint32_t settle_ms = 0;  // a pause before each of the pairs' timed reads, after the page cache is dropped
+  // The pairs' fio reads run while the bench holds fresh, touched shared memory of the load's size, as a load has
+  // its region (false: fio alone, as before 2026-12-04).
+  bool fio_like_region = true;
 };
 absl::Status RunIoBench(const IoBenchOptions& options);
 

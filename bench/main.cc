@@ -124,6 +124,8 @@ int main(int argc, char** argv) {
                    "the pairs' pause before each timed read, after the page cache is dropped")
       ->capture_default_str()
       ->check(CLI::Range(0u, 600000u));
+  io_command->add_flag("!--fio-alone", io.fio_like_region,
+                       "the pairs' fio reads without the fresh memory of the load's size a tier load has (its region)");
   io_command
       ->add_option(
           "--load-dram-mib", io.load_dram_mib,

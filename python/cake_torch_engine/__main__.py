@@ -103,6 +103,31 @@ def exact(engine, result, truth_kv, truth_logits):
     return same_bits(engine.cache, truth_kv) and same_bits(result.logits, truth_logits)
 
 
+def loaded_rows_exact(engine, result, truth_kv):
+    """The rows the run loaded (chunks [meeting, cached)) bit-identical to full compute's: the bytes the daemon
+    delivered, whatever the device's arithmetic does with the rest."""
+    start, end = result.meeting_chunk * engine.chunk_tokens, engine.full_chunks * engine.chunk_tokens
+    return same_bits(engine.cache[:, :, start:end], truth_kv[:, :, start:end])
+
+
+def demo_verdict(exact_modes, loaded_exact_modes, same_first_token_modes):
+    """(passed, what was judged) for the demo's three modes, each argument a dict mode -> bool.
+
+    Bit-identical KV and logits in every mode passes. When compute-only itself is not bit-identical to an earlier
+    compute-only run of the same prompt, the device's arithmetic is not reproducible (seen on a GPU: its kernels
+    may sum in another order from one run to the next), so the bits of what was computed cannot be the verdict;
+    then every mode passes when its loaded rows are bit-identical and its first token is full compute's."""
+    if all(exact_modes.values()):
+        return True, "KV cache and first-token logits identical to full compute's in every mode"
+    if exact_modes["compute-only"]:
+        return False, "KV cache or first-token logits differ from full compute's while compute-only matches it"
+    ok = all(loaded_exact_modes.values()) and all(same_first_token_modes.values())
+    return ok, ("compute-only is not bit-identical to itself on this device, so judged by the loaded rows "
+                f"(bit-identical in every mode: {'yes' if all(loaded_exact_modes.values()) else 'NO'}) and the "
+                "first token (full compute's in every mode: "
+                f"{'yes' if all(same_first_token_modes.values()) else 'NO'})")
+
+
 def token_text(token):
     return f"{token} ({chr(token)!r})" if 32 <= token < 127 else str(token)
 
@@ -135,12 +160,18 @@ def demo(args):
               f"{'' if args.read_gbps else ' (loading the prompt takes as long as computing it)'}")
         print(f"  compute per chunk: {first * 1e3:.1f} ms + {growth * 1e3:.2f} ms x chunk index, sent as the hint")
         daemon.cold(engine.io_only)  # untimed: the planner measures the capped tier
-        computed = engine.compute_only()
-        ok_compute = exact(engine, computed, truth_kv, truth_logits)
-        io = daemon.cold(engine.io_only)
-        ok_io = exact(engine, io, truth_kv, truth_logits)
-        cake_run = daemon.cold(engine.cake)
-        ok_cake = exact(engine, cake_run, truth_kv, truth_logits)
+        exact_modes, loaded_exact_modes = {}, {}
+
+        def judge(mode, result):  # right after the run, while the cache holds what it left
+            exact_modes[mode] = exact(engine, result, truth_kv, truth_logits)
+            loaded_exact_modes[mode] = loaded_rows_exact(engine, result, truth_kv)
+            return result
+
+        computed = judge("compute-only", engine.compute_only())
+        io = judge("I/O-only", daemon.cold(engine.io_only))
+        cake_run = judge("Cake", daemon.cold(engine.cake))
+        runs = {"compute-only": computed, "I/O-only": io, "Cake": cake_run}
+        same_first_token_modes = {mode: result.first_token == truth.first_token for mode, result in runs.items()}
         print(f"  {'mode':13} {'TTFT s':>9}  {'first token':15}")
         print(f"  {'compute-only':13} {computed.ttft_s:9.3f}  {token_text(computed.first_token):15} "
               f"computed {computed.computed_chunks} chunks")
@@ -151,11 +182,11 @@ def demo(args):
               f" computed {cake_run.computed_chunks}, loaded {cake_run.loaded_chunks}")
         print(f"  Cake speedup: {computed.ttft_s / cake_run.ttft_s:.2f}x over compute-only, "
               f"{io.ttft_s / cake_run.ttft_s:.2f}x over I/O-only")
-        all_exact = ok_compute and ok_io and ok_cake
-        print(f"  KV cache and first-token logits identical to full compute's in every mode: "
-              f"{'yes' if all_exact else 'NO'}")
+        all_exact = all(exact_modes.values())
+        passed, judged = demo_verdict(exact_modes, loaded_exact_modes, same_first_token_modes)
+        print(f"  {judged}: {'yes' if passed else 'NO'}")
         if not all_exact:  # which: a compute-only run that differs says the GPU's arithmetic did, not the loads
-            print(f"    compute-only {ok_compute}, I/O-only {ok_io}, Cake {ok_cake}")
+            print("    bit-identical: " + ", ".join(f"{mode} {ok}" for mode, ok in exact_modes.items()))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"engine": "torch", "device": str(model.device), "model": model.config.describe(),
@@ -164,10 +195,10 @@ def demo(args):
                            "compute_only_s": computed.ttft_s, "io_only_s": io.ttft_s, "cake_s": cake_run.ttft_s,
                            "meeting_chunk": cake_run.meeting_chunk,
                            "predicted_meeting_chunk": cake_run.predicted_meeting_chunk,
-                           "first_token": cake_run.first_token, "bitexact": all_exact,
-                           "exact_modes": {"compute-only": ok_compute, "I/O-only": ok_io, "Cake": ok_cake}}, f,
-                          indent=1)
-        return 0 if all_exact else 1
+                           "first_token": cake_run.first_token, "bitexact": all_exact, "passed": passed,
+                           "verdict": judged, "exact_modes": exact_modes, "loaded_rows_exact": loaded_exact_modes,
+                           "same_first_token": same_first_token_modes}, f, indent=1)
+        return 0 if passed else 1
     finally:
         engine.close()
         daemon.close()

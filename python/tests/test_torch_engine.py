@@ -205,3 +205,20 @@ def test_the_queue_runs_with_and_without_prefetch_bit_exact(tmp_path):
     assert result["bitexact"]
     assert result["dram_reads_without"] == 0
     assert result["dram_reads_with"] > 0
+
+
+def test_the_demo_verdict_falls_back_to_loaded_rows_only_when_compute_only_is_not_reproducible():
+    from cake_torch_engine.__main__ import demo_verdict
+    modes = ("compute-only", "I/O-only", "Cake")
+    every = lambda value: {mode: value for mode in modes}  # noqa: E731
+    # Every mode bit-identical: passed, whatever else.
+    assert demo_verdict(every(True), every(True), every(True))[0]
+    # A loaded mode differs while compute-only reproduces itself: the loads are wrong, failed.
+    passed, judged = demo_verdict({"compute-only": True, "I/O-only": False, "Cake": True}, every(True), every(True))
+    assert not passed and "compute-only matches" in judged
+    # Compute-only itself differs (a GPU's kernels): judged by the loaded rows and the first token.
+    unreproducible = {"compute-only": False, "I/O-only": False, "Cake": False}
+    passed, judged = demo_verdict(unreproducible, every(True), every(True))
+    assert passed and "not bit-identical to itself" in judged
+    assert not demo_verdict(unreproducible, {"compute-only": True, "I/O-only": False, "Cake": True}, every(True))[0]
+    assert not demo_verdict(unreproducible, every(True), {"compute-only": True, "I/O-only": True, "Cake": False})[0]
