@@ -103,6 +103,8 @@ struct IoBenchOptions {
   // The pairs' fio reads run while the bench holds fresh, touched shared memory of the load's size, as a load has
   // its region (false: fio alone, as before 2026-12-04).
   bool fio_like_region = true;
+  // The pairs' tier side is DiskTier::Read in the bench's process (inprocess_threads threads), not a daemon's load.
+  bool pairs_in_process = false;
 };
 absl::Status RunIoBench(const IoBenchOptions& options);
 

@@ -126,6 +126,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 600000u));
   io_command->add_flag("!--fio-alone", io.fio_like_region,
                        "the pairs' fio reads without the fresh memory of the load's size a tier load has (its region)");
+  io_command->add_flag("--pairs-in-process", io.pairs_in_process,
+                       "the pairs' tier side is DiskTier::Read in this process (--inprocess-threads), not a daemon");
   io_command
       ->add_option(
           "--load-dram-mib", io.load_dram_mib,
