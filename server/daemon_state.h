@@ -145,6 +145,9 @@ struct DaemonState {
              std::chrono::milliseconds(c.arbiter_starvation_ms)) {
     // A region is unmapped (or cudaFree'd) on a background thread, never on the gRPC or I/O thread that let it go.
     regions.SetDisposer([this](std::function<void()> destroy) { return background.TrySubmit(std::move(destroy)); });
+    // A pool from the start (what the masters are is not known yet), so a DaemonState built without Daemon::Start
+    // (the unit tests) reads too; Daemon::Start replaces it once the tiers are open.
+    StartNetworkReads(c.remote_endpoints.empty() ? 1 : static_cast<int>(c.RemoteReadThreads(0)));
   }
   // `background` goes before `regions` (members end in reverse order): regions let go from now on unmap in place.
   // The timer thread stops first: no load's timer fires into a pool or tier that is going.
