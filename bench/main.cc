@@ -115,8 +115,9 @@ int main(int argc, char** argv) {
   io_command->add_option("--caked-config", io.caked_config, "caked --config FILE, e.g. for disk.queue_depth");
   io_command
       ->add_option("--pairs", io.pairs,
-                   "then N alternating (tier, fio) pairs and N (fio, fio) pairs: the median paired ratio, its 95% "
-                   "interval, and the smallest gap the method resolves")
+                   "then N pairs of (tier, fio on one file, fio on the tier's chunk files), the order reversing, and "
+                   "N (fio, fio) pairs: the median paired ratio, its 95% interval, and the smallest gap the method "
+                   "resolves")
       ->capture_default_str()
       ->check(CLI::Range(0u, 1000u));
   io_command
