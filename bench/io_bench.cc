@@ -515,10 +515,10 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
     // reads minutes away; the order within a pair reverses from one pair to the next so no side always gets the
     // warmer disk. fio reads in two shapes: the bench's usual one (one file fio wrote, 32 reads of 1 MiB in
     // flight) and the tier's own (its chunk files, one job per reader of a load, 32 in flight each). The second
-    // reads the same bytes as the tier, laid out on disk as the tier wrote them: on this VM a file's speed
-    // depends on its history on the host (a file read often, or written a while ago, reads faster), which the
-    // one-file shape gets more of than the tier's files. The goal is held against the shape with the better
-    // median, as the remote bench holds the tier to its client's best shape. Each fio read runs while the bench
+    // reads the same bytes as the tier, laid out on disk as the tier wrote them: on this VM two files written and
+    // read alike can read 2x to 4x apart (section 27), so a gap against one file fio wrote may be the file's, not
+    // the reader's. The goal is held against the shape with the better median, as the remote bench holds the tier
+    // to its client's best shape. Each fio read runs while the bench
     // holds fresh, touched shared memory of the load's size, as the tier's load has its region
     // (FreshTouchedMemory): without it, a fio read right after a tier load ran about a third slower (section 27).
     // `settle` (0 unless asked): a pause after the page cache is dropped, before each timed read.
