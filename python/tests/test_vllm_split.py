@@ -131,24 +131,42 @@ def test_late_splice_is_caught(setup, client, model_dir):
     assert s.runner.mismatches, "a splice after the forward went unnoticed"
 
 
+def freeze_daemon_as_loads_start(s, daemon):
+    """Stops the daemon (SIGSTOP) just before the first split load is sent: the lookup has been answered, and
+    nothing of the load can land until SIGCONT. Stopping it between steps instead races the load: a DRAM load of
+    nine chunks can land whole between step 0's start and step 1 (CI saw it jump). Returns the list that holds
+    True once the daemon is stopped."""
+    frozen = []
+    for rank in s.runner.ranks:
+        split = rank.connector._worker.split
+        start = split._start
+
+        def start_frozen(*args, _start=start, **kwargs):
+            if not frozen:
+                os.kill(daemon.process.pid, signal.SIGSTOP)
+                frozen.append(True)
+            return _start(*args, **kwargs)
+
+        split._start = start_frozen
+    return frozen
+
+
 def test_loads_slower_than_compute_no_jump(setup, client, daemon, model_dir):
-    """Nothing lands before compute passes H (the daemon is stopped, SIGSTOP, once the lookup is answered): no
-    jump, the load cancelled, its window freed once the daemon runs again, every position computed once."""
+    """Nothing lands before compute passes H (the daemon is stopped, SIGSTOP, as the load starts, after the
+    lookup is answered): no jump, the load cancelled, its window freed once the daemon runs again, every position
+    computed once."""
     s = setup()
     tokens = harness.prompt(3, 300)
     seed_cache(client, model_dir, tokens, 9)
     s.scheduler.add_request(harness.make_request("A", tokens))
-    frozen = []
+    frozen = freeze_daemon_as_loads_start(s, daemon)
 
-    def freeze_after_admission(step, scheduler):
-        if step == 1 and not frozen:
-            os.kill(daemon.process.pid, signal.SIGSTOP)
-            frozen.append(step)
-        elif frozen and s.book.book.stats.cancels:  # running again for the store at the end
+    def thaw_after_cancel(step, scheduler):
+        if frozen and s.book.book.stats.cancels:  # running again for the store at the end
             os.kill(daemon.process.pid, signal.SIGCONT)
 
     try:
-        harness.drive(s.scheduler, s.runner, on_step=freeze_after_admission)
+        harness.drive(s.scheduler, s.runner, on_step=thaw_after_cancel)
     finally:
         os.kill(daemon.process.pid, signal.SIGCONT)
     stats = s.book.book.stats
@@ -346,13 +364,13 @@ def test_abort_mid_load(setup, client, daemon, model_dir):
     s.scheduler.add_request(harness.make_request("A", tokens))
 
     aborted = []
+    frozen = freeze_daemon_as_loads_start(s, daemon)
 
     def abort(step, scheduler):
         if aborted:  # the abort's step is scheduled: the daemon runs again for the store of what was computed
             os.kill(daemon.process.pid, signal.SIGCONT)
-        elif step == 1:
-            os.kill(daemon.process.pid, signal.SIGSTOP)
         elif step == 2:
+            assert frozen, "the split load had not started by step 2"
             scheduler.finish_requests("A", RequestStatus.FINISHED_ABORTED)
             aborted.append(step)
 
