@@ -173,11 +173,12 @@ def test_wait_resident_times_out_while_loads_are_slow(fresh_daemon):
     daemon = fresh_daemon("--dram-capacity-mib", "64", "--dram-read-gbps", "0.001")
     with daemon.client() as client:
         ns = small_namespace("slow")
-        tokens = prompt(4, seed=9)
-        client.store(ns, tokens=tokens, first_chunk=0, chunks=[bytes(ns.chunk_bytes)] * 4)
+        tokens = prompt(32, seed=9)
+        client.store(ns, tokens=tokens, first_chunk=0, chunks=[bytes(ns.chunk_bytes)] * 32)
         with client.load(ns, tokens=tokens, mode="io_only") as load:
             load.wait_plan(5)
-            assert not load.wait_resident(0, timeout=0.05)  # 4 KiB at 1 Mbit/s is ~33 ms a chunk
+            # 4 KiB at 1 Mbit/s is ~33 ms a chunk, read from the tail: chunk 0 lands about 1 s after the start
+            assert not load.wait_resident(0, timeout=0.05)
 
 
 def test_socket_discovery(monkeypatch, daemon):
@@ -401,18 +402,19 @@ def test_limits_say_the_daemons_configuration(fresh_daemon, tmp_path):
 
 def test_the_client_renews_its_regions_leases(fresh_daemon, tmp_path):
     config = tmp_path / "caked.toml"
-    config.write_text("[limits]\nregion_lease_ms = 300\n")
+    # 1 s: the renewer runs every third of the lease with that third as its RPC deadline, and shares the GIL.
+    config.write_text("[limits]\nregion_lease_ms = 1000\n")
     d = fresh_daemon("--config", str(config), "--dram-capacity-mib", "64")
     with d.client() as client:
         region = client.register_region(4096)
-        time.sleep(1.5)  # five leases: only the client's renewals keep the region
+        time.sleep(3.5)  # three and a half leases: only the client's renewals keep the region
         assert client.stats()["regions_expired"] == 0
         assert client.status()["regions"] == 1
         client.release_region(region)
     # A caller that registers and never renews loses its region one lease later.
     with d.client(client_id="py-silent") as silent:
         reply = silent._kv.RegisterRegion(kv_pb2.RegisterRegionRequest(client_id="py-silent", bytes=4096))
-        assert reply.lease_ms == 300
+        assert reply.lease_ms == 1000
         deadline = time.monotonic() + 10
         while silent.stats()["regions_expired"] == 0 and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -46,7 +46,7 @@ def test_a_prefetch_waits_while_a_load_reads_from_a_throttled_tier(tmp_path):
     """Reads first: a prefetch asked for while another prompt's load reads from a throttled disk copies nothing
     until that load's reads are done, and the load gets every chunk."""
     with SpawnedDaemon(["--dram-capacity-mib", "64", "--disk-root", str(tmp_path / "disk"),
-                        "--disk-capacity-mib", "64", "--disk-read-gbps", "0.02"]) as daemon, \
+                        "--disk-capacity-mib", "64", "--disk-read-gbps", "0.002"]) as daemon, \
             daemon.client() as client:
         ns = small_namespace("prefetch-throttled")
         running, queued = prompt(32, seed=51), prompt(8, seed=52)
