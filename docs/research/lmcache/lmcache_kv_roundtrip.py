@@ -1,6 +1,6 @@
-#!/usr/bin/env python3
 """Store a ~2 GiB KV prefix through LMCache's in-process engine (LMCacheEngine) on a CPU-only machine,
-then load it back, timing both and checking the bytes round-trip.
+then load it back, timing both and checking the bytes round-trip. Run it with the LMCache venv's interpreter
+($venv/bin/python, as scripts/lmcache-side-by-side and the README here do): LMCache is installed nowhere else.
 
 The storage path is LMCache's own: ChunkedTokenDatabase (256-token chunks, prefix-hash keys) ->
 StorageManager -> LocalDiskBackend ("local_disk") or RemoteBackend (remote_url redis:// or resp://,
