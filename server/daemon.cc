@@ -496,7 +496,18 @@ void Daemon::Housekeep() {
   constexpr auto kTrimPeriod = std::chrono::seconds(10);
   auto last_trim = std::chrono::steady_clock::now();
   std::unique_lock lock(housekeeping_mu_);
+  auto last_round = std::chrono::steady_clock::now();
   while (!housekeeping_wake_.wait_for(lock, period, [this] { return housekeeping_stop_; })) {
+    // A round far later than its period means the daemon did not run meanwhile (stopped, or its machine paused):
+    // the leases get that time back before any is judged, so owners whose renewals wait unread keep their regions.
+    const auto round = std::chrono::steady_clock::now();
+    if (const auto gap = round - last_round; gap > 2 * period + std::chrono::milliseconds(500)) {
+      state_->regions.CreditPause(gap - period);
+      spdlog::warn("the daemon did not run for about {} ms (stopped, or its machine paused): region leases get "
+                   "that time back",
+                   std::chrono::duration_cast<std::chrono::milliseconds>(gap - period).count());
+    }
+    last_round = round;
     state_->prefetcher.Expire();
     for (const RegionRegistry::Expired& gone : state_->regions.ReleaseExpired()) {
       Bump(state_->counters.regions_expired);

@@ -221,6 +221,14 @@ std::vector<RegionRegistry::Expired> RegionRegistry::ReleaseExpired() {
   return released;
 }
 
+void RegionRegistry::CreditPause(std::chrono::nanoseconds paused) {
+  if (paused <= std::chrono::nanoseconds::zero()) return;
+  MutexLock lock(&mu_);
+  for (auto& [id, e] : regions_) {
+    e.lease_ends += std::chrono::duration_cast<TimePoint::duration>(paused);
+  }
+}
+
 void RegionRegistry::EndLease(const std::string& region_id, uint64_t lease_id) {
   std::shared_ptr<Region> released_ref;  // dropped outside the lock (the lease itself holds another)
   MutexLock lock(&mu_);

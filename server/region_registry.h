@@ -124,6 +124,11 @@ class RegionRegistry {
   // region: the owner is evidently alive; the lease runs again from the load's end). Returns what it released.
   std::vector<Expired> ReleaseExpired();
 
+  // The daemon did not run for `paused` (SIGSTOP, a debugger, a suspended VM): every lease gets that time back. A
+  // lease counts the time the daemon could hear its owner; without this, a daemon stopped for longer than a lease
+  // expired every region on resuming, before it read the renewals its owners had sent meanwhile.
+  void CreditPause(std::chrono::nanoseconds paused);
+
   struct ReleasedByOperator {
     RegionOwner owner;
     std::string region_id;

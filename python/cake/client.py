@@ -289,7 +289,8 @@ class Client:
     warning, and the error says why when nothing usable remains). client_id: who owns this client's regions (default
     "<hostname>-<pid>"). timeout_s: deadline of each unary call. load_timeout_s: how long any wait of a load (its
     Plan, its next chunk, Done, its end after Release) goes on while the daemon sends nothing; then the load is
-    cancelled and the wait raises DeadlineExceeded.
+    cancelled and the wait raises DeadlineExceeded. connect_timeout_s: how long the constructor waits for the daemon
+    to answer (then CakeError UNAVAILABLE); None does not wait: calls fail until the daemon answers, then work.
 
     Engines on another host connect over TCP instead: address="host:port" with tls_ca_file (the CA that signed
     the daemon's certificate) and either a client certificate (tls_cert_file, tls_key_file: mTLS) or a bearer
@@ -345,7 +346,8 @@ class Client:
         if token is not None:
             self._channel = grpc.intercept_channel(self._channel, _BearerToken(token))
         try:
-            grpc.channel_ready_future(self._raw_channel).result(timeout=connect_timeout_s)
+            if connect_timeout_s is not None:  # None: connect on the first call (a daemon that starts later)
+                grpc.channel_ready_future(self._raw_channel).result(timeout=connect_timeout_s)
         except grpc.FutureTimeoutError:
             self._raw_channel.close()
             raise CakeError(grpc.StatusCode.UNAVAILABLE,
@@ -460,6 +462,11 @@ class Client:
         self._regions[region.id] = region
         self._keep_renewing(reply.lease_ms)
         return region
+
+    def holds_region(self, region):
+        """Whether the daemon is believed to hold the region: false once a lease renewal was answered NOT_FOUND
+        (the daemon restarted, or the lease ran out while it was unreachable) or it was released."""
+        return region.id in self._regions
 
     def release_region(self, region, timeout_s=None):
         """Unmaps the region here, then has the daemon free it (a load still writing keeps it alive until done).

@@ -46,11 +46,13 @@ import time
 from dataclasses import dataclass, field
 
 from cake.client import Client
+from cake.errors import CakeError
 from cake.layout import ChunkLayout
 from cake.namespace import Namespace
 from cake.regions import RegionClaim
 from cake.split import SplitConfig, parse_flag
 from cake.vllm_layout import Geometry, LayoutError, learn_layers, writer_of
+from cake.vllm_log import RegionSlot, forget_all, log, once, region_unknown
 from cake.vllm_split import SplitScheduler, SplitWorker
 
 try:
@@ -64,7 +66,6 @@ except ImportError:  # tests, and machines without vLLM: the same methods on pla
         SCHEDULER = 0
         WORKER = 1
 
-log = logging.getLogger("cake.vllm")
 
 _DTYPES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float8_e4m3fn": "fp8",
            "torch.float8_e5m2": "fp8", "torch.uint8": "fp8", "torch.int8": "int8", "float32": "fp32",
@@ -177,10 +178,21 @@ def _request_flag(request, name):
 
 
 def _connect(vllm_config, who):
+    """The connector's client. A daemon that does not answer now costs the cache, not vLLM's start: the client
+    then connects on its first call that finds the daemon (every call until then is a miss or a failed transfer,
+    which vLLM computes), and the worker registers its regions then (cake.vllm_log.RegionSlot)."""
     extra = _extra(vllm_config)
     timeout_s = float(extra.get("cake_timeout_s", 30.0))
-    return Client(extra.get("cake_socket") or None, client_id=f"vllm-{who}-{os.getpid()}", timeout_s=timeout_s,
-                  load_timeout_s=timeout_s)
+    kwargs = dict(client_id=f"vllm-{who}-{os.getpid()}", timeout_s=timeout_s, load_timeout_s=timeout_s)
+    socket = extra.get("cake_socket") or None
+    try:
+        return Client(socket, connect_timeout_s=min(5.0, timeout_s), **kwargs)
+    except CakeError as error:
+        if getattr(error.code, "name", None) != "UNAVAILABLE" or socket is None:
+            raise  # no socket named and none found, or a refusal: a configuration to fix, said at start
+        once(logging.WARNING, "connect", "caked does not answer on %s: vLLM starts without its cache, which comes "
+             "on once caked answers (%s)", socket, error)
+        return Client(socket, connect_timeout_s=None, **kwargs)
 
 
 class _SchedulerSide:
@@ -217,10 +229,15 @@ class _SchedulerSide:
 
     def _lookup(self, ns, tokens):
         try:
-            return self.client.lookup(ns, tokens=tokens, prefetch=self.prefetch).cached_chunks
+            cached = self.client.lookup(ns, tokens=tokens, prefetch=self.prefetch).cached_chunks
         except Exception as error:  # anything: a lookup thread that raised would leave the request unanswered
-            log.warning("caked lookup failed, computing instead: %s", error)
+            reason = getattr(getattr(error, "code", None), "name", None) or type(error).__name__
+            once(logging.WARNING, f"lookup:{reason}", "caked lookup failed, computing instead (said once until "
+                 "lookups work again): %s", error)
             return 0
+        if forget_all("lookup:"):
+            log.info("caked lookups work again")
+        return cached
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         tokens = list(request.prompt_token_ids or [])
@@ -244,8 +261,8 @@ class _SchedulerSide:
             with self._lock:
                 self._lookups.pop(request.request_id, None)
                 self._lookup_started.pop(request.request_id, None)
-            log.warning("caked lookup of request %s unanswered after %.1f s, computing instead", request.request_id,
-                        self.lookup_timeout_s)
+            once(logging.WARNING, "lookup:unanswered", "caked lookup of request %s unanswered after %.1f s, "
+                 "computing instead (said once until lookups work again)", request.request_id, self.lookup_timeout_s)
             return 0, False
         try:
             cached_chunks = future.result(timeout=self.lookup_wait_s)
@@ -348,7 +365,8 @@ class _WorkerSide:
         self.region_chunks = int(extra.get("cake_region_chunks", 64))
         self.region_wait_s = float(extra.get("cake_region_wait_s", 1.0))
         self.layers = []
-        self.region = None
+        self.region_slot = None  # cake.vllm_log.RegionSlot, made with the KV caches
+        self.retry_s = float(extra.get("cake_region_retry_s", 1.0))
         self._region_claim = RegionClaim()  # one load or store uses the region at a time
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cake-transfer")
         self._lock = threading.Lock()
@@ -382,22 +400,24 @@ class _WorkerSide:
         self.device = first.cache.device
         # Device memory where the daemon serves it (CUDA IPC), host shared memory otherwise. The ordinal is this
         # process's: under CUDA_VISIBLE_DEVICES it must be the daemon's numbering too (docs/engines.md).
+        # A daemon that is down now, restarts later or lets a region lapse while unreachable costs the cache, never
+        # the engine: the slots register their regions (again) when they can (cake.vllm_log.RegionSlot).
         kind = "auto" if self.device.type == "cuda" else "host"
-        self.region = self.client.register_region(self.region_chunks * self.ns.chunk_bytes, kind=kind,
-                                                  device=self.device.index or 0)
+        self.region_slot = RegionSlot(self.client, self.region_chunks * self.ns.chunk_bytes, kind,
+                                      self.device.index or 0, "load and store", self.retry_s)
+        self.region_slot.get()
         if self.split_enabled:
             # The split's loads run while the engine computes, several at once, each in a window of its own: a
             # region of their own, so an I/O-only load or a store never waits behind them.
-            split_region = self.client.register_region(self.split_region_chunks * self.ns.chunk_bytes, kind=kind,
-                                                       device=self.device.index or 0)
-            self.split = SplitWorker(self.client, self.ns, split_region, self.ns.tp_rank, self.block_size,
-                                     self.layers, self.device,
-                                     lambda index: self._chunk_view(index, split_region))
+            split_slot = RegionSlot(self.client, self.split_region_chunks * self.ns.chunk_bytes, kind,
+                                    self.device.index or 0, "split", self.retry_s)
+            split_slot.get()
+            self.split = SplitWorker(self.client, self.ns, split_slot, self.ns.tp_rank, self.block_size,
+                                     self.layers, self.device, self._chunk_view)
 
-    def _chunk_view(self, index, region=None):
+    def _chunk_view(self, index, region):
         from cake.layout import _TORCH
         import torch
-        region = region or self.region
         flat = region.torch()[index * self.ns.chunk_bytes:(index + 1) * self.ns.chunk_bytes]
         return flat.view(getattr(torch, _TORCH[self.ns.dtype])).view(self.layout.shape)
 
@@ -411,10 +431,10 @@ class _WorkerSide:
         bs = self.block_size
         return set(spec.block_ids[first // bs:(last + bs - 1) // bs]) if last > first else set()
 
-    def _sync(self):
+    def _sync(self, region):
         # Copies into or out of a device region run on the current stream: done before the region is reused
         # (another load) or read by the daemon (Store).
-        if self.device.type == "cuda" or getattr(self.region, "kind", "host") == "cuda":
+        if self.device.type == "cuda" or getattr(region, "kind", "host") == "cuda":
             import torch
             torch.cuda.synchronize(self.device if self.device.type == "cuda" else None)
 
@@ -428,32 +448,34 @@ class _WorkerSide:
         tokens that did not arrive (read failures, chunks evicted since the lookup, a window too small) make their
         blocks load errors: vLLM recomputes from the first."""
         chunk = self.ns.chunk_tokens
-        valid = (spec.end, spec.end)  # the loaded tokens, [lo, hi): the daemon reports a suffix of the cached chunks
-        try:
-            with self._region_claim.claimed(self.region_wait_s) as claimed:
-                if not claimed:
-                    raise TimeoutError(f"the region stayed in use by another transfer for {self.region_wait_s} s")
-                with self.client.load(self._spec_namespace(spec), tokens=spec.tokens, region=self.region,
-                                      mode="io_only", computed_through=spec.start // chunk) as load:
-                    for event in load:
-                        lo = max(spec.start, event.chunk * chunk)
-                        hi = min(spec.end, (event.chunk + 1) * chunk)
-                        if lo >= hi:
-                            continue
-                        view = self._chunk_view(event.region_offset // self.ns.chunk_bytes)
-                        blocks, offsets = self._slots(spec.block_ids, lo, hi)
-                        rows = slice(lo - event.chunk * chunk, hi - event.chunk * chunk)
-                        for layer_index, layer in enumerate(self.layers):
-                            layer.write(blocks, offsets, view[layer_index, 0, rows].to(layer.cache.dtype),
-                                        view[layer_index, 1, rows].to(layer.cache.dtype))
-                    plan = load.plan
-                    if load.loaded_low < plan.cached_chunks:
-                        valid = (max(spec.start, load.loaded_low * chunk), min(spec.end, plan.cached_chunks * chunk))
-                    self._sync()  # the scatter has read the region before the region is let go
-                    load.release()
-        except Exception as error:  # anything: the request must still be reported, its blocks as errors
-            log.warning("caked load of request %s failed, vLLM recomputes it: %s", spec.request_id, error)
+
+        def load_into(region):
+            """The loaded tokens, [lo, hi): the daemon reports a suffix of the cached chunks."""
             valid = (spec.end, spec.end)
+            with self.client.load(self._spec_namespace(spec), tokens=spec.tokens, region=region,
+                                  mode="io_only", computed_through=spec.start // chunk) as load:
+                for event in load:
+                    lo = max(spec.start, event.chunk * chunk)
+                    hi = min(spec.end, (event.chunk + 1) * chunk)
+                    if lo >= hi:
+                        continue
+                    view = self._chunk_view(event.region_offset // self.ns.chunk_bytes, region)
+                    blocks, offsets = self._slots(spec.block_ids, lo, hi)
+                    rows = slice(lo - event.chunk * chunk, hi - event.chunk * chunk)
+                    for layer_index, layer in enumerate(self.layers):
+                        layer.write(blocks, offsets, view[layer_index, 0, rows].to(layer.cache.dtype),
+                                    view[layer_index, 1, rows].to(layer.cache.dtype))
+                plan = load.plan
+                if load.loaded_low < plan.cached_chunks:
+                    valid = (max(spec.start, load.loaded_low * chunk), min(spec.end, plan.cached_chunks * chunk))
+                self._sync(region)  # the scatter has read the region before the region is let go
+                load.release()
+            return valid
+
+        valid = (spec.end, spec.end)  # nothing loaded, until the load says otherwise
+        try:
+            valid = self._with_region(load_into, "load of request %s failed, vLLM recomputes it",
+                                      spec.request_id) or valid
         finally:
             failed = self._blocks_of(spec, spec.start, valid[0]) | self._blocks_of(spec, valid[1], spec.end)
             with self._lock:
@@ -463,30 +485,64 @@ class _WorkerSide:
 
     def _store(self, spec):
         chunk = self.ns.chunk_tokens
+
+        def store_from(region):
+            ranges = spec.ranges or [(0, len(spec.tokens) // chunk)]
+            batches = [(first, min(end, first + self.region_chunks)) for lo, end in ranges
+                       for first in range(lo, end, self.region_chunks)]
+            for first, end in batches:
+                for i in range(end - first):
+                    lo = (first + i) * chunk
+                    blocks, offsets = self._slots(spec.block_ids, lo, lo + chunk)
+                    view = self._chunk_view(i, region)
+                    for layer_index, layer in enumerate(self.layers):
+                        k, v = layer.read(blocks, offsets)
+                        view[layer_index, 0].copy_(k)
+                        view[layer_index, 1].copy_(v)
+                self._sync(region)  # the gather has written the region before the daemon reads it
+                self.client.store(self._spec_namespace(spec), tokens=spec.tokens, first_chunk=first,
+                                  chunk_count=end - first, region=region)
+
+        try:
+            self._with_region(store_from, "store of request %s failed (the cache stays without it)", spec.request_id)
+        finally:
+            with self._lock:
+                self._sent.add(spec.request_id)
+
+    def _with_region(self, work, what, request_id):
+        """work(region) under the region claim (one load or store uses the region at a time). A region the daemon
+        no longer holds (NOT_FOUND: it restarted, or the lease ran out while it was unreachable) is registered again
+        and the work tried once more, so the first transfer after a restart works. Any failure is logged (once per
+        kind of failure) and gives None."""
         try:
             with self._region_claim.claimed(self.region_wait_s) as claimed:
                 if not claimed:
                     raise TimeoutError(f"the region stayed in use by another transfer for {self.region_wait_s} s")
-                ranges = spec.ranges or [(0, len(spec.tokens) // chunk)]
-                batches = [(first, min(end, first + self.region_chunks)) for lo, end in ranges
-                           for first in range(lo, end, self.region_chunks)]
-                for first, end in batches:
-                    for i in range(end - first):
-                        lo = (first + i) * chunk
-                        blocks, offsets = self._slots(spec.block_ids, lo, lo + chunk)
-                        view = self._chunk_view(i)
-                        for layer_index, layer in enumerate(self.layers):
-                            k, v = layer.read(blocks, offsets)
-                            view[layer_index, 0].copy_(k)
-                            view[layer_index, 1].copy_(v)
-                    self._sync()  # the gather has written the region before the daemon reads it
-                    self.client.store(self._spec_namespace(spec), tokens=spec.tokens, first_chunk=first,
-                                      chunk_count=end - first, region=self.region)
-        except Exception as error:  # anything: the blocks must still be given back
-            log.warning("caked store of request %s failed (the cache stays without it): %s", spec.request_id, error)
-        finally:
-            with self._lock:
-                self._sent.add(spec.request_id)
+                for attempt in (0, 1):
+                    region = self.region_slot.get()
+                    if region is None:
+                        raise RuntimeError("no region: caked could not be reached to register one")
+                    try:
+                        result = work(region)
+                    except Exception as error:
+                        if attempt == 0 and region_unknown(error):
+                            self.region_slot.lost()  # under the claim: nobody else uses the region
+                            continue
+                        raise
+                    self._transfer_worked()
+                    return result
+        except Exception as error:  # anything: the request must still be reported (and its blocks given back)
+            reason = "region" if region_unknown(error) else getattr(getattr(error, "code", None), "name", None) \
+                or type(error).__name__
+            once(logging.WARNING, f"transfer:{reason}", "caked " + what + ": %s (said once for this kind of "
+                 "failure, until a transfer works again)", request_id, error)
+            log.debug("caked " + what + ": %s", request_id, error)
+        return None
+
+    @staticmethod
+    def _transfer_worked():
+        if forget_all("transfer:"):
+            log.info("caked's connector: loads and stores work again")
 
     def start_load_kv(self, metadata):
         if metadata is None:

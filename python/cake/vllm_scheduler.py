@@ -24,9 +24,7 @@ vLLM is imported when a class is first used (module __getattr__), so `import cak
 """
 from __future__ import annotations
 
-import logging
-
-log = logging.getLogger("cake.vllm")
+from cake.vllm_log import log
 
 
 class CakeSchedulerMixin:

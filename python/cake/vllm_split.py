@@ -21,8 +21,8 @@ from typing import Callable, Optional
 
 from cake.split import (COMPUTE_ONLY, LoadKey, SplitBook, SplitConfig, SplitStep, WorkerMeta,
                         check_eligibility, resident_low_of)
+from cake.vllm_log import log, once, region_unknown
 
-log = logging.getLogger("cake.vllm")
 
 
 @dataclass
@@ -149,6 +149,8 @@ class _Load:
     session: object
     window: tuple            # (first chunk slot, chunks)
     end_chunk: int
+    region: object = None    # the region its window is in
+    pool: object = None      # the WindowPool its window goes back to
     landed: set = field(default_factory=set)
     seen: int = 0            # ChunkLoaded events taken from the session
     reported_low: Optional[int] = None
@@ -157,13 +159,17 @@ class _Load:
 
 class SplitWorker:
     """One worker's split loads. apply() runs in start_load_kv, meta() in build_connector_worker_meta. `layers`
-    are cake.vllm's _PagedLayer of each registered KV cache; `region` the worker's split region."""
+    are cake.vllm_layout's PagedLayer of each registered KV cache; `slot` the worker's split region
+    (cake.vllm_log.RegionSlot: registered again when the daemon has lost it)."""
 
-    def __init__(self, client, ns, region, rank: int, block_size: int, layers, device, chunk_view: Callable):
-        self.client, self.ns, self.region, self.rank = client, ns, region, rank
+    def __init__(self, client, ns, slot, rank: int, block_size: int, layers, device, chunk_view: Callable):
+        self.client, self.ns, self.slot, self.rank = client, ns, slot, rank
         self.block_size, self.layers, self.device = block_size, layers, device
-        self._chunk_view = chunk_view  # region chunk slot -> [layers, 2, tokens, heads, dim] view
-        self.windows = WindowPool(region.size // ns.chunk_bytes)
+        self._chunk_view = chunk_view  # (region chunk slot, region) -> [layers, 2, tokens, heads, dim] view
+        self.region = None
+        self.windows = WindowPool(0)
+        self._generation = 0          # the slot's registration the windows belong to
+        self._region_lost = False     # a call naming the region was answered NOT_FOUND
         self._loads: dict = {}        # LoadKey -> _Load, live
         self._copying: list = []      # (_Load, CUDA event): spliced, released once the copy is done
         self._draining: list = []     # _Load released or cancelled: its window is free once the stream ends
@@ -177,6 +183,7 @@ class SplitWorker:
         """Cancels, starts, progress and splices of one step, in that order. ns_for(model_id) is the request's
         namespace on this rank."""
         self._reap()
+        self._refresh_region()
         if split is None:
             return
         step = split.step
@@ -194,8 +201,38 @@ class SplitWorker:
         for splice in step.splices:
             self._splice(splice)
 
+    def _refresh_region(self) -> None:
+        """The split region, registered again when the daemon lost it (restarted, or let the lease run out while
+        unreachable). The loads in the old one are let go first (their streams ended with the daemon's loss of it;
+        their copies, if any, are waited for) and reported failed, so their requests compute on."""
+        lost = self._region_lost or (self.slot.region is not None and not self.slot.valid())
+        if lost:
+            self._abandon("the daemon no longer holds the split region")
+            self.slot.lost()
+            self._region_lost = False
+        region = self.slot.get()
+        if region is not None and self.slot.generation != self._generation:
+            self._abandon("the split region was registered again")
+            self._generation = self.slot.generation
+            self.windows = WindowPool(region.size // self.ns.chunk_bytes)
+        self.region = region
+
+    def _abandon(self, why: str) -> None:
+        for load, event in self._copying:
+            event.synchronize()
+            self._end(load)
+        self._copying = []
+        for key, load in list(self._loads.items()):
+            self._failed.setdefault(key, why)
+            self._end(load)
+        self._loads.clear()
+        self._draining = []  # their windows belong to the old region's pool, which goes with it
+
     def _start(self, start, tokens, ns) -> None:
         key = LoadKey(*start.key)
+        if self.region is None:
+            self._failed[key] = "no split region (caked could not be reached to register one)"
+            return
         window = self.windows.take(start.end_chunk - start.computed_through)
         if window is None:
             self._failed[key] = f"no free window in the split region ({self.windows.free_chunks} chunks free)"
@@ -208,8 +245,9 @@ class SplitWorker:
         except Exception as error:  # anything: the request computes on
             self.windows.give(*window)
             self._failed[key] = f"the load did not start: {error}"
+            self._region_lost |= region_unknown(error)
             return
-        self._loads[key] = _Load(key, session, window, start.end_chunk)
+        self._loads[key] = _Load(key, session, window, start.end_chunk, self.region, self.windows)
 
     def _take_landed(self, load: _Load) -> None:
         events = load.session.loaded_since(load.seen)
@@ -232,8 +270,9 @@ class SplitWorker:
             self._copy_rows(load, splice, rows)
             self.spliced_tokens += splice.end - splice.start
         except Exception as error:  # anything: those blocks must not be taken for computed
-            log.warning("Cake splice of request %s failed on rank %d, vLLM recomputes it: %s", splice.req_id,
-                        self.rank, error)
+            once(logging.WARNING, f"splice:{self.rank}", "Cake splice of request %s failed on rank %d, vLLM "
+                 "recomputes it (said once; the daemon's stats count every load): %s", splice.req_id, self.rank, error)
+            log.debug("Cake splice of request %s failed on rank %d: %s", splice.req_id, self.rank, error)
             self._failed[key] = f"splice failed: {error}"
             self._errors.update(splice.block_ids)
             if load is not None:
@@ -260,8 +299,8 @@ class SplitWorker:
         positions = torch.cat([torch.arange(r.token_start, r.token_end) for r in rows])
         blocks = block_ids[positions // bs - splice.first_block].to(self.device)
         offsets = (positions % bs).to(self.device)
-        views = [(self._chunk_view(load.session.region_offset(r.chunk) // chunk_bytes), r.row_start, r.row_end)
-                 for r in rows]
+        views = [(self._chunk_view(load.session.region_offset(r.chunk) // chunk_bytes, load.region), r.row_start,
+                  r.row_end) for r in rows]
         for index, layer in enumerate(self.layers):
             k = torch.cat([view[index, 0, start:end] for view, start, end in views])
             v = torch.cat([view[index, 1, start:end] for view, start, end in views])
@@ -287,7 +326,7 @@ class SplitWorker:
         draining = []
         for load in self._draining:
             if load.session.ended:
-                self.windows.give(*load.window)
+                load.pool.give(*load.window)
             else:
                 draining.append(load)
         self._draining = draining
@@ -310,6 +349,7 @@ class SplitWorker:
                 plan = None
                 if load.session.ended:
                     self._failed.setdefault(key, f"the load failed: {error}")
+                    self._region_lost |= region_unknown(error)
             if plan is not None and plan.strategy == "compute_only" and not load.failed_said:
                 load.failed_said = True
                 self._failed.setdefault(key, COMPUTE_ONLY)

@@ -487,3 +487,101 @@ def test_lossy_storage_is_asked_for_in_the_extra_config(daemon):
     assert namespace_for(VllmConfig(daemon, cake_stored_precision="int8")).stored_precision == "int8"
     with pytest.raises(ValueError, match="stored_precision"):
         namespace_for(VllmConfig(daemon, cake_stored_precision="int3"))
+
+
+def wait_cached(client_of, tokens, chunks, timeout=10.0):
+    from cake.namespace import Namespace
+    ns = Namespace("vllm:test/llama", num_layers=LAYERS, num_kv_heads=HEADS, head_dim=DIM, dtype="fp16",
+                   chunk_tokens=CHUNK)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client_of().lookup(ns, tokens=tokens[:chunks * CHUNK]).cached_chunks >= chunks:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("kill", [True, False])
+def test_after_the_daemon_restarts_the_connector_registers_again_and_the_cache_works(fresh_daemon, kill):
+    """caked restarts (killed, or stopped by its operator) while vLLM runs: the regions it had are gone. The next
+    store is answered NOT_FOUND on its region; the connector registers a new one and stores there, in the same
+    transfer, and loads work too: without restarting vLLM."""
+    daemon = fresh_daemon()
+    first, second = Engine(daemon, "cpu_vec"), Engine(daemon, "cpu_vec")
+    try:
+        assert first.serve("before", prompt(3 * CHUNK + 1, seed=91))["stored"]
+        old = first.worker._worker.region_slot.region.id
+        daemon.restart(kill=kill)
+        tokens = prompt(3 * CHUNK + 1, seed=92)
+        assert first.serve("after", tokens)["stored"]
+        assert first.worker._worker.region_slot.region.id != old
+        with daemon.client() as c:
+            assert wait_cached(lambda: c, tokens, 3)
+        loaded = second.serve("load-after", tokens)
+        assert loaded["external"] == 3 * CHUNK and loaded["loaded_exact"] and loaded["errors"] == 0
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_daemon_down_at_start_up_costs_the_cache_not_the_engine(fresh_daemon, tmp_path):
+    """No daemon when vLLM starts: register_kv_caches succeeds without regions, requests compute; once caked
+    answers, the connector registers its region and stores (at most one try a cake_region_retry_s)."""
+    daemon = fresh_daemon()
+    daemon.process.send_signal(signal.SIGSTOP)  # there, but silent: every call times out
+    try:
+        engine = Engine(daemon, "flash_attn", cake_timeout_s=0.5, cake_region_retry_s=0.2)
+    finally:
+        os.kill(daemon.process.pid, signal.SIGCONT)
+    try:
+        assert engine.worker._worker.region_slot.region is None
+        daemon.restart()
+        time.sleep(0.3)
+        tokens = prompt(3 * CHUNK + 1, seed=93)
+        result = engine.serve("late", tokens)
+        assert result["stored"]
+        with daemon.client() as c:
+            assert wait_cached(lambda: c, tokens, 3)
+    finally:
+        engine.close()
+
+
+def test_the_connector_logs_under_vllms_logger_once_per_reason(fresh_daemon, caplog):
+    """vLLM's logging configuration prints the "vllm" logger's tree only: the connector logs as "vllm.cake", and a
+    daemon that is down is one warning, not one per request."""
+    import logging
+    daemon = fresh_daemon()
+    engine = Engine(daemon, cake_timeout_s=0.5)
+    daemon.stop()
+    try:
+        with caplog.at_level(logging.INFO, logger="vllm.cake"):
+            for i in range(4):
+                assert engine.scheduler.get_num_new_matched_tokens(Request(f"x{i}", prompt(3 * CHUNK, seed=i)),
+                                                                   0) == (0, False)
+        lines = [r for r in caplog.records if r.name == "vllm.cake" and "lookup failed" in r.getMessage()]
+        assert len(lines) == 1, [r.getMessage() for r in caplog.records]
+    finally:
+        engine.worker._worker._pool.shutdown()
+
+
+def test_a_daemon_paused_longer_than_the_lease_keeps_a_live_owners_regions(fresh_daemon, tmp_path):
+    """caked stopped (SIGSTOP) for three leases while vLLM runs: on resuming it gives the leases the time it did not
+    run, reads the renewals that waited, and the connector's region is the same one afterwards (no NOT_FOUND, no
+    registration again)."""
+    config = tmp_path / "caked.toml"
+    config.write_text("[limits]\nregion_lease_ms = 1000\n")
+    daemon = fresh_daemon("--config", str(config), "--dram-capacity-mib", "64")
+    engine = Engine(daemon)
+    try:
+        region = engine.worker._worker.region_slot.region
+        os.kill(daemon.process.pid, signal.SIGSTOP)
+        time.sleep(3.0)
+        os.kill(daemon.process.pid, signal.SIGCONT)
+        time.sleep(1.0)  # a lease's worth of running time: renewals (every third of it) are read
+        assert engine.serve("after-pause", prompt(3 * CHUNK + 1, seed=94))["stored"]
+        assert engine.worker._worker.region_slot.region is region
+        assert engine.worker._worker.client.holds_region(region)
+        assert "region leases get that time back" in daemon.log()
+        assert "lease ran out" not in daemon.log()
+    finally:
+        engine.close()

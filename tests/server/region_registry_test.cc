@@ -433,4 +433,26 @@ TEST_CASE("region registry: the last reference hands the unmapping to the dispos
   CHECK(!Mapped(released_and_dropped(8192)));
 }
 
+TEST_CASE("region registry: a pause of the daemon's own is credited to every lease", "[regions][lease]") {
+  FakeClock clock;
+  RegionRegistry::Limits limits = SmallLimits();
+  limits.lease = std::chrono::milliseconds(1000);
+  RegionRegistry registry(limits, &clock);
+  auto r = registry.Register("engine", 4096);
+  REQUIRE(r.ok());
+  clock.Advance(std::chrono::milliseconds(900));
+  // The daemon is stopped for 10 s: its owner's renewals wait unread in the socket meanwhile.
+  clock.Advance(std::chrono::seconds(10));
+  registry.CreditPause(std::chrono::seconds(10));
+  CHECK(registry.ReleaseExpired().empty());
+  REQUIRE(registry.Renew("engine", r->region_id).ok());  // the renewal read on resuming keeps it
+  // A silent owner still loses it a lease after its last call, in the daemon's running time.
+  clock.Advance(std::chrono::milliseconds(900));
+  CHECK(registry.ReleaseExpired().empty());
+  clock.Advance(std::chrono::milliseconds(200));
+  CHECK(registry.ReleaseExpired().size() == 1);
+  registry.CreditPause(std::chrono::nanoseconds(-5));  // nothing to credit: no effect, no crash
+  CHECK(registry.count() == 0);
+}
+
 }  // namespace cake

@@ -53,8 +53,22 @@ class SpawnedDaemon:
             with open(os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
                 f.write(config)
             args = ["--config", config_path, *args]
-        self.process = subprocess.Popen(_die_with_parent([caked_path(), "--run-dir", self.dir, *args]),
-                                        stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._argv = _die_with_parent([caked_path(), "--run-dir", self.dir, *args])
+        self._start(start_timeout_s)
+
+    def restart(self, kill=True, start_timeout_s=20.0):
+        """Ends the daemon (SIGKILL, or SIGTERM with kill=False) and starts another on the same socket and
+        folder with the same flags: what was in DRAM and every region are gone, as after a crash and restart."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            self.process.wait()
+        if os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
+        self._start(start_timeout_s)
+
+    def _start(self, start_timeout_s):
+        self.process = subprocess.Popen(self._argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + start_timeout_s
         while True:
             if self.process.poll() is not None:
