@@ -503,9 +503,10 @@ void Daemon::Housekeep() {
     const auto round = std::chrono::steady_clock::now();
     if (const auto gap = round - last_round; gap > 2 * period + std::chrono::milliseconds(500)) {
       state_->regions.CreditPause(gap - period);
-      spdlog::warn("the daemon did not run for about {} ms (stopped, or its machine paused): region leases get "
-                   "that time back",
-                   std::chrono::duration_cast<std::chrono::milliseconds>(gap - period).count());
+      spdlog::warn(
+          "the daemon did not run for about {} ms (stopped, or its machine paused): region leases get "
+          "that time back",
+          std::chrono::duration_cast<std::chrono::milliseconds>(gap - period).count());
     }
     last_round = round;
     state_->prefetcher.Expire();
