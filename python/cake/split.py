@@ -214,8 +214,9 @@ class LoadKey(NamedTuple):
 
 @dataclass(frozen=True)
 class SplitStart:
-    """Open a cake-mode load of the prompt's chunks [0, end_chunk) with computed_through = local // chunk (the
-    chunks of vLLM's local hit are the engine's). The connector adds tokens, namespace and region window."""
+    """Open a cake-mode load of the prompt's chunks [0, end_chunk) with computed_through = the entry's floor //
+    chunk (the chunks of vLLM's local hit are the engine's; a forced split's, below its point, too). The connector
+    adds tokens, namespace and region window."""
     req_id: str
     seq: int
     local: int
@@ -368,6 +369,7 @@ class SplitEntry:
     chunk_tokens: int
     front: int                    # F: num_computed_tokens as the scheduler last saw or moved it
     progress: int                 # chunks [0, progress) reported computed to the daemon (never goes back)
+    floor: int = 0                # the load reads no chunk below this (tokens): local, or a forced split's point
     resident_low: dict = field(default_factory=dict)  # rank -> lowest resident chunk, as last reported
     ended_ranks: set = field(default_factory=set)
     started: bool = False         # its SplitStart went out
@@ -439,16 +441,22 @@ class SplitBook:
         return req_id in self._current
 
     # --- admission ----------------------------------------------------------------------------------------------
-    def add(self, req_id: str, local: int, end: int, num_prompt_tokens: int) -> LoadKey:
+    def add(self, req_id: str, local: int, end: int, num_prompt_tokens: int, at: Optional[int] = None) -> LoadKey:
         """Records a split-eligible request at admission (check_eligibility first). The load starts in the first
         step that schedules the request: vLLM may ask again (None, a failed allocation) before it admits it, and
         each ask replaces a page not started yet. A started load still live (the request came back to admission:
-        preempted on a vLLM whose SchedulerOutput has no preempted ids) is cancelled and a new one takes its place."""
+        preempted on a vLLM whose SchedulerOutput has no preempted ids) is cancelled and a new one takes its place.
+        at: a forced split (the benchmarks' oracle): the load reads only [at, H), so the jump comes at a front of
+        at or later; chunk-aligned, local <= at < H."""
         chunk, bs = self.config.chunk_tokens, self.config.block_size
         if not (0 <= local < end < num_prompt_tokens) or end % chunk or local % bs:
             raise ValueError(f"request {req_id}: a split needs a block-aligned local hit below a chunk-aligned H "
                              f"below the prompt's end (local {local}, H {end}, prompt {num_prompt_tokens}, "
                              f"chunk {chunk}, block {bs})")
+        floor = local if at is None else at
+        if not (local <= floor < end) or floor % chunk and floor != local:
+            raise ValueError(f"request {req_id}: a forced split at {at} must be chunk-aligned (chunk {chunk}), at or "
+                             f"above the local hit {local} and below H {end}")
         old = self.entry(req_id)
         if old is not None:
             if old.started:
@@ -457,7 +465,7 @@ class SplitBook:
                 del self._entries[old.key]
         self._seq += 1
         entry = SplitEntry(req_id, self._seq, local, end, num_prompt_tokens, chunk, front=local,
-                           progress=local // chunk)
+                           progress=floor // chunk, floor=floor)
         self._entries[entry.key] = entry
         self._current[req_id] = entry.key
         self.stats.added += 1
@@ -555,7 +563,7 @@ class SplitBook:
                 continue
             e.started = True
             self.stats.started += 1
-            starts.append(SplitStart(e.req_id, e.seq, e.local, e.end, e.local // e.chunk_tokens, e.end_chunk))
+            starts.append(SplitStart(e.req_id, e.seq, e.local, e.end, e.floor // e.chunk_tokens, e.end_chunk))
         return starts
 
     def on_scheduled(self, req_id: str, num_scheduled_tokens: int,

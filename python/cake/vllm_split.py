@@ -35,6 +35,19 @@ class SplitMetadata:
 
 # --- scheduler -----------------------------------------------------------------------------------------------
 
+def forced_split_at(request) -> Optional[int]:
+    """A request's kv_transfer_params["cake_split_at"] (tokens): the benchmarks' forced split, whose load reads
+    only [at, H) so the engine computes at least [0, at). None when absent."""
+    params = getattr(request, "kv_transfer_params", None) or {}
+    value = params.get("cake_split_at") if isinstance(params, dict) else None
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1  # refused by admit() below, with the value in its line
+
+
 class SplitScheduler:
     """The book and what the connector's scheduler half asks of it. `bound` turns true when CakeScheduler (or
     CakeAsyncScheduler) binds itself: without it nobody would ever jump, so every request stays I/O-only."""
@@ -72,7 +85,13 @@ class SplitScheduler:
                 self._prompts.pop(request.request_id, None)
             self._say_once(eligibility.reason, request.request_id)
             return False
-        self.book.add(request.request_id, eligibility.local, eligibility.end, int(request.num_prompt_tokens))
+        at = forced_split_at(request)
+        chunk = self.book.config.chunk_tokens
+        if at is not None and not (eligibility.local <= at < eligibility.end and at % chunk == 0):
+            self._say_once(f"cake_split_at={at} is not a chunk-aligned point in [local hit {eligibility.local}, "
+                           f"H {eligibility.end})", request.request_id)
+            return False
+        self.book.add(request.request_id, eligibility.local, eligibility.end, int(request.num_prompt_tokens), at=at)
         self._prompts[request.request_id] = (tuple(request.prompt_token_ids[:eligibility.end]), ns.model_id)
         return True
 

@@ -12,7 +12,14 @@ cake.vllm.CakeConnector in split mode and cake.vllm_scheduler.CakeScheduler:
    modes: compute-only (kv_transfer_params cake_load=false: no lookup), I/O-only (cake_split=false: the cached
    chunks load before the request is scheduled) and Cake (the engine computes the front while caked loads the back);
 3. prints the median time to first token of each, the first token of each (which must agree), and Cake's speedup
-   over the better of the other two.
+   over the better of the other two;
+4. the forced splits (--forced-every K): before the repetitions, one run per split point F = K, 2K, ... chunks
+   below H (kv_transfer_params cake_split_at: the load reads only [F, H), the engine computes at least [0, F));
+   the fastest is then timed in every repetition beside the others: Cake / the best forced split is how close the
+   split that finds its own meeting point comes to the best fixed one (the oracle);
+5. the peers (--peers, cake_bench.vllm_peers, each in a process of its own, before caked's engine starts, same
+   model, prompt and prefill step): plain vLLM (no connector, no prefix cache) and vLLM's own KV offloading
+   (OffloadingConnector, CPU tier), or the exact error where this vLLM cannot run one.
 
 The read cap: by default the DRAM tier's reads are capped so that loading the cached chunks takes as long as the
 compute-only run took (cached bytes / compute-only time), where neither loading nor computing alone is the better
@@ -42,6 +49,26 @@ def make_model(folder, hidden, layers, heads, kv_heads, vocab, seed):
     return folder
 
 
+def run_peer(peer, model_dir, args, work):
+    """cake_bench.vllm_peers in a process of its own (one engine at a time on this machine): its JSON result."""
+    import subprocess
+    out = os.path.join(work, f"peer-{peer}.json")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "cake_bench.vllm_peers", "--peer", peer, "--model", model_dir,
+                           "--prompt-tokens", str(args.prompt_tokens), "--batched-tokens", str(args.batched_tokens),
+                           "--reps", str(args.reps), "--json", out], cwd=work, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+    if done.returncode != 0 or not os.path.exists(out):
+        return {"peer": peer, "error": f"cake_bench.vllm_peers exited {done.returncode}: {done.stdout[-2000:]}"}
+    with open(out) as f:
+        result = json.load(f)
+    # Its one-line summary (vLLM's engine also logs to stdout).
+    result["summary"] = next((line for line in reversed(done.stdout.splitlines()) if line.startswith(f"{peer}: ")),
+                             "")
+    print(f"peer {peer}: {result['summary']} ({time.monotonic() - started:.0f} s)", flush=True)
+    return result
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prompt-tokens", type=int, default=2048)
@@ -56,11 +83,20 @@ def main(argv=None):
                         "prefill chunk: the engine computes the prompt in steps of this many tokens)")
     parser.add_argument("--async-scheduling", action="store_true", help="vLLM's asynchronous scheduling "
                         "(cake.vllm_scheduler.CakeAsyncScheduler); default: the synchronous CakeScheduler")
+    parser.add_argument("--forced-every", type=int, default=0, help="time forced splits every this many chunks "
+                        "(0: none)")
+    parser.add_argument("--peers", default="plain,offload-cpu", help="comma-separated cake_bench.vllm_peers peers "
+                        "to run first ('' for none)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    # vLLM's CPU backend binds its compute threads to all cores but those it reserves: one for the engine-core
+    # process, and one more when a KV connector is configured. On 2 cores the latter does not fit, and vLLM then
+    # reserves none: the engine with a connector would compute on two cores and plain vLLM on one. The same
+    # reservation for every engine here (the peers inherit it), so that only the connector differs.
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
     from vllm.inputs import TokensPrompt
@@ -74,6 +110,9 @@ def main(argv=None):
     print(f"model: Llama, {args.layers} layers, hidden {args.hidden}, {args.kv_heads} KV heads, random weights "
           f"(seed 0), bf16; made in {time.monotonic() - started:.1f} s", flush=True)
     prompt = [(i * 7919 + 13) % 1000 + 3 for i in range(args.prompt_tokens)]
+    peers = {}
+    for peer in [p for p in args.peers.split(",") if p]:
+        peers[peer] = run_peer(peer, model_dir, args, work)
     with SpawnedDaemon(["--dram-capacity-mib", "2048", "--dram-read-gbps", "1000"]) as daemon, \
             daemon.client() as admin:
         started = time.monotonic()
@@ -92,9 +131,13 @@ def main(argv=None):
         print(f"vLLM engine up in {time.monotonic() - started:.1f} s", flush=True)
 
         def run(mode):
-            params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False, extra_args={
-                "kv_transfer_params": {"compute_only": {"cake_load": False}, "io_only": {"cake_split": False},
-                                       "cake": {}, "store": {}}[mode]})
+            if mode.startswith("forced"):  # "forced <F>": a forced split at F tokens
+                transfer = {"cake_split_at": int(mode.split()[1])}
+            else:
+                transfer = {"compute_only": {"cake_load": False}, "io_only": {"cake_split": False}, "cake": {},
+                            "store": {}}[mode]
+            params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False,
+                                    extra_args={"kv_transfer_params": transfer})
             # vLLM's own prefix cache must not serve the prompt: empty it, once the last run's store has handed
             # its blocks back (the engine refuses while blocks are held).
             deadline = time.monotonic() + 60
@@ -126,7 +169,15 @@ def main(argv=None):
         print(f"stored {full} chunks of {args.chunk_tokens} tokens ({cached_bytes / 2**20:.1f} MiB) in "
               f"{store_s:.2f} s; DRAM reads capped at {gbps:.3f} Gbit/s "
               f"({'given' if args.read_gbps else 'loading them takes as long as computing them'})", flush=True)
+        sweep = {}
+        if args.forced_every > 0:
+            for at in range(args.forced_every, full, args.forced_every):
+                sweep[at * args.chunk_tokens] = run(f"forced {at * args.chunk_tokens}")[0]
+            print("forced splits, one run each: " + ", ".join(f"F={f}: {t:.3f} s" for f, t in sweep.items()),
+                  flush=True)
         times = {"compute_only": [], "io_only": [], "cake": []}
+        if sweep:
+            times[f"forced {min(sweep, key=sweep.get)}"] = []
         tokens = {mode: set() for mode in times}
         for _ in range(args.reps):
             for mode in times:
@@ -145,8 +196,24 @@ def main(argv=None):
     print("| --- | --- | --- | --- |")
     for mode in times:
         print(f"| {mode} | {medians[mode]:.3f} | {' '.join(f'{x:.3f}' for x in times[mode])} | {firsts[mode]} |")
-    identical = len({tuple(t) for t in firsts.values()}) == 1 and len(firsts["cake"]) == 1
+    for peer, result in peers.items():
+        if result.get("error"):
+            why = result.get("summary", "").partition("cannot run: ")[2] or result["error"].strip().splitlines()[-1]
+            print(f"| {peer} (peer) | cannot run: {why} | | |")
+        else:
+            runs = " ".join(f"{x:.3f}" for x in result["runs"])
+            print(f"| {peer} (peer) | {result['median']:.3f} | {runs} | {sorted(set(result['first_tokens']))} |")
+    peer_tokens = [tuple(sorted(set(r["first_tokens"]))) for r in peers.values() if not r.get("error")]
+    identical = len({tuple(t) for t in firsts.values()} | set(peer_tokens)) == 1 and len(firsts["cake"]) == 1
     speedup = best_other / medians["cake"]
+    forced = [mode for mode in medians if mode.startswith("forced")]
+    if forced:
+        print(f"Cake / the best forced split ({forced[0]}): {medians['cake'] / medians[forced[0]]:.3f} (1.0: as fast "
+              f"as the oracle; above: slower)")
+    if "plain" in peers and not peers["plain"].get("error"):
+        plain = peers["plain"]["median"]
+        print(f"compute-only through the connector / plain vLLM: {medians['compute_only'] / plain:.3f}; Cake vs "
+              f"plain vLLM: {plain / medians['cake']:.2f}x")
     print(f"\nCake vs the better of compute-only and I/O-only: {speedup:.2f}x; first token identical in every run: "
           f"{identical}; the daemon's loads: {stats.get('loads_cake', 0)} cake, {stats.get('loads_io_only', 0)} "
           f"I/O-only, {stats.get('loads_compute_only', 0)} compute-only plans; {stats.get('load_chunks_loaded', 0)} "
@@ -154,7 +221,8 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"medians": medians, "runs": times, "first_tokens": firsts, "speedup": speedup,
-                       "identical": identical, "read_gbps": gbps, "args": vars(args)}, f, indent=1)
+                       "identical": identical, "read_gbps": gbps, "forced_sweep": sweep, "peers": peers,
+                       "args": vars(args)}, f, indent=1)
     return 0 if identical else 1
 
 

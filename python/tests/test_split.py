@@ -305,6 +305,21 @@ def test_starts_go_out_once_when_scheduled():
     assert book.starts_for_step(["r"]) == []
 
 
+def test_a_forced_split_loads_only_from_its_point():
+    book = SplitBook(config())
+    for at in (16, 40, 256, 300):            # below the local hit, not chunk-aligned, at H, past H
+        with pytest.raises(ValueError):
+            book.add("r", 32, 256, 400, at=at)
+    key = book.add("r", 32, 256, 400, at=128)
+    (start,) = book.starts_for_step(["r"])
+    assert (start.computed_through, start.end_chunk) == (4, 8)
+    assert book.on_scheduled("r", 64, 32) is None            # front 96: below the point, no Progress to send
+    assert book.on_scheduled("r", 64, 96) == 5               # front 160
+    book.on_worker_meta(WorkerMeta.for_rank(0, resident_low={key: 4}))
+    assert book.jump_target("r", 100, 400) is None           # [100, 128) is not loaded, and never will be
+    assert book.jump_target("r", 160, 400) == 256
+
+
 def test_jump_target_conditions():
     book, key = started(world=1, end=256)
     assert book.jump_target("r", 64, 400) is None              # nothing reported resident yet
