@@ -122,12 +122,12 @@ def main(argv=None):
         try:
             started = time.monotonic()
             # As vllm_ttft builds its engine; the offloading connector keys its chunks by the prefix cache's block
-            # hashes, so it needs prefix caching on; plain has it off so that nothing is ever reused. Stats on, for
+            # hashes, so it needs prefix caching on; plain has it off so that nothing is ever reused. Stats on for
             # the kv_offload counters.
             llm = LLM(model=args.model, skip_tokenizer_init=True, dtype="bfloat16",
                       max_model_len=args.prompt_tokens + 64, max_num_batched_tokens=args.batched_tokens,
                       enforce_eager=True, seed=0, block_size=args.block_size, enable_prefix_caching=kv is not None,
-                      kv_transfer_config=kv, disable_log_stats=False)
+                      kv_transfer_config=kv, disable_log_stats=kv is None)
         finally:
             sys.stdout.flush(), sys.stderr.flush()
             os.dup2(saved[0], 1), os.dup2(saved[1], 2)
