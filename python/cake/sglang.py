@@ -10,7 +10,8 @@ Written against sgl-project/sglang's HiCacheStorage (python/sglang/srt/mem_cache
 commits 001067fffe33427bee0ed2f007fb7551a1d76b44 and bb424de23a4659f89cfd97dcad3aa1935a1e1d3e), its dynamic
 backend factory (storage/backend_factory.py, 001067ff), the controller that calls it
 (managers/cache_controller.py, 001067ff and 350cb87962ba6b74fa9f69814e88bf2c21e179ea) and the MHA host pool
-(mem_cache/pool_host/mha.py, 0047d999bb3a3ad311df5a4b6356bfb5586e0d66). SGLang itself was not run.
+(mem_cache/pool_host/mha.py, 0047d999bb3a3ad311df5a4b6356bfb5586e0d66); tests/test_sglang_real.py runs it on
+SGLang 0.5.23's own classes on CPU (its HiCacheController, backend factory and host pools).
 
 How SGLang's calls map onto caked's:
 - A HiCache page is one Cake chunk (chunk_tokens = SGLang's page size); the namespace names the model, the
@@ -31,6 +32,8 @@ How SGLang's calls map onto caked's:
 import hashlib
 import logging
 import os
+import threading
+import time
 
 import numpy as np
 
@@ -151,11 +154,19 @@ class CakeHiCacheStorage(_Base):
         self._regions = {}
         self._claims = {"get": RegionClaim(), "set": RegionClaim()}
         self.stats = {"exists_calls": 0, "pages_found": 0, "pages_loaded": 0, "pages_stored": 0, "errors": 0}
+        # SGLang's --enable-storage-metrics: the pages and GB/s of each read and write, until get_stats takes them.
+        self._metrics_on = bool(_config_value(storage_config, "enable_storage_metrics", False))
+        self._metrics = {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bandwidth": [], "backup_bandwidth": []}
+        self._metrics_lock = threading.Lock()
 
     # --- set-up ---------------------------------------------------------------------------------------------
     def register_mem_pool_host(self, mem_pool_host):
         """Learns the geometry from SGLang's host pool and registers one region per kind of call, sized for a
         whole batch of pages."""
+        v_head_dim = getattr(mem_pool_host, "v_head_dim", mem_pool_host.head_dim)
+        if v_head_dim != mem_pool_host.head_dim:  # SGLang's AsymmetricMHATokenToKVPoolHost: K and V apart
+            raise ValueError(f"caked's SGLang backend serves host pools whose K and V have one head dim; this one's "
+                             f"are {mem_pool_host.head_dim} and {v_head_dim}")
         if _Base is not object:
             super().register_mem_pool_host(mem_pool_host)
         self.mem_pool_host = mem_pool_host
@@ -185,6 +196,13 @@ class CakeHiCacheStorage(_Base):
             raise ValueError(f"{len(keys)} pages need {len(keys) * p} host indices, got {len(host_indices)}")
         return [int(host_indices[i * p]) for i in range(len(keys))]
 
+    def _record(self, kind, pages, started):
+        if self._metrics_on and pages:
+            seconds = max(time.perf_counter() - started, 1e-9)
+            with self._metrics_lock:
+                self._metrics[f"{kind}_pgs"].append(pages)
+                self._metrics[f"{kind}_bandwidth"].append(pages * self.ns.chunk_bytes / seconds / 1e9)
+
     def _failed(self, what, error):
         self.stats["errors"] += 1
         log.warning("caked %s failed, treated as a miss: %s", what, error)
@@ -211,7 +229,7 @@ class CakeHiCacheStorage(_Base):
             if not claimed:
                 self._failed("load", f"the get region stayed in use by another load for {self._region_wait_s} s")
                 return results
-            region = self._regions["get"]
+            region, started = self._regions["get"], time.perf_counter()
             try:
                 with self._client.load(self.ns, chunk_keys=self._keys(keys), region=region,
                                        mode="io_only") as load:
@@ -232,6 +250,7 @@ class CakeHiCacheStorage(_Base):
                 self._failed("load", error)
                 return [False] * len(keys)
         self.stats["pages_loaded"] += sum(results)
+        self._record("prefetch", sum(results), started)
         return results
 
     def _per_batch(self, what, keys, host_indices, transfer, stop_at_failure):
@@ -266,7 +285,7 @@ class CakeHiCacheStorage(_Base):
             if not claimed:
                 self._failed("store", f"the set region stayed in use by another store for {self._region_wait_s} s")
                 return [False] * len(keys)
-            region = self._regions["set"]
+            region, started = self._regions["set"], time.perf_counter()
             try:
                 for i in range(len(keys)):
                     read_page(i, self._chunk(region, i))
@@ -277,6 +296,7 @@ class CakeHiCacheStorage(_Base):
                 return [False] * len(keys)
         ok = stored.stored_chunks + stored.already_cached == len(keys)
         self.stats["pages_stored"] += stored.stored_chunks
+        self._record("backup", len(keys) if ok else 0, started)
         return [ok] * len(keys)
 
     def batch_set_v1(self, keys, host_indices, extra_info=None):
@@ -328,7 +348,24 @@ class CakeHiCacheStorage(_Base):
         log.info("caked: clear() ignored; evict with cakectl evict if the operator means it")
 
     def get_stats(self):
-        return dict(self.stats)
+        """The counters (self.stats); under SGLang's --enable-storage-metrics, which hands get_stats() to its metrics
+        collector, SGLang's StorageMetrics instead, the one type that takes (a dict stops the scheduler): the pages
+        and GB/s of each read and write since the last call, or None where SGLang has no such class."""
+        if not self._metrics_on:
+            return dict(self.stats)
+        try:
+            from sglang.srt.observability.metrics_collector import StorageMetrics
+        except ImportError:
+            try:  # older SGLang
+                from sglang.srt.metrics.collector import StorageMetrics
+            except ImportError:
+                return None
+        metrics = StorageMetrics()
+        with self._metrics_lock:
+            for name, values in self._metrics.items():
+                getattr(metrics, name).extend(values)
+                values.clear()
+        return metrics
 
     def close(self):
         if self._owns_client:
