@@ -49,6 +49,8 @@ class InlineWindow {
   uint64_t TakeSpareBytes();
   void GiveBack(uint64_t bytes) const;
 
+  // Its reads wait for the daemon's budget (others hold it): the load waits on the daemon, not on its client.
+  bool waiting_for_budget() const { return waiting_for_budget_; }
   uint64_t live_chunks() const { return reading_ + waiting_.size() + queued_ + (writing_ ? 1 : 0); }
   uint64_t held_bytes() const { return held_chunks_ * chunk_bytes_; }
 

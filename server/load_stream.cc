@@ -345,7 +345,12 @@ void LoadStream::CheckIdle(uint64_t generation) {
   {
     MutexLock lock(&mu_);
     const Duration timeout = IdleTimeoutLocked();
-    if (finish_ || idle_.Check(generation, timeout) != IdleWatch::Verdict::kExpired) return;
+    if (finish_) return;
+    // Idle means the client owes something. A load waiting on the daemon (a networked tier's lookup, reads in
+    // flight, the inline budget others hold) with none of its messages unread owes nothing: its silence is the
+    // daemon's, and ending it would punish the client for the daemon's own queue.
+    if (DaemonOwesLocked()) idle_.Activity();
+    if (idle_.Check(generation, timeout) != IdleWatch::Verdict::kExpired) return;
     if (phase_ != Phase::kAwaitStart) {  // else a stream opened ahead of a load that never came
       Bump(state_.counters.loads_idle_ended);
       spdlog::info("load-{}: its client was silent for {} ms; the load is ended", ticket_,
@@ -359,6 +364,11 @@ void LoadStream::CheckIdle(uint64_t generation) {
     if (abortable_ != nullptr) abortable_->AbortRpc();
   }
   Pump();
+}
+
+bool LoadStream::DaemonOwesLocked() const {
+  if (outbox_.writing()) return false;  // a message of ours waits to be read: the client owes reading it
+  return phase_ == Phase::kLookingUp || reads_outstanding_ > 0 || (inline_ && inline_->waiting_for_budget());
 }
 
 // Calls IssueReadsLocked again in `seconds` (once: a re-check already armed stays as it is).

@@ -100,6 +100,8 @@ class LoadStream : public std::enable_shared_from_this<LoadStream> {
   Duration IdleTimeoutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WatchIdleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckIdle(uint64_t generation);
+  // The load waits on the daemon, and the client has every message of ours: its silence is not idleness.
+  bool DaemonOwesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ArmRecheckLocked(double seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnInlineRoom();
   void LearnComputeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -143,7 +145,7 @@ class LoadStream : public std::enable_shared_from_this<LoadStream> {
     ComputeModel observed;  // this load's Progress spans
     bool learned = false;   // `observed` handed to state_.compute_models
   } engine_ ABSL_GUARDED_BY(mu_);
-  // Activity: any message from the client, or a write of ours it read.
+  // Activity: any message from the client, a write of ours it read, or a watch that found the daemon owing.
   IdleWatch idle_ ABSL_GUARDED_BY(mu_);
   bool recheck_armed_ ABSL_GUARDED_BY(mu_) = false;  // the judge's re-check: one at a time
   RegionRegistry::WindowLease lease_ ABSL_GUARDED_BY(mu_);

@@ -302,6 +302,48 @@ TEST_CASE("load stream: a client silent for loader.idle_timeout_ms is ended, its
   CHECK(h.state.loads.active() == 0);
 }
 
+TEST_CASE("load stream: a load waiting on the daemon's inline budget is not ended as silent", "[load_stream]") {
+  // Issue 46, item 4: another load that never reads (but keeps its stream alive) holds the whole inline budget; a
+  // client that reads every message at once then has nothing to read and nothing to say. It is the daemon that
+  // owes it chunks, so the idle watch must not end it.
+  DaemonConfig config = TestConfig();
+  config.max_inline_bytes = 2 * kChunkBytes;
+  config.max_inline_bytes_per_principal = 2 * kChunkBytes;
+  Harness h(config);
+  TestSink hog_sink;
+  auto hog = std::make_shared<LoadStream>(
+      h.state, h.timers, h.caller, [&h] { return h.caller; }, "hog");
+  hog->Open(&hog_sink);
+  v1::LoadRequest hog_start = h.Start(16, 16);
+  hog_start.mutable_start()->set_window(2);
+  REQUIRE(hog->OnRequest(hog_start));
+  REQUIRE(hog_sink.NextWrite());  // its plan stays unread: the chunks it read hold the budget
+  for (int i = 0; i < 200 && h.state.inline_budget.held() < 2 * kChunkBytes; ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(h.state.inline_budget.held() == 2 * kChunkBytes);
+
+  auto reader = h.Open();
+  REQUIRE(reader->OnRequest(h.Start(16, 16)));
+  REQUIRE(h.sink.NextWrite());  // the plan, read at once
+  reader->OnWriteDone(true);
+  for (int step = 0; step < 3; ++step) {  // 3 s: past the 2 s idle timeout
+    h.timers.Advance(1000ms);
+    hog->OnRequest(Progress(0));  // the hog stays alive as the audit's did
+  }
+  CHECK_FALSE(h.sink.ended());
+  CHECK(h.state.counters.loads_idle_ended == 0);
+
+  hog->Cancel(absl::CancelledError("the hog went away"));
+  hog->OnWriteDone(true);
+  REQUIRE(hog_sink.WaitEnded());
+  hog->RpcDone();  // its chunks' budget comes back: the reader's reads go on
+  const std::vector<v1::LoadResponse> rest = h.ReadUntil(*reader, IsDone);
+  REQUIRE_FALSE(rest.empty());
+  CHECK(rest.back().done().loaded_chunks() == 16);
+  CHECK_FALSE(reader->OnRequest(Release()));
+  REQUIRE(h.sink.WaitEnded());
+  CHECK(h.sink.WaitEnded()->ok());
+}
+
 TEST_CASE("load stream: cancelled mid-load, it ends with the reason once its reads are back", "[load_stream]") {
   Harness h;
   auto stream = h.Open();
