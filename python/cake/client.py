@@ -398,15 +398,30 @@ class Client:
 
     def _renew_leases(self):
         while not self._closing.wait(self._renew_period_s):
-            for region_id in list(self._regions):
-                try:
-                    self._kv.RenewRegion(kv_pb2.RenewRegionRequest(client_id=self.client_id, region_id=region_id),
-                                         timeout=self._renew_period_s)
-                except grpc.RpcError as error:
-                    if error.code() == grpc.StatusCode.NOT_FOUND:
-                        self._regions.pop(region_id, None)  # released meanwhile, or expired
-                except ValueError:
-                    return  # the channel was closed under us
+            try:
+                self._renew_all(self._renew_period_s)
+            except ValueError:
+                return  # the channel was closed under us
+
+    def _renew_all(self, timeout_s):
+        """Renews every region's lease now; forgets those the daemon answers NOT_FOUND (released meanwhile, expired,
+        or a daemon that restarted): the ids forgotten."""
+        lost = set()
+        for region_id in list(self._regions):
+            try:
+                self._kv.RenewRegion(kv_pb2.RenewRegionRequest(client_id=self.client_id, region_id=region_id),
+                                     timeout=timeout_s)
+            except grpc.RpcError as error:
+                if error.code() == grpc.StatusCode.NOT_FOUND:
+                    self._regions.pop(region_id, None)
+                    lost.add(region_id)
+        return lost
+
+    def check_regions(self, timeout_s=1.0):
+        """Asks the daemon now whether it still holds each of this client's regions (rather than at the next lease
+        renewal): one region found unknown usually means the daemon restarted and lost them all, and holds_region()
+        then says so for every one at once. Returns the ids it no longer holds."""
+        return self._renew_all(timeout_s)
 
     def __enter__(self):
         return self

@@ -98,10 +98,16 @@ class RegionSlot:
         return region
 
     def lost(self) -> None:
-        """A call naming the region was answered NOT_FOUND: the next get() registers another."""
+        """A call naming the region was answered NOT_FOUND: the next get() registers another. The daemon most likely
+        restarted and lost the client's other regions too: they are checked now (holds_region() then says so for
+        each), so another slot of the same client registers again at its next use, not after a failed transfer."""
         if self.region is not None:
             self._drop()
             self._next_try = 0.0
+            try:
+                self.client.check_regions()
+            except Exception:  # anything: the other slots find out at their own next call
+                pass
 
     def _drop(self) -> None:
         region, self.region = self.region, None

@@ -400,6 +400,19 @@ def test_limits_say_the_daemons_configuration(fresh_daemon, tmp_path):
         assert dataclasses.replace(limits, from_daemon=False) == cake.Limits()  # the fallback is today's defaults
 
 
+def test_check_regions_finds_every_region_a_restarted_daemon_lost_at_once(fresh_daemon):
+    """The default lease is 30 s, so the renewer would tell only that much later; check_regions asks now."""
+    d = fresh_daemon("--dram-capacity-mib", "64")
+    with d.client() as client:
+        kept = [client.register_region(4096), client.register_region(4096)]
+        assert client.check_regions() == set() and all(client.holds_region(r) for r in kept)
+        d.restart(kill=True)
+        assert client.check_regions() == {r.id for r in kept}
+        assert not any(client.holds_region(r) for r in kept)
+        fresh = client.register_region(4096)  # the same client registers again on the new daemon
+        assert client.holds_region(fresh) and client.check_regions() == set()
+
+
 def test_the_client_renews_its_regions_leases(fresh_daemon, tmp_path):
     config = tmp_path / "caked.toml"
     # 1 s: the renewer runs every third of the lease with that third as its RPC deadline, and shares the GIL.
