@@ -35,9 +35,10 @@ class SplitMetadata:
 
 # --- scheduler -----------------------------------------------------------------------------------------------
 
-def forced_split_at(request) -> Optional[int]:
+def forced_split_at(request):
     """A request's kv_transfer_params["cake_split_at"] (tokens): the benchmarks' forced split, whose load reads
-    only [at, H) so the engine computes at least [0, at). None when absent."""
+    only [at, H) so the engine computes at least [0, at). None when absent; a value that is no integer comes back
+    as given, for admit() to refuse by name."""
     params = getattr(request, "kv_transfer_params", None) or {}
     value = params.get("cake_split_at") if isinstance(params, dict) else None
     if value is None:
@@ -45,7 +46,7 @@ def forced_split_at(request) -> Optional[int]:
     try:
         return int(value)
     except (TypeError, ValueError):
-        return -1  # refused by admit() below, with the value in its line
+        return value
 
 
 class SplitScheduler:
@@ -87,8 +88,9 @@ class SplitScheduler:
             return False
         at = forced_split_at(request)
         chunk = self.book.config.chunk_tokens
-        if at is not None and not (eligibility.local <= at < eligibility.end and at % chunk == 0):
-            self._say_once(f"cake_split_at={at} is not a chunk-aligned point in [local hit {eligibility.local}, "
+        if at is not None and not (isinstance(at, int) and eligibility.local <= at < eligibility.end
+                                   and at % chunk == 0):
+            self._say_once(f"cake_split_at={at!r} is not a chunk-aligned point in [local hit {eligibility.local}, "
                            f"H {eligibility.end})", request.request_id)
             return False
         self.book.add(request.request_id, eligibility.local, eligibility.end, int(request.num_prompt_tokens), at=at)

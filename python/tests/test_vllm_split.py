@@ -410,20 +410,23 @@ def test_ineligible_requests_stay_io_only(setup, client, model_dir):
 
 def test_a_forced_split_loads_only_from_its_point(setup, client, model_dir):
     """kv_transfer_params "cake_split_at": F (the benchmarks' oracle): the load reads only [F, H), so the engine
-    computes at least [0, F) and jumps at a front at or past F; a point off the chunk grid keeps the request off the
-    split (I/O-only). Bit-exact."""
+    computes at least [0, F) and jumps at a front at or past F; a point off the chunk grid, or no number at all,
+    keeps the request off the split (I/O-only). Bit-exact."""
     s = setup(runner={"settle_loads": True})
-    prompts = {name: harness.prompt(seed, 300) for name, seed in (("at", 22), ("off grid", 23))}
+    prompts = {name: harness.prompt(seed, 300) for name, seed in (("at", 22), ("off grid", 23), ("no number", 24))}
     for tokens in prompts.values():
         seed_cache(client, model_dir, tokens, 9)
     s.scheduler.add_request(harness.make_request("at", prompts["at"], kv_transfer_params={"cake_split_at": 128}))
     s.scheduler.add_request(harness.make_request("off grid", prompts["off grid"],
                                                  kv_transfer_params={"cake_split_at": 100}))
+    s.scheduler.add_request(harness.make_request("no number", prompts["no number"],
+                                                 kv_transfer_params={"cake_split_at": "half"}))
     harness.drive(s.scheduler, s.runner)
-    check_exact(s.runner, ["at", "off grid"])
+    check_exact(s.runner, ["at", "off grid", "no number"])
     counts = computed_counts(s.runner, "at", 300)
     assert counts[:128] == [1] * 128 and counts[288:] == [1] * 12 and 0 in counts[128:288]
-    assert computed_counts(s.runner, "off grid", 300) == [0] * 288 + [1] * 12
+    for name in ("off grid", "no number"):
+        assert computed_counts(s.runner, name, 300) == [0] * 288 + [1] * 12
     assert s.book.book.stats.added == 1 and s.book.book.stats.jumps == 1
 
 
