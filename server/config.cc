@@ -380,6 +380,11 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
                                                    ") exceeds server.max_connections (", c.max_connections,
                                                    "): one peer could then hold every connection"));
   }
+  if (c.tcp_identify_timeout_ms < c.handshake_timeout_ms) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tcp.identify_timeout_ms (", c.tcp_identify_timeout_ms, ") is shorter than tcp.handshake_timeout_ms (",
+        c.handshake_timeout_ms, "): a connection could then be closed before its handshake may end"));
+  }
   if (c.max_health_watches_per_peer > c.max_health_watches) {
     return absl::InvalidArgumentError(absl::StrCat(
         "server.max_health_watches_per_peer (", c.max_health_watches_per_peer, ") exceeds server.max_health_watches (",

@@ -51,11 +51,14 @@ struct DaemonConfig {
   uint32_t max_health_watches = 256;
   uint32_t max_health_watches_per_peer = 8;
   // [tcp] engines on other hosts: TLS, inline bytes only. Empty listen: no TCP listener.
-  std::string tcp_listen;                // "host:port"
-  std::string tls_cert_file;             // the daemon's certificate chain (PEM)
-  std::string tls_key_file;              // its private key (PEM; owner-only permissions)
-  std::string tls_client_ca_file;        // set: clients must present a certificate this CA signed (mTLS)
-  uint32_t tls_reload_s = 60;            // how often the certificate files are re-read (rotation without restart)
+  std::string tcp_listen;          // "host:port"
+  std::string tls_cert_file;       // the daemon's certificate chain (PEM)
+  std::string tls_key_file;        // its private key (PEM; owner-only permissions)
+  std::string tls_client_ca_file;  // set: clients must present a certificate this CA signed (mTLS)
+  uint32_t tls_reload_s = 60;      // how often the certificate files are re-read (rotation without restart)
+  // A TCP connection on which no call has named a principal by then is closed (a stranger's connections hold room
+  // meant for engines; every call on TCP is identified on its headers, so an engine's first call proves it at once).
+  uint32_t tcp_identify_timeout_ms = 10000;
   uint32_t handshake_timeout_ms = 5000;  // a connection that has not finished its handshake (TLS, HTTP/2) is closed
   bool tcp_allow_plaintext_loopback = false;  // tests and local tools: plaintext TCP, on a loopback address only
   // [metrics] the Prometheus endpoint. Empty listen: none. It answers anyone who can reach it, so it listens on

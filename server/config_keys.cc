@@ -38,6 +38,7 @@ const ConfigKey kKeys[] = {
     {"tcp", "tls_client_ca_file", CAKE_FIELD(tls_client_ca_file), 0, 0, "", "set: clients present a certificate this CA signed (mTLS)"},
     {"tcp", "tls_reload_s", CAKE_FIELD(tls_reload_s), 1, 86400, "", "how often the certificate files are re-read"},
     {"tcp", "handshake_timeout_ms", CAKE_FIELD(handshake_timeout_ms), 100, 600000, "", "a connection that has not finished its TLS and HTTP/2 handshake by then is closed"},
+    {"tcp", "identify_timeout_ms", CAKE_FIELD(tcp_identify_timeout_ms), 100, 600000, "", "a TCP connection on which no call has named a principal by then is closed"},
     {"tcp", "allow_plaintext_loopback", CAKE_FIELD(tcp_allow_plaintext_loopback), 0, 0, "", "plaintext TCP, on a loopback address only (tests, sidecars)"},
     {"metrics", "listen", CAKE_FIELD(metrics_listen), 0, 0, "--metrics-listen", "serve Prometheus metrics on host:port, e.g. 127.0.0.1:9464; unset: none"},
     {"metrics", "max_namespace_series", CAKE_FIELD(metrics_max_namespace_series), 1, 100000, "", "(tenant, model) label pairs with series of their own; the rest count as \"other\""},

@@ -351,6 +351,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   builder.RegisterService(d->health_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(NewRpcMetricsInterceptor(d->state_->rpc_metrics));
+  // Every call that reaches the server on TCP has named a principal (TcpCallGate): its connection is no longer a
+  // stranger.
+  interceptors.push_back(NewIdentifiedConnectionMarker(d->connection_gate_.get()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
@@ -497,6 +500,8 @@ void Daemon::Housekeep() {
   auto last_trim = std::chrono::steady_clock::now();
   std::unique_lock lock(housekeeping_mu_);
   auto last_round = std::chrono::steady_clock::now();
+  size_t strangers_closed = 0;  // since the last line logged about them, at most every 10 s
+  auto last_strangers_log = last_round - std::chrono::seconds(10);
   while (!housekeeping_wake_.wait_for(lock, period, [this] { return housekeeping_stop_; })) {
     // A round far later than its period means the daemon did not run meanwhile (stopped, or its machine paused):
     // the leases get that time back before any is judged, so owners whose renewals wait unread keep their regions.
@@ -510,6 +515,18 @@ void Daemon::Housekeep() {
     }
     last_round = round;
     state_->prefetcher.Expire();
+    if (tcp_listener_ != nullptr) {
+      const auto identify_timeout = std::chrono::milliseconds(state_->config.tcp_identify_timeout_ms);
+      strangers_closed += connection_gate_->CloseStrangers(round - identify_timeout);
+      if (strangers_closed > 0 && round - last_strangers_log > std::chrono::seconds(10)) {
+        spdlog::info(
+            "closed {} TCP connections on which no call named a principal within tcp.identify_timeout_ms "
+            "({} ms)",
+            strangers_closed, identify_timeout.count());
+        strangers_closed = 0;
+        last_strangers_log = round;
+      }
+    }
     for (const RegionRegistry::Expired& gone : state_->regions.ReleaseExpired()) {
       Bump(state_->counters.regions_expired);
       spdlog::warn("a region ({} bytes) of client {} released: its lease ran out ({} ms without a call naming it)",

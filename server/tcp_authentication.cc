@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "grpc/grpc_security_constants.h"
+#include "grpcpp/server_context.h"
 #include "server/requests.h"
 
 namespace cake {
@@ -37,14 +38,31 @@ PeerFacts TcpPeerFacts(const grpc::AuthContext* auth,
 
 grpc::Status TcpCallGate::Process(const InputMetadata& headers, grpc::AuthContext* context, OutputMetadata*,
                                   OutputMetadata*) {
-  // gRPC hands the pseudo-headers over too: the path says which method is called.
-  if (auto path = headers.find(":path"); path != headers.end()) {
-    const std::string_view method(path->second.data(), path->second.size());
-    for (std::string_view open_to_all : {"/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/"}) {
-      if (method.substr(0, open_to_all.size()) == open_to_all) return grpc::Status::OK;
-    }
-  }
+  // Every call, health and reflection included: gRPC reads a message whole (up to server.max_message_bytes)
+  // before any handler could judge its size, so a call let through here unidentified could make the daemon hold
+  // that much per stream for a stranger. Probes without credentials use the unix socket (cakectl health) or the
+  // metrics endpoint.
   return ToGrpcStatus(policy_()->Identify(TcpPeerFacts(context, headers)).status());
+}
+
+namespace {
+class IdentifiedConnectionMarker final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit IdentifiedConnectionMarker(ConnectionGate* gate) : gate_(gate) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+    if (grpc::ServerContextBase* context = info->server_context(); context != nullptr)
+      gate_->Identified(context->peer());
+    return nullptr;
+  }
+
+ private:
+  ConnectionGate* const gate_;
+};
+}  // namespace
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewIdentifiedConnectionMarker(
+    ConnectionGate* gate) {
+  return std::make_unique<IdentifiedConnectionMarker>(gate);
 }
 
 }  // namespace cake

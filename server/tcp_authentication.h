@@ -9,8 +9,10 @@
 
 #include "grpcpp/security/auth_context.h"
 #include "grpcpp/security/auth_metadata_processor.h"
+#include "grpcpp/support/server_interceptor.h"
 #include "grpcpp/support/string_ref.h"
 #include "server/access.h"
+#include "server/connection_gate.h"
 
 namespace cake {
 
@@ -23,8 +25,8 @@ PeerFacts TcpPeerFacts(const grpc::AuthContext* auth, const std::multimap<grpc::
 // gRPC asks the transport for the call's message. A call the current policy does not identify is refused there,
 // with the status Identify gives (UNAUTHENTICATED, PERMISSION_DENIED); HTTP/2 flow control then bounds what of its
 // body was buffered, and gRPC drops that at once.
-// The health service and server reflection pass: they answer anyone (docs/security.md). Handlers still identify
-// every call themselves (IdentifyCaller): this only refuses early what they would refuse late.
+// Health and reflection calls too (on TCP only: the socket's peers are known by uid at accept). Handlers still
+// identify every call themselves (IdentifyCaller): this only refuses early what they would refuse late.
 class TcpCallGate final : public grpc::AuthMetadataProcessor {
  public:
   using CurrentPolicy = std::function<std::shared_ptr<const AccessPolicy>()>;
@@ -37,5 +39,11 @@ class TcpCallGate final : public grpc::AuthMetadataProcessor {
  private:
   const CurrentPolicy policy_;
 };
+
+// Tells `gate` of every call that reaches the server: on TCP each has named a principal (TcpCallGate refused the
+// rest on their headers, before any interceptor runs), so its connection is no longer a stranger. Intercepts
+// nothing itself.
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewIdentifiedConnectionMarker(
+    ConnectionGate* gate);
 
 }  // namespace cake

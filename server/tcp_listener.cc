@@ -121,7 +121,10 @@ TcpListener::~TcpListener() { Stop(); }
 void TcpListener::Serve(grpc::experimental::ExternalConnectionAcceptor* acceptor, ConnectionGate* gate) {
   thread_ = std::thread([this, acceptor, gate] {
     RunAcceptLoop(listen_fd_.get(), stop_fd_.get(), "TCP port", [&](int fd) {
-      if (!gate->AdmitOrClose(fd, PeerAddress(fd), "TCP port", ConnectionGate::Origin::kNetwork)) return;
+      if (!gate->AdmitOrClose(fd, PeerAddress(fd), "TCP port", ConnectionGate::Origin::kNetwork,
+                              ConnectionAddress(fd))) {
+        return;
+      }
       grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
       connection.listener_fd = listen_fd_.get();
       connection.fd = fd;  // gRPC's from here on: it closes it when the connection ends

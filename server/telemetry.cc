@@ -41,7 +41,9 @@ constexpr MetricDef kConnectionsOpen{"connections_open", kGauge, "Connections se
 constexpr MetricDef kConnections{
     "connections_{outcome}", kCounter,
     "Connections accepted, by outcome (refused: past server.max_connections or server.max_connections_per_peer, "
-    "closed at accept; refused_unnamed_uid: from a uid no principal names, closed at accept)"};
+    "closed at accept; refused_unnamed_uid: from a uid no principal names, closed at accept; stranger_evicted: a TCP "
+    "connection on which no call had named a principal, closed to make room for a newer one; stranger_timed_out: "
+    "one closed for naming none within tcp.identify_timeout_ms)"};
 constexpr MetricDef kHealthWatchesOpen{"health_watches_open", kGauge, "Health Watch streams open now"};
 constexpr MetricDef kHealthWatchesRefused{
     "health_watches_refused", kCounter,
@@ -181,6 +183,8 @@ void CollectDaemon(const DaemonState& state, Telemetry& out) {
     out.Add(kConnectionsOpen, static_cast<double>(gate->open()));
     out.Add(kConnections, static_cast<double>(gate->admitted()), {"admitted"});
     out.Add(kConnections, static_cast<double>(gate->refused()), {"refused"});
+    out.Add(kConnections, static_cast<double>(gate->strangers_evicted()), {"stranger_evicted"});
+    out.Add(kConnections, static_cast<double>(gate->strangers_timed_out()), {"stranger_timed_out"});
   }
   if (state.unix_connections != nullptr) {
     out.Add(kConnections, static_cast<double>(state.unix_connections->refused_unnamed()), {"refused_unnamed_uid"});

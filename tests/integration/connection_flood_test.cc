@@ -207,7 +207,7 @@ TEST_CASE(
   const std::string config =
       ConfigIn(dir, "[server]\nsocket_mode = 0o666\nconnection_idle_timeout_ms = 600000\n[tcp]\nlisten = \"127.0.0.1:" +
                         std::to_string(port) + "\"\ntls_cert_file = \"" + dir + "/server.pem\"\ntls_key_file = \"" +
-                        dir + "/server.key\"\nhandshake_timeout_ms = 600000\n");
+                        dir + "/server.key\"\nhandshake_timeout_ms = 600000\nidentify_timeout_ms = 600000\n");
   auto started = SpawnedDaemon::Start(CakedUnderDescriptorLimit(dir, kDescriptorLimit), {"--config", config});
   REQUIRE(started.ok());
   SpawnedDaemon daemon = std::move(*started);
@@ -342,8 +342,9 @@ TEST_CASE(
   // them (connections_refused_unnamed_uid); the TCP ones pass the gate's caps.
   const uint64_t refused =
       StatsCounter(raw, "connections_refused") + StatsCounter(raw, "connections_refused_unnamed_uid");
-  // The probe's Watch is gone once the daemon has seen its cancel.
-  CHECK(Eventually([&] { return StatsCounter(raw, "health_watches_open") == 8; }));
+  const uint64_t evicted = StatsCounter(raw, "connections_stranger_evicted");
+  // The probe's Watch is gone once the daemon has seen its cancel; the attacker's were refused on their headers.
+  CHECK(Eventually([&] { return StatsCounter(raw, "health_watches_open") == 0; }));
   const uint64_t watches_open = StatsCounter(raw, "health_watches_open");
   const uint64_t watches_refused = StatsCounter(raw, "health_watches_refused");
   const uint64_t rss_after = RssKib(daemon.pid());
@@ -356,25 +357,25 @@ TEST_CASE(
             << " established, " << tls["watches"] << " streams served, " << tls["watches_refused"] << " refused) and "
             << kFlood << " TLS connections without credentials (" << tls["handshakes"]
             << " finished the TLS and HTTP/2 handshakes, " << tls["handshakes_refused"]
-            << " closed at accept). Daemon: " << open << " connections served, " << refused
-            << " refused; Watch streams " << watches_open << " open, " << watches_refused
-            << " refused. Engine on the socket: Ping " << ping_ms << " ms, Lookup " << lookup_ms
+            << " closed at accept). Daemon: " << open << " connections served, " << refused << " refused at accept, "
+            << evicted << " strangers closed to make room; Watch streams " << watches_open << " open, "
+            << watches_refused << " refused. Engine on the socket: Ping " << ping_ms << " ms, Lookup " << lookup_ms
             << " ms, RegisterRegion " << register_ms << " ms, Store " << store_ms << " ms, health Check " << check_ms
             << " ms, its own Watch's first status " << watch_ms << " ms. RSS " << rss_before / 1024 << " -> "
             << rss_after / 1024 << " MiB\n";
-  // The attacker holds at most the loopback peer's cap (64 by default), whatever addresses it connects from; the
-  // rest was closed at accept; the engine's are a few.
+  // The attacker holds at most the loopback peer's cap (64 by default), whatever addresses it connects from: each
+  // connection past it was closed at accept (the socket's: no principal names the uid) or took the place of the
+  // oldest stranger (TCP); the engine's are a few.
   CHECK(open <= kPerPeer + 8);
-  CHECK(refused >= static_cast<uint64_t>(3 * kFlood + kWatchConnections - kPerPeer));
+  CHECK(refused + evicted >= static_cast<uint64_t>(3 * kFlood + kWatchConnections - kPerPeer));
   CHECK(tls["watch_connections"] == kWatchConnections);
   CHECK(tls["handshakes"] >= 1);
-  CHECK(tls["handshakes"] + tls["watch_connections"] <= kPerPeer);
   CHECK(tls["handshakes"] + tls["handshakes_refused"] == kFlood);
-  // Watch streams: server.max_health_watches_per_peer (8) of them served, the rest refused.
-  CHECK(tls["watches"] == 8);
-  CHECK(tls["watches_refused"] == kFlood - 8);
-  CHECK(watches_open == 8);
-  CHECK(watches_refused >= static_cast<uint64_t>(kFlood - 8));
+  // Watch streams over TCP without credentials: refused on their headers (UNAUTHENTICATED), none served. At
+  // 4054af8 eight were served (server.max_health_watches_per_peer), the rest refused past the cap.
+  CHECK(tls["watches"] == 0);
+  CHECK(tls["watches_refused"] == kFlood);
+  CHECK(watches_open == 0);
   // Generous bounds: these are answered, not timed; the machine is shared. The figures are printed above.
   CHECK(ping_ms < 2000);
   CHECK(lookup_ms < 2000);
@@ -385,15 +386,14 @@ TEST_CASE(
   CHECK(rss_after < rss_before + 128 * 1024);
   CHECK(::kill(daemon.pid(), 0) == 0);
 
-  // A stop, with the attacker still holding everything: the Watch streams are ended at once; connections that
-  // never answer the goodbye are closed after the grace period (server.shutdown_grace_s, 5 s).
+  // A stop, with the attacker still holding everything: connections that never answer the goodbye are closed after
+  // the grace period (server.shutdown_grace_s, 5 s).
   const auto stopping = Clock::now();
   const int stop_status = daemon.Stop();
   const double stop_s = std::chrono::duration<double>(Clock::now() - stopping).count();
   std::cout << "stop with the flood held: " << stop_s << " s, exit status " << stop_status << "\n";
   CHECK(stop_status == 0);
   CHECK(stop_s < 15);
-  CHECK(daemon.log().find("health: 8 Watch streams ended") != std::string::npos);
 
   ::close(peer_out[0]);
   std::filesystem::remove_all(dir);

@@ -40,9 +40,13 @@ std::shared_ptr<grpc::Channel> ChannelTo(const std::string& target) {
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
-// A Check, as a probe makes it: the status's name, or the call's error ("code 5" for NOT_FOUND).
-std::string Check(Health::Stub& health, const std::string& service = "") {
+constexpr const char* kToken = "health-test-token-0123";
+
+// A Check, as a probe makes it: the status's name, or the call's error ("code 5" for NOT_FOUND). Over TCP a probe
+// names itself like any caller (`token`).
+std::string Check(Health::Stub& health, const std::string& service = "", const std::string& token = "") {
   grpc::ClientContext context;
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   HealthCheckRequest request;
   request.set_service(service);
@@ -54,7 +58,8 @@ std::string Check(Health::Stub& health, const std::string& service = "") {
 
 // One Watch stream, read from the test's thread (the client buffers what the daemon sends).
 struct Watch {
-  Watch(Health::Stub& health, const std::string& service = "") {
+  Watch(Health::Stub& health, const std::string& service = "", const std::string& token = "") {
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
     HealthCheckRequest request;
     request.set_service(service);
     reader = health.Watch(&context, request);
@@ -102,13 +107,16 @@ TEST_CASE(
   SpawnedDaemon daemon = StartDaemon({"--config", config});
   RawStubs raw(daemon);
   auto unix_health = Health::NewStub(ChannelTo("unix:" + daemon.socket_path()));
-  // Another peer: the same machine over TCP, counted by its address. Health needs no credentials there either.
+  // Another peer: the same machine over TCP, counted by its address. There health, like every call, names a
+  // principal first (at 4054af8 it needed none, and gRPC read a stranger's message whole: issue 46).
   auto tcp_health = Health::NewStub(ChannelTo("127.0.0.1:" + std::to_string(port)));
 
   CHECK(Check(*unix_health) == "SERVING");
   CHECK(Check(*unix_health, "cake.v1.KvService") == "SERVING");
   CHECK(Check(*unix_health, "cake.v1.AdminService") == "SERVING");
   CHECK(Check(*unix_health, "no.such.Service") == "code 5");  // NOT_FOUND, as the standard says
+  CHECK(Check(*tcp_health) == "code 16");                     // UNAUTHENTICATED
+  CHECK(Check(*tcp_health, "", kToken) == "SERVING");
 
   std::vector<std::unique_ptr<Watch>> mine;
   for (int i = 0; i < 3; ++i) {
@@ -124,10 +132,10 @@ TEST_CASE(
 
   std::vector<std::unique_ptr<Watch>> theirs;
   for (int i = 0; i < 2; ++i) {
-    theirs.push_back(std::make_unique<Watch>(*tcp_health, "cake.v1.KvService"));
+    theirs.push_back(std::make_unique<Watch>(*tcp_health, "cake.v1.KvService", kToken));
     CHECK(theirs.back()->Next() == HealthCheckResponse::SERVING);
   }
-  Watch sixth(*tcp_health);
+  Watch sixth(*tcp_health, "", kToken);
   CHECK_FALSE(sixth.Next().has_value());
   const grpc::Status total = sixth.Finish();
   CHECK(total.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -135,7 +143,7 @@ TEST_CASE(
 
   // Probes go on while every Watch slot is taken.
   CHECK(Check(*unix_health) == "SERVING");
-  CHECK(Check(*tcp_health) == "SERVING");
+  CHECK(Check(*tcp_health, "", kToken) == "SERVING");
   CHECK(StatsCounter(raw, "health_watches_open") == 5);
   CHECK(StatsCounter(raw, "health_watches_refused") == 2);
 
@@ -143,7 +151,7 @@ TEST_CASE(
   Drain(raw, /*resume=*/false);
   for (auto& w : mine) CHECK(w->Next() == HealthCheckResponse::NOT_SERVING);
   for (auto& w : theirs) CHECK(w->Next() == HealthCheckResponse::NOT_SERVING);
-  CHECK(Check(*tcp_health) == "NOT_SERVING");
+  CHECK(Check(*tcp_health, "", kToken) == "NOT_SERVING");
   Drain(raw, /*resume=*/true);
   for (auto& w : mine) CHECK(w->Next() == HealthCheckResponse::SERVING);
 

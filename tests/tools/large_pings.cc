@@ -3,7 +3,10 @@
 // an unknown field, which the daemon's parser keeps whole. The integration suite runs it as another user (gRPC does not
 // survive fork), to see what a caller the daemon does not know can make it hold.
 //
-// cake_large_pings <target: unix:PATH or HOST:PORT> <count> <mib> [<CA file: TLS without a client certificate>]
+// Another method (health, reflection, a Load stream) takes the same bytes: an unknown field is valid in any message.
+//
+// cake_large_pings <target: unix:PATH or HOST:PORT> <count> <mib> [<CA file: TLS without a client certificate, or
+//                  "-" for none> [<method: /package.Service/Method; /cake.v1.AdminService/Ping unless given>]]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -33,12 +36,13 @@ std::string Varint(uint64_t value) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4 && argc != 5) return 64;
+  if (argc < 4 || argc > 6) return 64;
   const std::string target = argv[1];
   const int count = std::atoi(argv[2]);
   const uint64_t bytes = uint64_t(std::atoi(argv[3])) << 20;
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (argc == 5) {
+  const std::string method = argc == 6 ? argv[5] : "/cake.v1.AdminService/Ping";
+  if (argc >= 5 && std::string(argv[4]) != "-") {
     std::stringstream ca;
     ca << std::ifstream(argv[4]).rdbuf();
     grpc::SslCredentialsOptions options;
@@ -69,7 +73,7 @@ int main(int argc, char** argv) {
   const auto started = std::chrono::steady_clock::now();
   for (auto& call : calls) {
     grpc::GenericStub(call->channel)
-        .UnaryCall(&call->context, "/cake.v1.AdminService/Ping", grpc::StubOptions(), &call->request, &call->response,
+        .UnaryCall(&call->context, method, grpc::StubOptions(), &call->request, &call->response,
                    [c = call.get()](grpc::Status s) {
                      c->finished = std::chrono::steady_clock::now();
                      c->done.set_value(std::move(s));
