@@ -607,15 +607,16 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Verify(grpc::CallbackServerContext* 
     // A read checks the chunk's checksum (and decodes it, in a tier with a codec), and the tier itself removes a
     // corrupt one (Tier::Read's DATA_LOSS), so the next load that would have met it computes instead. The reads go
     // through the tier's read cap.
-    std::vector<std::byte> buffer;
     for (const ChunkKey& key : chunks) {
       if (state.stopping) break;
       // The size comes from the tier's metadata, which a hostile store (Redis, files) may have forged: nothing
-      // larger than a chunk may be is ever allocated for it (INVALID_ARGUMENT: unreadable).
-      const absl::Status read = tier->ReadValue(key, state.config.max_chunk_bytes, buffer);
+      // larger than a chunk may be is ever read for it (INVALID_ARGUMENT: unreadable), only what arrives is held,
+      // and only for this chunk; a codec's claim of what it decodes to is checked through a small window.
+      const absl::StatusOr<uint64_t> checked = tier->Check(key, state.config.max_chunk_bytes);
+      const absl::Status read = checked.status();
       if (read.ok()) {
         response->set_chunks_checked(response->chunks_checked() + 1);
-        response->set_bytes_checked(response->bytes_checked() + buffer.size());
+        response->set_bytes_checked(response->bytes_checked() + *checked);
       } else if (absl::IsDataLoss(read)) {
         response->set_chunks_checked(response->chunks_checked() + 1);
         response->set_corrupt_removed(response->corrupt_removed() + 1);

@@ -49,17 +49,32 @@ ZstdContexts& ThreadContexts() {
   return contexts;
 }
 
-// Room for the planes zstd decodes before they are interleaved into the destination; grows to the largest chunk
-// a thread decodes and stays (uninitialized: zeroing it per chunk would cost as much as a plane's decode).
-std::byte* ThreadScratch(size_t bytes) {
-  thread_local std::unique_ptr<std::byte[]> scratch;
-  thread_local size_t capacity = 0;
-  if (capacity < bytes) {
-    scratch.reset(new std::byte[bytes]);
-    capacity = bytes;
+// Room for the planes zstd decodes before they are interleaved into the destination (uninitialized: zeroing it per
+// chunk would cost as much as a plane's decode). A thread keeps one up to kThreadBufferCeiling for its next chunk;
+// a larger one is the call's own, returned when it ends, so a thread that once decoded a huge chunk does not hold
+// it for good.
+class Scratch {
+ public:
+  explicit Scratch(size_t bytes) {
+    if (bytes > kThreadBufferCeiling) {
+      own_.reset(new std::byte[bytes]);
+      at_ = own_.get();
+      return;
+    }
+    thread_local std::unique_ptr<std::byte[]> kept;
+    thread_local size_t capacity = 0;
+    if (capacity < bytes) {
+      kept.reset(new std::byte[bytes]);
+      capacity = bytes;
+    }
+    at_ = kept.get();
   }
-  return scratch.get();
-}
+  std::byte* get() const { return at_; }
+
+ private:
+  std::unique_ptr<std::byte[]> own_;
+  std::byte* at_ = nullptr;
+};
 
 // dst[4i + p] = planes[p][i]. Written as whole 32-bit words so the compiler keeps it branch-free.
 void Interleave(const std::array<const std::byte*, kCodecPlanes>& planes, std::span<std::byte> dst) {
@@ -224,6 +239,58 @@ absl::StatusOr<uint64_t> EncodedRawBytes(std::span<const std::byte> encoded) {
   return header->raw_bytes;
 }
 
+absl::StatusOr<uint64_t> CheckEncodedChunk(std::span<const std::byte> encoded, uint64_t max_raw_bytes) {
+  absl::StatusOr<ParsedHeader> header = ParseHeader(encoded);
+  if (!header.ok()) return header.status();
+  if (header->raw_bytes > max_raw_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the encoded chunk claims to decode to ", header->raw_bytes,
+                                                   " bytes; at most ", max_raw_bytes, " were expected"));
+  }
+  // What DecodeChunk checks, plane by plane, through one small window: however much a frame inflates to, this
+  // holds kWindow bytes of it at a time. The streaming decoder keeps the frame's own window (what its header asks
+  // for, up to kMaxWindowLog: this daemon's encoder asks for far less) in a decoder of the call's own, freed when
+  // it returns.
+  constexpr size_t kWindow = 128 << 10;
+  constexpr int kMaxWindowLog = 24;
+  std::unique_ptr<std::byte[]> window;
+  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx{nullptr, ZSTD_freeDCtx};
+  const std::byte* next = encoded.data() + kCodecHeaderBytes;
+  for (uint32_t p = 0; p < kCodecPlanes; ++p) {
+    const PlaneEntry& plane = header->planes[p];
+    const uint64_t plane_bytes = PlaneBytes(header->raw_bytes, p);
+    if (plane.method == kZstdFrame) {
+      if (ZSTD_findFrameCompressedSize(next, plane.stored_bytes) != plane.stored_bytes ||
+          ZSTD_getFrameContentSize(next, plane.stored_bytes) != plane_bytes) {
+        return absl::DataLossError(absl::StrCat("plane ", p, " is not one zstd frame of ", plane_bytes, " bytes"));
+      }
+      if (dctx == nullptr) {
+        dctx.reset(ZSTD_createDCtx());
+        if (dctx == nullptr) return absl::ResourceExhaustedError("out of memory for a zstd decoder");
+        ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_windowLogMax, kMaxWindowLog);
+        window.reset(new std::byte[kWindow]);
+      }
+      ZSTD_DCtx_reset(dctx.get(), ZSTD_reset_session_only);
+      ZSTD_inBuffer in{next, plane.stored_bytes, 0};
+      uint64_t produced = 0;
+      size_t left = 1;  // ZSTD_decompressStream's hint: 0 once the frame is whole
+      while (left != 0) {
+        ZSTD_outBuffer out{window.get(), kWindow, 0};
+        left = ZSTD_decompressStream(dctx.get(), &out, &in);
+        if (ZSTD_isError(left)) {
+          return absl::DataLossError(absl::StrCat("plane ", p, " does not decode: ", ZSTD_getErrorName(left)));
+        }
+        produced += out.pos;
+        if (produced > plane_bytes || (left != 0 && out.pos == 0 && in.pos == in.size)) break;
+      }
+      if (left != 0 || produced != plane_bytes || in.pos != in.size) {
+        return absl::DataLossError(absl::StrCat("plane ", p, " does not decode to its ", plane_bytes, " bytes"));
+      }
+    }
+    next += plane.stored_bytes;
+  }
+  return header->raw_bytes;
+}
+
 absl::Status DecodeChunk(std::span<const std::byte> encoded, std::span<std::byte> dst) {
   absl::StatusOr<ParsedHeader> header = ParseHeader(encoded);
   if (!header.ok()) return header.status();
@@ -233,7 +300,8 @@ absl::Status DecodeChunk(std::span<const std::byte> encoded, std::span<std::byte
   }
   // Compressed planes decode into scratch (each exactly its plane's length: zstd never writes past the capacity it
   // is given), stored planes are read where they lie, then one pass interleaves them all into dst.
-  std::byte* scratch = ThreadScratch(dst.size());
+  const Scratch kept(dst.size());
+  std::byte* scratch = kept.get();
   std::array<const std::byte*, kCodecPlanes> plane_at{};
   const std::byte* next = encoded.data() + kCodecHeaderBytes;
   size_t scratch_at = 0;

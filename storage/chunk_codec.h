@@ -54,6 +54,15 @@ std::vector<std::byte> EncodeChunk(ChunkCodec codec, std::span<const std::byte> 
 // daemon does not know (another daemon's: not corrupt).
 absl::StatusOr<uint64_t> EncodedRawBytes(std::span<const std::byte> encoded);
 
+// What a thread keeps between calls for decoding (and a codec tier for the encoded value it reads): a chunk
+// larger than this gets buffers of its own for the call, so no thread holds more for good, whatever it once read.
+inline constexpr size_t kThreadBufferCeiling = size_t{64} << 20;
+
+// Whether encoded decodes, as DecodeChunk would judge it, without producing the chunk: each zstd plane is inflated
+// through a small window, so the memory it takes is independent of what the header claims. The raw length, or the
+// errors of DecodeChunk; INVALID_ARGUMENT when the header claims more than max_raw_bytes.
+absl::StatusOr<uint64_t> CheckEncodedChunk(std::span<const std::byte> encoded, uint64_t max_raw_bytes);
+
 // Decodes into dst, which must be exactly the raw length (INVALID_ARGUMENT otherwise, dst untouched). Errors as
 // EncodedRawBytes, and DATA_LOSS for a plane that does not decode to exactly its length (a truncated or forged
 // zstd frame, trailing bytes). Never writes outside dst, whatever the encoded bytes say.

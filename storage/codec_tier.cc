@@ -17,11 +17,19 @@ constexpr std::string_view kPlanesZstdTag("planes-zstd/v1\0\0", 16);
 static_assert(kPlanesZstdTag.size() == kChunkKeyBytes);
 
 // The encoded value a thread last read, reused: a load's chunks are megabytes, and a fresh buffer per read would
-// fault them in every time.
+// fault them in every time. Past kThreadBufferCeiling it is given back when the read ends (ReleaseIfLarge), so a
+// thread that once read a huge value (a forger's, within a chunk's bound) does not hold it for good.
 std::vector<std::byte>& ThreadEncodedBuffer() {
   thread_local std::vector<std::byte> buffer;
   return buffer;
 }
+
+struct ReleaseIfLarge {
+  std::vector<std::byte>& buffer;
+  ~ReleaseIfLarge() {
+    if (buffer.capacity() > kThreadBufferCeiling) std::vector<std::byte>().swap(buffer);
+  }
+};
 
 uint64_t MicrosecondsSince(std::chrono::steady_clock::time_point start) {
   return static_cast<uint64_t>(
@@ -50,8 +58,9 @@ std::vector<bool> CodecTier::ContainsEach(std::span<const ChunkKey> keys) const 
 
 absl::Status CodecTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
   std::vector<std::byte>& encoded = ThreadEncodedBuffer();
+  const ReleaseIfLarge release{encoded};
   // INVALID_ARGUMENT when it holds more than any encoding of dst.size() bytes: a chunk of another size, the
-  // caller's mistake as in Read.
+  // caller's mistake as far as a tier can tell (TierManager, whose callers pass the namespace's chunk, removes it).
   const absl::Status read = TierDecorator::ReadValue(StoredKey(key, codec_), MaxEncodedBytes(dst.size()), encoded);
   if (!read.ok()) return read;
   return Decode(key, encoded, dst);
@@ -59,6 +68,7 @@ absl::Status CodecTier::Read(const ChunkKey& key, std::span<std::byte> dst) {
 
 absl::Status CodecTier::ReadValue(const ChunkKey& key, uint64_t max_bytes, std::vector<std::byte>& out) {
   std::vector<std::byte>& encoded = ThreadEncodedBuffer();
+  const ReleaseIfLarge release{encoded};
   const absl::Status read = TierDecorator::ReadValue(StoredKey(key, codec_), MaxEncodedBytes(max_bytes), encoded);
   if (!read.ok()) return read;
   const absl::StatusOr<uint64_t> raw_bytes = EncodedRawBytes(encoded);
@@ -68,6 +78,23 @@ absl::Status CodecTier::ReadValue(const ChunkKey& key, uint64_t max_bytes, std::
   }
   if (raw_bytes.ok()) out.resize(*raw_bytes);
   return Decode(key, encoded, out);  // an undecodable header is judged there
+}
+
+absl::StatusOr<uint64_t> CodecTier::Check(const ChunkKey& key, uint64_t max_bytes) {
+  std::vector<std::byte> encoded;  // the call's own: returned when it ends
+  const absl::Status read = TierDecorator::ReadValue(StoredKey(key, codec_), MaxEncodedBytes(max_bytes), encoded);
+  if (!read.ok()) return read;
+  const absl::StatusOr<uint64_t> checked = CheckEncodedChunk(encoded, max_bytes);
+  if (absl::IsDataLoss(checked.status())) return RemoveUndecodable(key, std::string(checked.status().message()));
+  if (absl::IsFailedPrecondition(checked.status())) other_codec_++;
+  return checked;
+}
+
+absl::Status CodecTier::RemoveUndecodable(const ChunkKey& key, const std::string& why) {
+  spdlog::warn("{} tier: chunk {} does not decode ({}); removing it", name(), key.Hex(), why);
+  (void)TierDecorator::Remove(StoredKey(key, codec_));
+  undecodable_removed_++;
+  return absl::DataLossError(absl::StrCat("chunk ", key.Hex(), ": ", why, "; removed"));
 }
 
 absl::Status CodecTier::Decode(const ChunkKey& key, std::span<const std::byte> encoded, std::span<std::byte> dst) {
@@ -81,11 +108,7 @@ absl::Status CodecTier::Decode(const ChunkKey& key, std::span<const std::byte> e
       return decoded;
     case absl::StatusCode::kDataLoss:
       // It passed the tier's checksum, so it was stored this way: whoever stored it, no read will decode it.
-      spdlog::warn("{} tier: chunk {} does not decode ({}); removing it", name(), key.Hex(),
-                   std::string(decoded.message()));
-      (void)TierDecorator::Remove(StoredKey(key, codec_));
-      undecodable_removed_++;
-      return absl::DataLossError(absl::StrCat("chunk ", key.Hex(), ": ", decoded.message(), "; removed"));
+      return RemoveUndecodable(key, std::string(decoded.message()));
     case absl::StatusCode::kFailedPrecondition:
       other_codec_++;
       return decoded;

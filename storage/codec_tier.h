@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 
 #include "storage/chunk_codec.h"
 #include "storage/tier.h"
@@ -29,6 +30,9 @@ class CodecTier final : public TierDecorator {
   // Reads the encoded value (at most MaxEncodedBytes(dst.size()), whatever the tier says) and decodes it into dst.
   absl::Status Read(const ChunkKey& key, std::span<std::byte> dst) override;
   absl::Status ReadValue(const ChunkKey& key, uint64_t max_bytes, std::vector<std::byte>& out) override;
+  // Reads the encoded value into a buffer of the call's own and checks that it decodes (CheckEncodedChunk) without
+  // producing the chunk; a value that does not decode is removed, as Read would.
+  absl::StatusOr<uint64_t> Check(const ChunkKey& key, uint64_t max_bytes) override;
   absl::Status Write(const ChunkKey& key, std::span<const std::byte> src) override;
   absl::Status Remove(const ChunkKey& key) override;
   // A raw chunk's footprint at worst (its encoding never compressed).
@@ -45,6 +49,9 @@ class CodecTier final : public TierDecorator {
  private:
   // Decodes the inner tier's value for key into dst, counting it; removes a value that does not decode.
   absl::Status Decode(const ChunkKey& key, std::span<const std::byte> encoded, std::span<std::byte> dst);
+  // Removes the value stored for key, which passed the tier's checksum and still does not decode (whoever stored it,
+  // no read will decode it), and says so: DATA_LOSS.
+  absl::Status RemoveUndecodable(const ChunkKey& key, const std::string& why);
 
   const ChunkCodec codec_;
   std::atomic<uint64_t> chunks_encoded_{0};

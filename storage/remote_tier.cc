@@ -397,6 +397,26 @@ absl::Status RemoteTier::ReadValue(const ChunkKey& key, uint64_t max_bytes, std:
     return absl::InvalidArgumentError(absl::StrCat("chunk ", key.Hex(), " holds ", header->payload_length,
                                                    " bytes; at most ", max_bytes, " were expected"));
   }
+  // The parts must be there before anything is allocated for them: a header that claims a large payload with no
+  // parts behind it (a forger's, or one whose parts Redis evicted) costs a pipeline of STRLEN (at most
+  // max_bytes / kMinRemotePartBytes commands), not a zero-filled buffer of the size it claims.
+  std::vector<RedisCommand> lengths;
+  lengths.reserve(header->parts);
+  for (uint32_t i = 0; i < header->parts; ++i) lengths.push_back(Impl::Cmd("STRLEN", names.part(i)));
+  auto sizes = impl.redis_->Execute(lengths);
+  if (!sizes.ok()) return sizes.status();
+  uint64_t present = 0;
+  for (const auto& size : *sizes) {
+    if (size != nullptr && size->type == REDIS_REPLY_INTEGER && size->integer > 0) {
+      present += static_cast<uint64_t>(size->integer);
+    }
+  }
+  if (present != header->payload_length) {
+    (void)impl.DeleteChunk(names, header->parts);
+    impl.corrupt_removed_++;
+    return absl::DataLossError(absl::StrCat("remote chunk ", key.Hex(), ": its header claims ", header->payload_length,
+                                            " bytes; its parts hold ", present, "; removed"));
+  }
   out.resize(header->payload_length);
   return Read(key, out);
 }

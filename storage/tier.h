@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "keys/namespace.h"
 
 namespace cake {
@@ -66,6 +67,16 @@ class Tier {
   virtual absl::Status ReadValue(const ChunkKey& key, uint64_t max_bytes, std::vector<std::byte>& out) {
     (void)key, (void)max_bytes, (void)out;
     return absl::UnimplementedError("this tier cannot read a value of unknown size");
+  }
+  // Reads the value as ReadValue would and checks it (its checksum; in a tier with a codec, that it decodes) without
+  // keeping it: what Verify runs over every chunk a scan lists. The value's size (raw, for a codec), or ReadValue's
+  // errors. Memory: what arrives from the medium, returned before this returns (a codec inflates through a small
+  // window, whatever length its header claims). Decorators do not forward it: this default reads through the
+  // outermost tier's ReadValue, so a read cap applies; CodecTier, outermost where it is used, overrides it.
+  virtual absl::StatusOr<uint64_t> Check(const ChunkKey& key, uint64_t max_bytes) {
+    std::vector<std::byte> value;
+    if (absl::Status read = ReadValue(key, max_bytes, value); !read.ok()) return read;
+    return value.size();
   }
   // Stores a copy of src under key; a key names its content, so writing an existing key keeps one copy.
   // RESOURCE_EXHAUSTED: it does not fit, even after evicting everything evictable.

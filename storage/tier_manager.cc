@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "spdlog/spdlog.h"
+#include "storage/chunk_codec.h"
 
 namespace cake {
 
@@ -198,10 +199,20 @@ absl::Status TierManager::Read(TierKind kind, const ChunkKey& key, std::span<std
   Entry* e = Find(kind);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no ", TierKindName(kind), " tier is configured"));
   const bool fastest = e == tiers_.front().get();
+  const bool quantized = !fastest && format.lossy();
+  if (quantized && format.raw_bytes() != dst.size()) {  // the caller's mistake, not the value's
+    return absl::InvalidArgumentError(
+        absl::StrCat("a chunk of this namespace is ", format.raw_bytes(), " bytes; the destination has ", dst.size()));
+  }
   if (fastest) AwaitArrival(key);
   const auto started = std::chrono::steady_clock::now();
-  absl::Status status =
-      fastest || !format.lossy() ? e->tier->Read(key, dst) : ReadQuantized(*e->tier, key, dst, format);
+  absl::Status status = quantized ? ReadQuantized(*e->tier, key, dst, format) : e->tier->Read(key, dst);
+  if (absl::IsInvalidArgument(status)) {
+    spdlog::warn("{} tier: chunk {} is not a chunk of its namespace's size ({}); removing it",
+                 std::string(e->tier->name()), key.Hex(), std::string(status.message()));
+    (void)e->tier->Remove(key);
+    status = absl::DataLossError(absl::StrCat("chunk ", key.Hex(), ": ", status.message(), "; removed"));
+  }
   e->io.read_seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   if (status.ok()) {
     e->io.read_hits.fetch_add(1, std::memory_order_relaxed);
@@ -233,7 +244,13 @@ absl::Status TierManager::ReadQuantized(Tier& tier, const ChunkKey& key, std::sp
     return absl::InvalidArgumentError(
         absl::StrCat("a chunk of this namespace is ", format.raw_bytes(), " bytes; the destination has ", dst.size()));
   }
-  thread_local std::vector<std::byte> encoded;  // reused: chunks are megabytes
+  // Reused: chunks are megabytes; past kThreadBufferCeiling given back when the read ends.
+  thread_local std::vector<std::byte> encoded;
+  struct ReleaseIfLarge {
+    ~ReleaseIfLarge() {
+      if (encoded.capacity() > kThreadBufferCeiling) std::vector<std::byte>().swap(encoded);
+    }
+  } release;
   CAKE_RETURN_IF_ERROR(tier.ReadValue(key, format.encoded_bytes(), encoded));
   absl::Status decoded = DecodeLossy(encoded, dst);
   if (absl::IsDataLoss(decoded) || absl::IsInvalidArgument(decoded)) {

@@ -75,7 +75,9 @@ class TierManager {
 
   // Reads from `kind`'s tier; any error means the chunk is a miss for this load (the engine computes it). `format`
   // is how the namespace's chunks are stored below the fastest tier: a lossy one's are decoded into dst (and a
-  // value that does not decode is removed: DATA_LOSS).
+  // value that does not decode is removed: DATA_LOSS). dst is the namespace's chunk, and a key names its
+  // namespace: a value the tier finds of another size (INVALID_ARGUMENT) was not stored for this key, and is
+  // removed (DATA_LOSS), or every later load would fail on it again.
   absl::Status Read(TierKind kind, const ChunkKey& key, std::span<std::byte> dst, const LossyFormat& format = {});
   // `kind`'s own bytes of the chunk (Tier::Lend, through the tier's decorators); nullptr when it cannot lend.
   std::shared_ptr<const std::span<const std::byte>> Lend(TierKind kind, const ChunkKey& key);

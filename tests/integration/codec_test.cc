@@ -1,11 +1,20 @@
 // The chunk codec through real daemons: a disk tier and a remote tier with codec = "planes-zstd" store chunks
 // encoded and load them back byte for byte (after a restart, and from another daemon sharing the Redis), and a
 // daemon without the codec never takes the encoded chunks for raw bytes: they are misses it computes.
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
 
+#include "storage/codec_tier.h"
 #include "storage/lossy_codec.h"
+#include "storage/remote_codec.h"
+#include "storage/remote_tier.h"
 #include "testing/redis_process.h"
 #include "tests/integration/fixture.h"
+#include "tests/storage/codec_test_util.h"
+#include "tests/storage/tier_test_util.h"
 
 using namespace cake;
 using namespace cake::testing;
@@ -184,4 +193,66 @@ TEST_CASE("a lossy precision for an integer dtype is INVALID_ARGUMENT naming the
   REQUIRE_FALSE(lookup.ok());
   CHECK(lookup.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(lookup.status().message()), Catch::Contains("stored_precision"));
+}
+
+TEST_CASE(
+    "five Verifies of a hostile Redis's 1 GiB claims (a header without parts, valid 33 KB encodings of zeros) leave "
+    "the daemon's memory where it was",
+    "[codec][remote][hostile]") {
+  auto redis = RedisServer::Start();
+  REQUIRE(redis.ok());
+  // What a hostile Redis holds under the daemon's key prefix: three valid encodings of 1 GiB of zeros (33 KB each,
+  // sealed with valid remote checksums) and a header claiming a 1 GiB payload with no parts behind it.
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  {
+    RemoteTier::Options options;
+    options.endpoints = {redis->address()};
+    options.key_prefix = "cake:";
+    options.max_chunk_bytes = kGiB;
+    auto planter = RemoteTier::Open(options);
+    REQUIRE(planter.ok());
+    const std::vector<std::byte> zeros = EncodedZeros(kGiB);
+    for (uint32_t i = 0; i < 3; ++i) {
+      REQUIRE((*planter)->Write(CodecTier::StoredKey(TestKey(i), ChunkCodec::kPlanesZstd), zeros).ok());
+    }
+    RemoteHeader header;
+    header.key = CodecTier::StoredKey(TestKey(9), ChunkCodec::kPlanesZstd);
+    header.payload_length = kGiB;
+    header.part_bytes = options.part_bytes;
+    header.parts = static_cast<uint32_t>(RemotePartCount(kGiB, options.part_bytes));
+    REQUIRE(redis->Command({"SET", "cake:{" + header.key.Hex() + "}:h", EncodeRemoteHeader(header)}).ok());
+  }
+  auto daemon = StartDaemon({"--remote", redis->address(), "--remote-codec", "planes-zstd"});
+  RawStubs raw(daemon);
+  auto rss_mib = [&](const char* field) -> uint64_t {
+    std::ifstream status("/proc/" + std::to_string(daemon.pid()) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind(field, 0) == 0) return std::stoull(line.substr(std::strlen(field))) / 1024;
+    }
+    return uint64_t{0};
+  };
+  std::ofstream("/proc/" + std::to_string(daemon.pid()) + "/clear_refs") << "5";
+  const uint64_t baseline = rss_mib("VmRSS:");
+  std::string figures;
+  for (int round = 0; round < 5; ++round) {
+    grpc::ClientContext context;
+    v1::VerifyRequest request;
+    request.set_tier(v1::TIER_REMOTE);
+    v1::VerifyResponse response;
+    const grpc::Status status = raw.admin->Verify(&context, request, &response);
+    REQUIRE(status.ok());
+    CHECK(response.chunks_checked() == (round == 0 ? 4u : 3u));
+    CHECK(response.bytes_checked() == 3 * kGiB);
+    CHECK(response.corrupt_removed() == (round == 0 ? 1u : 0u));
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    figures += " " + std::to_string(rss_mib("VmRSS:"));
+    // At 4054af8 each Verify left about a GiB more (4.1 GB after four with the forged header; 3.09 GB for the three
+    // encodings).
+    CHECK(rss_mib("VmRSS:") < baseline + 32);
+  }
+  const uint64_t peak = rss_mib("VmHWM:");
+  std::cout << "5 Verifies of the remote tier (three 1 GiB zero encodings, a forged 1 GiB header): daemon RSS "
+            << baseline << " MiB before, 1 s after each:" << figures << " MiB; peak " << peak << " MiB\n";
+  CHECK(peak < baseline + 64);
 }

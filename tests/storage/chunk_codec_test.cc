@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "tests/storage/codec_test_util.h"
 #include "tests/storage/tier_test_util.h"
 
 namespace cake {
@@ -199,6 +200,45 @@ TEST_CASE("chunk codec: a zstd frame that decodes to more than its plane is DATA
   GuardedDestination out(small);
   CHECK(DecodeChunk(spliced, out.span()).code() == absl::StatusCode::kDataLoss);
   CHECK(out.guards_intact());
+}
+
+}  // namespace cake
+
+namespace cake {
+
+TEST_CASE("chunk codec: a check judges as a decode does through a small window, whatever the header claims") {
+  // Three kinds of value, each judged alike by DecodeChunk (into a destination of its length) and CheckEncodedChunk.
+  const auto good = EncodeChunk(ChunkCodec::kPlanesZstd, TestBf16Value(3, 100003));
+  REQUIRE(CheckEncodedChunk(good, 1 << 20).value() == 100003);
+  auto truncated = good;
+  truncated.resize(truncated.size() - 1);
+  CHECK(CheckEncodedChunk(truncated, 1 << 20).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(CheckEncodedChunk(good, 100002).status().code() == absl::StatusCode::kInvalidArgument);
+
+  // 1 GiB of zeros in about 33 KB, as a hostile Redis or a planted file can hold it. At 4054af8 Verify decoded it
+  // into a buffer of 1 GiB, and its thread kept a 1 GiB scratch for good.
+  const std::vector<std::byte> bomb = testing::EncodedZeros(uint64_t{1} << 30);
+  INFO("encoded " << bomb.size() << " bytes");
+  CHECK(bomb.size() < (64 << 10));
+  testing::ResetPeakRss();
+  const uint64_t peak_before = testing::PeakRssMib();
+  CHECK(CheckEncodedChunk(bomb, uint64_t{1} << 30).value() == uint64_t{1} << 30);
+  CHECK(CheckEncodedChunk(bomb, (uint64_t{1} << 30) - 1).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(testing::PeakRssMib() < peak_before + 16);
+  // A plane whose frame says one length and inflates to another (the last plane's frame spliced from a larger
+  // encoding) is DATA_LOSS for both.
+  const std::vector<std::byte> small = testing::EncodedZeros(4 << 20);
+  const std::vector<std::byte> larger = testing::EncodedZeros(8 << 20);
+  std::vector<std::byte> spliced(small.begin(),
+                                 small.end() - static_cast<ptrdiff_t>(GetLe<uint64_t>(small, PlaneLengthAt(3))));
+  const uint64_t last = GetLe<uint64_t>(larger, PlaneLengthAt(3));
+  spliced.insert(spliced.end(), larger.end() - static_cast<ptrdiff_t>(last), larger.end());
+  PutLe<uint64_t>(spliced, PlaneLengthAt(3), last);
+  CHECK(CheckEncodedChunk(spliced, 8 << 20).status().code() == absl::StatusCode::kDataLoss);
+  std::vector<std::byte> dst(4 << 20);
+  CHECK(DecodeChunk(spliced, dst).code() == absl::StatusCode::kDataLoss);
+  CHECK(CheckEncodedChunk(small, 4 << 20).value() == (4 << 20));
+  CHECK(DecodeChunk(small, dst).ok());
 }
 
 }  // namespace cake

@@ -5,14 +5,19 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "storage/disk/disk_tier.h"
+#include "storage/dram_tier.h"
+#include "storage/remote_codec.h"
 #include "storage/remote_tier.h"
 #include "testing/redis_process.h"
+#include "tests/storage/codec_test_util.h"
 #include "tests/storage/tier_test_util.h"
 
 namespace cake {
@@ -128,7 +133,8 @@ TEST_CASE("codec tier: another codec version is a miss that leaves the value alo
   CHECK(Own(t.codec->Stats(), "codec_other_codec_skipped") == 1);
 }
 
-TEST_CASE("codec tier: a stored value larger than any encoding of the chunk is refused before it is read") {
+TEST_CASE(
+    "codec tier: a stored value larger than any encoding of the chunk is refused before it is read, and removed") {
   CodecOverDisk t;
   const ChunkKey key = TestKey(5);
   const ChunkKey stored = CodecTier::StoredKey(key, ChunkCodec::kPlanesZstd);
@@ -163,6 +169,79 @@ TEST_CASE("codec tier: over Redis a forged value is removed and a good one reads
   CHECK_FALSE(raw->Contains(forged));
   REQUIRE(codec.Remove(TestKey(6)).ok());
   CHECK_FALSE(codec.Contains(TestKey(6)));
+}
+
+}  // namespace cake
+
+namespace cake {
+
+TEST_CASE(
+    "codec tier: a hostile Redis's 1 GiB claims (a header with no parts, valid 33 KB encodings of zeros) cost a "
+    "check no lasting memory and the forgery is removed") {
+  static absl::StatusOr<RedisServer> server = RedisServer::Start();
+  REQUIRE(server.ok());
+  RemoteTier::Options options;
+  options.endpoints = {server->address()};
+  options.key_prefix = "codec-bomb:";
+  options.max_chunk_bytes = uint64_t{1} << 30;
+  auto remote = RemoteTier::Open(options);
+  REQUIRE(remote.ok());
+  RemoteTier* raw = remote->get();
+  CodecTier codec(std::move(remote).value(), ChunkCodec::kPlanesZstd);
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  const std::vector<std::byte> zeros = testing::EncodedZeros(kGiB);
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(raw->Write(CodecTier::StoredKey(TestKey(40 + i), ChunkCodec::kPlanesZstd), zeros).ok());
+  // A header sealed with a valid checksum that claims a 1 GiB payload, and no parts behind it.
+  const ChunkKey forged = CodecTier::StoredKey(TestKey(50), ChunkCodec::kPlanesZstd);
+  RemoteHeader header;
+  header.key = forged;
+  header.payload_length = kGiB;
+  header.part_bytes = options.part_bytes;
+  header.parts = static_cast<uint32_t>(RemotePartCount(kGiB, options.part_bytes));
+  REQUIRE(server->Command({"SET", "codec-bomb:{" + forged.Hex() + "}:h", EncodeRemoteHeader(header)}).ok());
+  REQUIRE(raw->Contains(forged));
+
+  testing::ResetPeakRss();
+  const uint64_t rss_before = testing::RssMib();
+  const uint64_t peak_before = testing::PeakRssMib();
+  // Five rounds, as five Verifies would run them. At 4054af8 each left a 1 GiB decode scratch on its thread, and the
+  // forged header was zero-filled to 1 GiB before its parts were found missing.
+  for (int round = 0; round < 5; ++round) {
+    for (int i = 0; i < 3; ++i) CHECK(codec.Check(TestKey(40 + i), kGiB).value() == kGiB);
+    if (round == 0) {
+      CHECK(codec.Check(TestKey(50), kGiB).status().code() == absl::StatusCode::kDataLoss);
+    } else {
+      CHECK(codec.Check(TestKey(50), kGiB).status().code() == absl::StatusCode::kNotFound);
+    }
+  }
+  const uint64_t peak_after = testing::PeakRssMib(), rss_after = testing::RssMib();
+  std::cout << "5 checks of three 1 GiB zero encodings (" << zeros.size() << " bytes each) and a forged 1 GiB "
+            << "header: peak RSS " << peak_before << " -> " << peak_after << " MiB, RSS " << rss_before << " -> "
+            << rss_after << " MiB\n";
+  CHECK(peak_after < peak_before + 32);
+  CHECK(rss_after < rss_before + 16);
+  CHECK_FALSE(raw->Contains(forged));
+  CHECK(server->Command({"EXISTS", "codec-bomb:{" + forged.Hex() + "}:h"}).value() == "0");
+}
+
+TEST_CASE("codec tier: a thread keeps no buffer past the ceiling once a large chunk is read") {
+  CodecTier codec(std::make_unique<DramTier>(uint64_t{512} << 20, false), ChunkCodec::kPlanesZstd);
+  const size_t large = kThreadBufferCeiling + (32 << 20);
+  {
+    const std::vector<std::byte> value(large, std::byte{0});
+    REQUIRE(codec.Write(TestKey(60), value).ok());
+  }
+  const uint64_t rss_before = testing::RssMib();
+  std::thread reader([&] {
+    std::vector<std::byte> out(large);
+    REQUIRE(codec.Read(TestKey(60), out).ok());
+    CHECK(out == std::vector<std::byte>(large, std::byte{0}));
+    std::vector<std::byte>().swap(out);
+    // At 4054af8 the thread's decode scratch (the chunk's size) stayed for as long as the thread.
+    CHECK(testing::RssMib() < rss_before + 16);
+  });
+  reader.join();
 }
 
 }  // namespace cake

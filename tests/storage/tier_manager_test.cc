@@ -172,3 +172,26 @@ TEST_CASE("tier manager: kind names", "[tier_manager]") {
 }
 
 }  // namespace cake
+
+namespace cake {
+
+TEST_CASE("tier manager: a stored value of another size than its chunk is removed when a load reads it",
+          "[tier_manager]") {
+  TwoTiers t;
+  // What a forger (or a bug) left under two chunks' keys, one per tier: shorter and longer than the chunk.
+  REQUIRE(t.dram->Write(TestKey(1), TestValue(1, kBytes - 1)).ok());
+  REQUIRE(t.disk->Write(TestKey(2), TestValue(2, kBytes + 1)).ok());
+  std::vector<std::byte> dst(kBytes);
+  // At 4054af8 INVALID_ARGUMENT, and the value stayed for every later load to fail on again.
+  CHECK(t.manager.Read(TierKind::kDram, TestKey(1), dst).code() == absl::StatusCode::kDataLoss);
+  CHECK(t.manager.Read(TierKind::kDisk, TestKey(2), dst).code() == absl::StatusCode::kDataLoss);
+  CHECK_FALSE(t.dram->Contains(TestKey(1)));
+  CHECK_FALSE(t.disk->Contains(TestKey(2)));
+  // A value of the chunk's size reads as ever.
+  const auto value = TestValue(3, kBytes);
+  REQUIRE(t.disk->Write(TestKey(3), value).ok());
+  REQUIRE(t.manager.Read(TierKind::kDisk, TestKey(3), dst).ok());
+  CHECK(dst == value);
+}
+
+}  // namespace cake
