@@ -79,6 +79,9 @@ struct DaemonConfig {
   uint32_t max_regions_per_client = 64;
   uint32_t max_regions = 1024;                            // all clients together
   uint64_t max_total_region_bytes = uint64_t{512} << 30;  // all clients together
+  // One principal's regions together; 0: three quarters of max_total_region_bytes (every principal's client ids
+  // are its own to pick, so only a per-principal bound keeps one from taking every region byte).
+  uint64_t max_region_bytes_per_principal = 0;
   uint32_t max_concurrent_loads = 256;
   // Of those, what one principal (in single-user mode: one local uid) and one client of a principal may run at
   // once, so no caller can hold every slot by keeping its loads alive. Above max_concurrent_loads: no finer cap.
@@ -136,6 +139,9 @@ struct DaemonConfig {
   // A Load stream that has sent no Start for this long is ended (DEADLINE_EXCEEDED). The Python client opens one
   // stream ahead of its next load and retires it after 20 s unused: keep this above that.
   uint32_t load_start_timeout_ms = 60000;
+  // Load streams open without a Start, in all and per principal (each costs gRPC's call state, about 19 KB).
+  uint32_t max_unstarted_streams = 1024;
+  uint32_t max_unstarted_streams_per_principal = 256;
   // Chunk bytes all inline loads together may hold, read and not yet handed to gRPC; past it, their reads wait.
   uint64_t max_inline_bytes = uint64_t{512} << 20;
   // Of that, what one principal's inline loads may hold, so one caller that reads slowly cannot make every other

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/shared_pool.h"
 #include "base/socket_folder.h"
 #include "base/status_macros.h"
 #include "cake/v1/admin.grpc.pb.h"
@@ -42,8 +43,15 @@ absl::StatusOr<uint64_t> LoadTracker::TryAdd(const LoadCaps& caps, LoadOwner own
         absl::StrCat("the daemon is running limits.max_concurrent_loads (", caps.total, ") loads; retry shortly"));
   }
   uint32_t& principal_loads = per_principal_[owner.fairness_key];
-  if (principal_loads >= caps.per_principal) {
+  const SharedPool slots{caps.total, caps.per_principal};
+  const SharedPool::Verdict verdict = slots.Check(loads_.size(), principal_loads, 1);
+  if (verdict != SharedPool::Verdict::kFits) {
     if (principal_loads == 0) per_principal_.erase(owner.fairness_key);
+    if (verdict == SharedPool::Verdict::kReserved) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          owner.fairness_key, " is running ", principal_loads, " loads and the daemon ", loads_.size(), " of ",
+          caps.total, " (limits.max_concurrent_loads): ", slots.ReserveNote("slots"), " loads; retry shortly"));
+    }
     return absl::ResourceExhaustedError(absl::StrCat(owner.fairness_key,
                                                      " is running limits.max_concurrent_loads_per_principal (",
                                                      caps.per_principal, ") loads; end one, or retry shortly"));

@@ -27,6 +27,7 @@
 #include "server/prefetcher.h"
 #include "server/region_registry.h"
 #include "server/unix_listener.h"
+#include "server/unstarted_streams.h"
 #include "storage/tier_manager.h"
 
 namespace cake {
@@ -138,9 +139,11 @@ struct DaemonState {
         access_(std::make_shared<const AccessPolicy>(std::move(access_policy))),
         tiers(TierManager::Options{c.write_back_queue_bytes, c.dram_promotion_queue_bytes, c.remote_promote_to_disk,
                                    c.write_back_threads}),
-        regions(RegionRegistry::Limits{c.max_region_bytes, c.max_regions_per_client, c.cuda_max_region_bytes,
-                                       c.max_regions, c.max_total_region_bytes,
-                                       std::chrono::milliseconds(c.region_lease_ms)}),
+        regions(RegionRegistry::Limits{
+            c.max_region_bytes, c.max_regions_per_client, c.cuda_max_region_bytes, c.max_regions,
+            c.max_total_region_bytes, std::chrono::milliseconds(c.region_lease_ms),
+            c.max_region_bytes_per_principal != 0 ? c.max_region_bytes_per_principal
+                                                  : c.max_total_region_bytes - c.max_total_region_bytes / 4}),
         pool(static_cast<int>(c.io_threads), size_t{c.max_concurrent_loads} * c.max_load_window + 1024, c.arbiter,
              std::chrono::milliseconds(c.arbiter_starvation_ms)) {
     // A region is unmapped (or cudaFree'd) on a background thread, never on the gRPC or I/O thread that let it go.
@@ -200,6 +203,7 @@ struct DaemonState {
       config.max_inline_bytes,
       config.max_inline_bytes_per_principal};  // before the pools: queued reads hold loads that use it
   LoadTracker loads;
+  UnstartedStreams unstarted_streams{config.max_unstarted_streams, config.max_unstarted_streams_per_principal};
   ComputeModels compute_models;
   TimerThread timers;  // the loads' idle watches and re-checks
   // Device regions: whether this daemon serves them (cuda.enabled, the build, a device), why not otherwise, and

@@ -72,9 +72,13 @@ absl::StatusOr<LoadRequest> ParseLoadStart(const v1::LoadStart& start, const Cal
   out.hint_first_chunk_s = start.compute_first_chunk_s();
   out.hint_growth_s = start.compute_growth_s();
   out.computed_through = start.computed_through();
-  out.fairness_key =
-      caller.policy->single_tenant() && caller.unix_socket ? absl::StrCat("uid ", caller.uid) : caller.principal->name;
+  out.fairness_key = FairnessKey(caller);
   return out;
+}
+
+std::string FairnessKey(const Caller& caller) {
+  return caller.policy->single_tenant() && caller.unix_socket ? absl::StrCat("uid ", caller.uid)
+                                                              : caller.principal->name;
 }
 
 absl::StatusOr<StoreRequestChecked> ParseStore(const v1::StoreRequest& request, const Caller& caller,

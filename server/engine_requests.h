@@ -47,6 +47,10 @@ struct LoadRequest {
   bool inline_bytes() const { return !region.has_value(); }
 };
 
+// Whom the daemon's shared pools (load slots, inline bytes, unstarted streams) count a caller against: its
+// principal, or in single-user mode its uid ("uid N"), so one local user cannot hold every slot.
+std::string FairnessKey(const Caller& caller);
+
 // INVALID_ARGUMENT (or OUT_OF_RANGE, PERMISSION_DENIED, FAILED_PRECONDITION, NOT_FOUND for a region) naming the
 // field and the limit, for a Start the daemon will not serve; UNAVAILABLE while it drains. `identify_again` says
 // who the caller is now, asked when the access policy was reloaded since `caller` was established.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/shared_pool.h"
+
 namespace cake {
 
 bool InlineBudget::TakeOrWait(uint64_t bytes, std::function<void()> on_room, const std::string& holder) {
@@ -13,7 +15,11 @@ bool InlineBudget::TakeOrWait(uint64_t bytes, std::function<void()> on_room, con
   // holder), so no load waits for ever.
   const bool fits_all = held_ + bytes <= capacity_ || held_ == 0;
   const bool fits_share = holder_held + bytes <= per_holder_capacity_ || holder_held == 0;
-  if (fits_all && fits_share) {
+  // The last eighth waits for holders that hold little: a few slow readers cannot leave the next caller nothing.
+  const bool fits_reserve =
+      SharedPool{capacity_, per_holder_capacity_}.Check(held_, holder_held, bytes) != SharedPool::Verdict::kReserved ||
+      holder_held == 0;
+  if (fits_all && fits_share && fits_reserve) {
     held_ += bytes;
     held_by_[holder] = holder_held + bytes;
     return true;

@@ -18,9 +18,11 @@ class LoadReactor final : public grpc::ServerBidiReactor<v1::LoadRequest, v1::Lo
     }
     // Asked again only inside OnRequest, that is inside a read callback, while the context is alive.
     auto identify_again = [context, &state] { return IdentifyCaller(*context, state); };
-    stream_ = std::make_shared<LoadStream>(state, state.timers, std::move(caller), identify_again, context->peer());
-    stream_->Open(this);
-    StartRead(&request_);
+    // Not make_shared: a timer's weak reference would keep the whole object's memory (one allocation with the
+    // count) until the timer fires, up to loader.start_timeout_ms after a cancelled stream ended.
+    stream_ = std::shared_ptr<LoadStream>(
+        new LoadStream(state, state.timers, std::move(caller), identify_again, context->peer()));
+    if (stream_->Open(this)) StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {

@@ -16,14 +16,24 @@ LoadStream::LoadStream(DaemonState& state, Timers& timers, absl::StatusOr<Caller
       idle_(timers),
       tally_(state) {}
 
-void LoadStream::Open(LoadStreamSink* sink) {
+bool LoadStream::Open(LoadStreamSink* sink) {
   {
     MutexLock lock(&abort_mu_);
     abortable_ = sink;
   }
-  MutexLock lock(&mu_);
+  Event event(this);
   sink_ = sink;
+  // A caller the daemon refused is ended at Start (StartLocked); one it knows holds a place until then.
+  if (who_.caller.ok()) {
+    auto slot = state_.unstarted_streams.Take(FairnessKey(*who_.caller));
+    if (!slot.ok()) {
+      FinishLocked(slot.status());
+      return false;
+    }
+    unstarted_.emplace(std::move(*slot));
+  }
   WatchIdleLocked();
+  return true;
 }
 
 bool LoadStream::OnRequest(const v1::LoadRequest& request) {
@@ -105,6 +115,7 @@ std::optional<LoadSummary> LoadStream::Describe() {
 // Checks the request, admits the load and, once the tiers say how much of the prompt is cached, plans it. A lookup
 // that needs Redis finishes on a network-call thread: a frozen remote delays this load, never a gRPC thread.
 absl::Status LoadStream::StartLocked(const v1::LoadStart& start) {
+  unstarted_.reset();
   CAKE_RETURN_IF_ERROR(who_.caller.status());  // not an engine of this daemon: nothing of the request is read
   CAKE_ASSIGN_OR_RETURN(LoadRequest request, ParseLoadStart(start, *who_.caller, who_.identify_again, state_));
   // Admitted before any tier is asked: a caller past its caps costs the daemon no lookup. Ended from outside
@@ -409,6 +420,7 @@ void LoadStream::FinishLocked(const absl::Status& status) {
   if (finish_) return;
   LearnComputeLocked();
   finish_ = status;
+  unstarted_.reset();
   if (cursor_) UpdateRemainingLocked();
   cancelled_.store(true, std::memory_order_relaxed);
   outbox_.Clear();

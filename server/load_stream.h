@@ -52,7 +52,9 @@ class LoadStream : public std::enable_shared_from_this<LoadStream> {
 
   // Writes go to `sink` from now until RpcDone. A client that opens a stream and sends no Start (the Python client
   // keeps one open ahead of its next load; a hostile one may open thousands) is held to loader.start_timeout_ms.
-  void Open(LoadStreamSink* sink);
+  // Returns whether to read requests: false when the stream was ended at once (past loader.max_unstarted_streams
+  // or its per-principal share; the sink was told).
+  bool Open(LoadStreamSink* sink);
   // Returns whether to read the next message. A client that half-closes the stream has released it, as Release.
   bool OnRequest(const v1::LoadRequest& request);
   void OnWriteDone(bool ok);
@@ -154,6 +156,8 @@ class LoadStream : public std::enable_shared_from_this<LoadStream> {
   std::shared_ptr<IoGroup> io_group_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<IoGroup> network_io_group_ ABSL_GUARDED_BY(mu_);
   std::optional<InlineWindow> inline_ ABSL_GUARDED_BY(mu_);  // inline loads only
+  // Its place among the streams waiting for a Start, from Open until its Start or its end.
+  std::optional<UnstartedStreams::Slot> unstarted_ ABSL_GUARDED_BY(mu_);
   LoadTally tally_ ABSL_GUARDED_BY(mu_);
   LoadOutbox outbox_ ABSL_GUARDED_BY(mu_);
   // Submitted to the I/O pool, or being promoted from the window, not yet back.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/random_id.h"
+#include "base/shared_pool.h"
 #include "base/status_macros.h"
 #include "regions/cuda_backend.h"
 
@@ -37,7 +38,13 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const Region
     MutexLock lock(&mu_);
     uint32_t held = 0, held_released = 0;
     uint64_t held_released_bytes = 0;
+    Pending principal;  // what the caller's principal holds, all its clients together, and is registering
+    if (auto p = pending_by_principal_.find(owner.principal); p != pending_by_principal_.end()) principal = p->second;
     for (const auto& [id, e] : regions_) {
+      if (e.owner.principal == owner.principal) {
+        ++principal.regions;
+        principal.bytes += e.region->size();
+      }
       if (!(e.owner == owner)) continue;
       ++held;
       if (e.released) {
@@ -62,14 +69,46 @@ absl::StatusOr<RegionRegistry::Registered> RegionRegistry::Register(const Region
           " bytes (limits.max_total_region_bytes); ", held_bytes_ + pending_bytes_, " are held",
           ReleasedInUseNote(released_in_use_, released_in_use_bytes_)));
     }
+    const std::string who = owner.principal.empty() ? "this principal" : "principal " + owner.principal;
+    const SharedPool region_bytes{limits_.max_total_region_bytes, limits_.max_region_bytes_per_principal};
+    switch (region_bytes.Check(held_bytes_ + pending_bytes_, principal.bytes, bytes)) {
+      case SharedPool::Verdict::kFits:
+      case SharedPool::Verdict::kPoolFull:  // judged above, with its own message
+        break;
+      case SharedPool::Verdict::kHolderFull:
+        return absl::ResourceExhaustedError(
+            absl::StrCat("a region of ", bytes, " bytes would take ", who, "'s regions (all its clients') past ",
+                         limits_.max_region_bytes_per_principal, " bytes (limits.max_region_bytes_per_principal); ",
+                         principal.bytes, " are held"));
+      case SharedPool::Verdict::kReserved:
+        return absl::ResourceExhaustedError(
+            absl::StrCat(who, " holds ", principal.bytes, " region bytes and the daemon ", held_bytes_ + pending_bytes_,
+                         " of ", limits_.max_total_region_bytes,
+                         " (limits.max_total_region_bytes): ", region_bytes.ReserveNote("bytes"), "; release one"));
+    }
+    const SharedPool region_count{limits_.max_regions};
+    if (region_count.Check(regions_.size() + pending_regions_, principal.regions, 1) ==
+        SharedPool::Verdict::kReserved) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          who, " holds ", principal.regions, " regions and the daemon ", regions_.size() + pending_regions_, " of ",
+          limits_.max_regions, " (limits.max_regions): ", region_count.ReserveNote("regions"), "; release one"));
+    }
     ++pending_regions_;
     pending_bytes_ += bytes;
+    Pending& mine = pending_by_principal_[owner.principal];
+    ++mine.regions;
+    mine.bytes += bytes;
   }
   auto created =
       on_device ? CreateCudaRegion(bytes, placement.device) : CreateHostRegion(bytes, placement.shared_with_uid);
   MutexLock lock(&mu_);
   --pending_regions_;
   pending_bytes_ -= bytes;
+  if (auto p = pending_by_principal_.find(owner.principal); p != pending_by_principal_.end()) {
+    --p->second.regions;
+    p->second.bytes -= bytes;
+    if (p->second.regions == 0) pending_by_principal_.erase(p);
+  }
   if (!created.ok()) return created.status();
   Registered out{"r-" + RandomHex128(), std::shared_ptr<Region>(created->release(), RegionDeleter{disposer_})};
   held_bytes_ += out.region->size();

@@ -57,6 +57,9 @@ class RegionRegistry {
     uint64_t max_total_region_bytes = uint64_t{512} << 30;
     // How long a region outlives its owner's last call naming it (Register, Renew, ReserveWindow, Get, Size).
     std::chrono::milliseconds lease{30000};
+    // One principal's regions together (all its clients'). Bytes and counts alike, the last eighth of the
+    // daemon's (max_total_region_bytes, max_regions) is kept for principals that hold little (SharedPool).
+    uint64_t max_region_bytes_per_principal = UINT64_MAX;
   };
   using Placement = RegionPlacement;
   explicit RegionRegistry(const Limits& limits, Clock* clock = Clock::Real()) : limits_(limits), clock_(clock) {}
@@ -207,6 +210,12 @@ class RegionRegistry {
   // pass them together.
   uint32_t pending_regions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Registrations under way, per principal: counted against its share like the regions it holds.
+  struct Pending {
+    uint32_t regions = 0;
+    uint64_t bytes = 0;
+  };
+  absl::flat_hash_map<std::string, Pending> pending_by_principal_ ABSL_GUARDED_BY(mu_);
   uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // released regions in use included
   uint32_t released_in_use_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t released_in_use_bytes_ ABSL_GUARDED_BY(mu_) = 0;

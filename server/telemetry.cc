@@ -44,6 +44,8 @@ constexpr MetricDef kConnections{
     "closed at accept; refused_unnamed_uid: from a uid no principal names, closed at accept; stranger_evicted: a TCP "
     "connection on which no call had named a principal, closed to make room for a newer one; stranger_timed_out: "
     "one closed for naming none within tcp.identify_timeout_ms)"};
+constexpr MetricDef kLoadStreamsUnstarted{"load_streams_unstarted", kGauge,
+                                          "Load streams open without a Start (loader.max_unstarted_streams)"};
 constexpr MetricDef kHealthWatchesOpen{"health_watches_open", kGauge, "Health Watch streams open now"};
 constexpr MetricDef kHealthWatchesRefused{
     "health_watches_refused", kCounter,
@@ -119,6 +121,7 @@ constexpr const MetricDef* kNamedMetrics[] = {&kReadFailuresByCode,
                                               &kRegionBytesReleasedInUse,
                                               &kInlineBytesHeld,
                                               &kConnectionsOpen,
+                                              &kLoadStreamsUnstarted,
                                               &kConnections,
                                               &kHealthWatchesOpen,
                                               &kHealthWatchesRefused,
@@ -179,6 +182,7 @@ void CollectDaemon(const DaemonState& state, Telemetry& out) {
   out.Add(kRegionBytes, static_cast<double>(regions.bytes));
   out.Add(kRegionBytesReleasedInUse, static_cast<double>(regions.released_in_use_bytes));
   out.Add(kInlineBytesHeld, static_cast<double>(state.inline_budget.held()));
+  out.Add(kLoadStreamsUnstarted, static_cast<double>(state.unstarted_streams.open()));
   if (ConnectionGate* gate = state.connection_gate; gate != nullptr) {
     out.Add(kConnectionsOpen, static_cast<double>(gate->open()));
     out.Add(kConnections, static_cast<double>(gate->admitted()), {"admitted"});

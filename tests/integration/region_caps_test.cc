@@ -9,10 +9,11 @@ namespace {
 
 constexpr uint64_t kChunkBytes = 256 * kSmallBytesPerToken;
 
-// A daemon whose regions may hold 4 chunks' bytes, all clients together.
+// A daemon whose regions may hold 4 chunks' bytes, all clients together (and this test's one principal all of them).
 SpawnedDaemon StartCappedDaemon(const std::vector<std::string>& extra_args = {}) {
   auto config = WriteFile("/tmp", "cake-region-caps-" + std::to_string(getpid()) + ".toml",
-                          "[limits]\nmax_total_region_bytes = " + std::to_string(4 * kChunkBytes) + "\n");
+                          "[limits]\nmax_total_region_bytes = " + std::to_string(4 * kChunkBytes) +
+                              "\nmax_region_bytes_per_principal = " + std::to_string(4 * kChunkBytes) + "\n");
   std::vector<std::string> args = {"--config", config};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   auto daemon = StartDaemon(args);

@@ -400,7 +400,9 @@ TEST_CASE(
     INFO(failures);
     // At 4054af8 the 64 filled the loopback peer's cap and the token client got UNAVAILABLE until they left.
     CHECK(answered == 10);
-    if (held == 1024) CHECK(evicted >= 1024 - 64);
+    // Each stranger past the host's 64 took the place of an older one, or found room one closed for naming no one
+    // within the (short) identify timeout of this test had left.
+    if (held == 1024) CHECK(evicted + StatsCounter(raw, "connections_stranger_timed_out") >= 1024 - 64);
   }
   // Strangers are closed once tcp.identify_timeout_ms has passed; the token client's connection stays.
   CHECK(Eventually([&] { return StatsCounter(raw, "connections_stranger_timed_out") >= 1; },

@@ -10,16 +10,16 @@ namespace cake {
 
 TEST_CASE("inline budget: takes what fits, queues the rest, and wakes every waiter when bytes come back",
           "[inline-budget]") {
-  InlineBudget budget(10);
+  InlineBudget budget(16);  // the last 2 bytes kept for holders holding none (SharedPool)
   int woken_a = 0, woken_b = 0;
   CHECK(budget.TakeOrWait(6, [] { FAIL("not queued"); }));
-  CHECK(budget.TakeOrWait(4, [] { FAIL("not queued"); }));
-  CHECK(budget.held() == 10);
+  CHECK(budget.TakeOrWait(8, [] { FAIL("not queued"); }));
+  CHECK(budget.held() == 14);
   CHECK_FALSE(budget.TakeOrWait(1, [&] { ++woken_a; }));
   CHECK_FALSE(budget.TakeOrWait(5, [&] { ++woken_b; }));
-  CHECK(budget.held() == 10);  // a refused take holds nothing
+  CHECK(budget.held() == 14);  // a refused take holds nothing
 
-  budget.Give(4);
+  budget.Give(8);
   CHECK(budget.held() == 6);
   CHECK(woken_a == 1);  // each waiter is called once, and tries again itself
   CHECK(woken_b == 1);
@@ -81,6 +81,24 @@ TEST_CASE("inline budget: one holder's share leaves room for the others, and its
       5, [] { FAIL("not queued"); }, "big-chunks"));  // larger than the share: alone, it goes
   budget.Give(4, "slow");
   CHECK(budget.held() == 0);
+}
+
+TEST_CASE("inline budget: two holders cannot take the whole budget: a third still gets bytes", "[inline-budget]") {
+  // Issue 46, item 6: at 4054af8 two principals that read slowly held all of loader.max_inline_bytes between them
+  // (each up to its three-quarter share), and every other principal's inline loads waited.
+  InlineBudget budget(64, 48);
+  CHECK(budget.TakeOrWait(
+      48, [] { FAIL("not queued"); }, "a"));
+  CHECK(budget.TakeOrWait(
+      8, [] { FAIL("not queued"); }, "b"));
+  bool b_woken = false;
+  CHECK_FALSE(budget.TakeOrWait(
+      8, [&] { b_woken = true; }, "b"));  // the last eighth is kept
+  CHECK(budget.TakeOrWait(
+      8, [] { FAIL("not queued"); }, "c"));  // for one that holds none
+  CHECK(budget.held() == 64);
+  budget.Give(8, "c");
+  CHECK(b_woken);
 }
 
 }  // namespace cake

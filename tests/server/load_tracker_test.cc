@@ -98,4 +98,32 @@ TEST_CASE("load tracker: a reloaded policy ends the loads of callers it no longe
   }
 }
 
+TEST_CASE("load tracker: two principals cannot take every load slot: a third still starts loads", "[load-tracker]") {
+  // Issue 46, item 6: at 4054af8 two principals together took all 256 slots (192 and 64), and a third got
+  // RESOURCE_EXHAUSTED until theirs ended.
+  LoadTracker tracker;
+  const LoadCaps caps{256, 192, 256};
+  Recorded r;
+  for (int i = 0; i < 192; ++i) REQUIRE(tracker.TryAdd(caps, Owner("a", "x"), r.Cancel()).ok());
+  int b = 0;
+  absl::Status b_refused;
+  while (true) {
+    auto added = tracker.TryAdd(caps, Owner("b", "x"), r.Cancel());
+    if (!added.ok()) {
+      b_refused = added.status();
+      break;
+    }
+    ++b;
+  }
+  CHECK(b == 256 - 192 - 32);  // the last eighth is kept
+  CHECK(b_refused.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(b_refused.message()), Catch::Contains("kept for principals holding under 4"));
+  // Every newcomer gets slots from it, up to a sixty-fourth each: eight more principals at least.
+  for (const char* newcomer : {"c", "d", "e", "f", "g", "h", "i", "j"}) {
+    INFO(newcomer);
+    CHECK(tracker.TryAdd(caps, Owner(newcomer, "x"), r.Cancel()).ok());
+  }
+  CHECK(tracker.active() == 192 + 32 + 8);
+}
+
 }  // namespace cake

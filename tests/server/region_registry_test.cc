@@ -262,6 +262,42 @@ TEST_CASE("region registry: caps over every client bound clients that rotate the
   CHECK(registry.Register("d", 4096).ok());  // room again
 }
 
+TEST_CASE("region registry: one principal cannot take every region byte, and two leave room for a third", "[regions]") {
+  // Issue 46, item 7: at 4054af8 one principal (any number of client ids) took the whole max_total_region_bytes.
+  RegionRegistry::Limits limits = SmallLimits();
+  limits.max_regions_per_client = 64;
+  limits.max_total_region_bytes = 64 * 4096;
+  limits.max_region_bytes_per_principal = 48 * 4096;
+  RegionRegistry registry(limits);
+  int a = 0;
+  absl::Status a_refused;
+  for (int client = 0;; ++client) {
+    auto added = registry.Register(RegionOwner("a", "engine-" + std::to_string(client)), 4096);
+    if (!added.ok()) {
+      a_refused = added.status();
+      break;
+    }
+    ++a;
+  }
+  CHECK(a == 48);
+  CHECK_THAT(std::string(a_refused.message()), Catch::Contains("limits.max_region_bytes_per_principal"));
+  int b = 0;
+  absl::Status b_refused;
+  while (true) {
+    auto added = registry.Register(RegionOwner("b", "engine"), 4096);
+    if (!added.ok()) {
+      b_refused = added.status();
+      break;
+    }
+    ++b;
+  }
+  CHECK(b == 64 - 48 - 8);  // the last eighth is kept for principals holding under a sixty-fourth
+  CHECK_THAT(std::string(b_refused.message()), Catch::Contains("kept for principals holding under 4096"));
+  auto c = registry.Register(RegionOwner("c", "engine"), 4096);
+  CHECK(c.ok());
+  CHECK(registry.total_bytes() == (48 + 8 + 1) * 4096);
+}
+
 TEST_CASE("region registry: Clear drops every region", "[regions]") {
   RegionRegistry registry(SmallLimits());
   REQUIRE(registry.Register("a", 4096).ok());
