@@ -148,7 +148,30 @@ def _find_socket():
         return path
     if refusals:
         raise CakeError(grpc.StatusCode.FAILED_PRECONDITION, "no usable daemon socket. " + ". ".join(refusals))
-    return _socket_candidates(euid, os.environ)[0]
+    own = _socket_candidates(euid, os.environ)[0]
+    try:
+        _claim_own_folder(os.path.dirname(own), euid)
+    except _Refused as refused:
+        raise CakeError(grpc.StatusCode.FAILED_PRECONDITION, f"no usable daemon socket. {refused}") from None
+    return own
+
+
+def _claim_own_folder(folder, euid):
+    """Makes this user's own socket folder, closed to others, before the client waits there for a daemon: gRPC
+    connects (and reconnects) to whatever socket is at the path, and where the folder's parent is open to all
+    (/tmp), another user who made the folder first could put a socket of its own in it while the client waits, and
+    be sent every prompt. A folder this user made (mode 0700, in a sticky /tmp that no one else may rename it out
+    of) holds only what this user (or root) puts there; its daemon uses it as its own. One that appeared meanwhile
+    is judged by the daemon's rule (_Refused when it breaks it)."""
+    try:
+        os.mkdir(folder, 0o700)
+        return
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise _Refused(f"the socket folder {folder} cannot be made: {error.strerror}; {_OWN_SOCKET_REMEDY}") from None
+    if not _check_socket_folder(folder, euid, _OWN_SOCKET_REMEDY):
+        raise _Refused(f"the socket folder {folder} vanished while it was being made; {_OWN_SOCKET_REMEDY}")
 
 
 def default_socket_path():

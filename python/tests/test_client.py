@@ -5,6 +5,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from concurrent import futures
@@ -302,6 +303,67 @@ def test_a_squatted_fallback_without_a_system_daemon_is_a_clear_error(another_us
     assert squatter is None or squatter.calls == []
     # Never handed out for display either: the system daemon's path instead.
     assert cake.default_socket_path() != os.path.join(folder, "caked.sock")
+
+
+def _as_attacker(action):
+    """Runs `action` (no arguments) in a child process as ATTACKER_UID; returns what it returned, or the error."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            os.setgid(ATTACKER_UID)
+            os.setuid(ATTACKER_UID)
+            result = repr(action())
+        except Exception as error:  # noqa: BLE001: the child reports whatever stopped it
+            result = f"{type(error).__name__}: {error}"
+        os.write(write, result.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the attacker is another local user, which needs root to become")
+def test_a_client_waiting_for_its_daemon_holds_its_fallback_folder_so_no_other_user_can_answer_in_its_place(
+        another_user, monkeypatch):
+    # Issue 46, item 5: at 4054af8 a client made while no daemon socket existed connected to whatever socket another
+    # user created at /tmp/cake-<uid>/caked.sock during its connect wait, and sent it the prompt's tokens.
+    folder, elsewhere, squat = another_user
+    monkeypatch.setattr(cake.client, "SYSTEM_SOCKET", os.path.join(elsewhere, "no-system-daemon.sock"),
+                        raising=False)
+    assert not os.path.exists(folder)
+    client = cake.Client(connect_timeout_s=None)  # waits for a daemon that is not there yet
+    try:
+        assert client.socket_path == os.path.join(folder, "caked.sock")
+        st = os.lstat(folder)
+        assert stat.S_ISDIR(st.st_mode) and st.st_mode & 0o7777 == 0o700  # made by the client, closed to others
+        # The attacker can neither make the folder nor put a socket of its own in it.
+        made = _as_attacker(lambda: os.mkdir(folder, 0o777))
+        assert made.startswith("FileExistsError"), made
+
+        def listen():
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(os.path.join(folder, "caked.sock"))
+            return "listening"
+
+        bound = _as_attacker(listen)
+        assert bound.startswith("PermissionError"), bound
+        assert not os.path.exists(os.path.join(folder, "caked.sock"))
+    finally:
+        client.close()
+
+
+def test_a_fallback_folder_another_user_made_while_the_client_looked_is_refused(another_user, monkeypatch):
+    # The same race, one step earlier: the folder appears between the client's look and its own mkdir.
+    folder, elsewhere, squat = another_user
+    os.mkdir(folder, 0o777)
+    os.chown(folder, ATTACKER_UID, ATTACKER_UID)
+    with pytest.raises(cake.client._Refused) as refused:
+        cake.client._claim_own_folder(folder, OTHER_USER)
+    assert f"belongs to another user (uid {ATTACKER_UID})" in str(refused.value)
 
 
 def test_the_users_own_closed_fallback_folder_is_used_and_an_explicit_socket_as_given(another_user, monkeypatch,
