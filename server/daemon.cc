@@ -114,12 +114,19 @@ size_t LoadTracker::CancelUsingRegion(const std::string& region_id, const absl::
 size_t LoadTracker::CancelRevoked(const AccessPolicy& policy) {
   return CancelIf([&](const LoadOwner& owner) -> std::optional<absl::Status> {
     absl::StatusOr<Caller> now = policy.Identify(owner.peer);
-    if (now.ok() && now->principal->name == owner.principal && now->principal->Has(Role::kEngine)) {
-      return std::nullopt;
+    const std::string who = owner.principal.empty() ? "this caller" : owner.principal;
+    if (!now.ok() || now->principal->name != owner.principal || !now->principal->Has(Role::kEngine)) {
+      return absl::PermissionDeniedError(absl::StrCat("the daemon's access policy was reloaded and no longer lets ",
+                                                      who, " load; the load is ended: compute the rest of the prompt"));
     }
-    return absl::PermissionDeniedError(absl::StrCat("the daemon's access policy was reloaded and no longer lets ",
-                                                    owner.principal.empty() ? "this caller" : owner.principal,
-                                                    " load; the load is ended: compute the rest of the prompt"));
+    const Principal& principal = *now->principal;
+    if (!owner.tenant.empty() && !principal.any_tenant &&
+        std::find(principal.tenants.begin(), principal.tenants.end(), owner.tenant) == principal.tenants.end()) {
+      return absl::PermissionDeniedError(absl::StrCat("the daemon's access policy was reloaded and no longer gives ",
+                                                      who, " the tenant \"", owner.tenant,
+                                                      "\"; the load is ended: compute the rest of the prompt"));
+    }
+    return std::nullopt;
   });
 }
 

@@ -63,6 +63,7 @@ struct LoadOwner {
   std::string region_id;  // empty for inline loads
   PeerFacts peer;         // as the daemon saw the caller at Start, to ask a reloaded policy again
   std::string principal;  // the name the policy gave the caller at Start
+  std::string tenant;     // the load's namespace's tenant, which a reloaded policy may take from the principal
 };
 
 // How many loads run at once: all together, per principal (fairness key) and per client of one principal.

@@ -152,8 +152,8 @@ absl::StatusOr<LoadLanding> ReserveLanding(RegionRegistry& regions, const LoadRe
 absl::StatusOr<uint64_t> AdmitLoad(DaemonState& state, const LoadRequest& request, const Caller& caller,
                                    std::weak_ptr<LoadStream> stream) {
   const DaemonConfig& config = state.config;
-  LoadOwner owner{request.fairness_key, request.client_id, request.region ? request.region->region_id : "", caller.peer,
-                  caller.principal->name};
+  LoadOwner owner{request.fairness_key, request.client_id,      request.region ? request.region->region_id : "",
+                  caller.peer,          caller.principal->name, request.ns.spec().tenant};
   absl::StatusOr<uint64_t> ticket = state.loads.TryAdd(
       LoadCaps{config.max_concurrent_loads, config.max_concurrent_loads_per_principal,
                config.max_concurrent_loads_per_client},

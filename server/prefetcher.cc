@@ -4,6 +4,7 @@
 #include <iterator>
 #include <utility>
 
+#include "base/shared_pool.h"
 #include "spdlog/spdlog.h"
 #include "storage/tier_manager.h"
 
@@ -13,7 +14,7 @@ Prefetcher::Prefetcher(Options options, TierManager& tiers, SubmitIdle submit, C
     : options_(options), tiers_(tiers), submit_(std::move(submit)), counters_(counters), clock_(clock) {}
 
 uint32_t Prefetcher::Prefetch(std::span<const ChunkKey> keys, std::span<const TierKind> tiers, uint64_t chunk_bytes,
-                              const LossyFormat& format) {
+                              const LossyFormat& format, const std::string& tenant) {
   uint32_t queued = 0;
   MutexLock lock(&mu_);
   if (stopped_) return 0;
@@ -22,14 +23,18 @@ uint32_t Prefetcher::Prefetch(std::span<const ChunkKey> keys, std::span<const Ti
   uint64_t over_budget = 0;
   for (size_t c = std::min(keys.size(), tiers.size()); c-- > 0;) {
     if (tiers[c] == TierKind::kDram || tiers[c] == TierKind::kNone || entries_.contains(keys[c])) continue;
-    if (held_bytes_ + chunk_bytes > options_.max_bytes) {
+    const SharedPool budget{options_.max_bytes, options_.max_bytes - options_.max_bytes / 4};
+    uint64_t& mine = held_by_tenant_[tenant];
+    if (budget.Check(held_bytes_, mine, chunk_bytes) != SharedPool::Verdict::kFits) {
       // The tail is queued first, so what the budget leaves out is the head: the part an engine computes first.
+      if (mine == 0) held_by_tenant_.erase(tenant);
       ++over_budget;
       continue;
     }
-    entries_.emplace(keys[c], Entry{State::kQueued, tiers[c], chunk_bytes, now, format});
+    entries_.emplace(keys[c], Entry{State::kQueued, tiers[c], chunk_bytes, now, format, tenant});
     queue_.push_back(keys[c]);
     held_bytes_ += chunk_bytes;
+    mine += chunk_bytes;
     ++queued;
   }
   Bump(counters_.prefetch_chunks_queued, queued);
@@ -131,6 +136,10 @@ void Prefetcher::Expire() {
 
 void Prefetcher::ForgetLocked(absl::flat_hash_map<ChunkKey, Entry>::iterator it) {
   held_bytes_ -= it->second.bytes;
+  if (auto mine = held_by_tenant_.find(it->second.tenant); mine != held_by_tenant_.end()) {
+    mine->second -= std::min(mine->second, it->second.bytes);
+    if (mine->second == 0) held_by_tenant_.erase(mine);
+  }
   entries_.erase(it);
 }
 

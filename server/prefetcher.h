@@ -13,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <span>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -45,8 +46,11 @@ class Prefetcher {
   // Queues the chunks of the cached prefix (`tiers[c]` holds chunk c, the fastest tier first) that only slower
   // tiers hold, the highest first, as far as the budget allows; returns how many it queued.
   // `format` is how the namespace's chunks are stored in the slower tiers (quantized, for a lossy namespace).
+  // `tenant` is whom the chunks count against: one tenant holds at most three quarters of prefetch.max_bytes, and
+  // the last eighth is kept for tenants holding little (SharedPool), so one tenant's prefetches cannot starve
+  // another's.
   uint32_t Prefetch(std::span<const ChunkKey> keys, std::span<const TierKind> tiers, uint64_t chunk_bytes,
-                    const LossyFormat& format = {});
+                    const LossyFormat& format = {}, const std::string& tenant = "");
   // A load of `keys` started: copied (and being copied) chunks count as used, queued ones are dropped (the load
   // reads them itself, in its own order).
   void LoadStarted(std::span<const ChunkKey> keys);
@@ -71,6 +75,7 @@ class Prefetcher {
     uint64_t bytes = 0;
     TimePoint since;  // queued, or copied
     LossyFormat format;
+    std::string tenant;
   };
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Copy(const ChunkKey& key, TierKind from, uint64_t bytes, const LossyFormat& format);
@@ -85,6 +90,7 @@ class Prefetcher {
   absl::flat_hash_map<ChunkKey, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::deque<ChunkKey> queue_ ABSL_GUARDED_BY(mu_);  // the order to copy in; keys no longer queued are skipped
   uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, uint64_t> held_by_tenant_ ABSL_GUARDED_BY(mu_);
   uint32_t copying_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -218,7 +218,9 @@ grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* con
   const bool prefetch = request->prefetch() && state_.config.prefetch_enabled;
   auto prompt_keys = std::make_shared<const std::vector<ChunkKey>>(*std::move(keys));
   const LossyFormat stored_format = LossyFormat::Of(ns->spec());
-  auto answer = [this, response, prefetch, prompt_keys, stored_format](const TierManager::PrefixLookup& lookup) {
+  const std::string tenant = ns->spec().tenant;
+  auto answer = [this, response, prefetch, prompt_keys, stored_format,
+                 tenant](const TierManager::PrefixLookup& lookup) {
     const std::vector<TierKind> tiers = lookup.Prefix();
     response->set_cached_chunks(static_cast<uint32_t>(tiers.size()));
     response->mutable_chunk_tiers()->Reserve(static_cast<int>(tiers.size()));
@@ -228,7 +230,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* con
     // Queues the copies and returns: they run on idle I/O threads, never on this one.
     if (prefetch)
       response->set_prefetch_chunks(
-          state_.prefetcher.Prefetch(*prompt_keys, tiers, response->chunk_bytes(), stored_format));
+          state_.prefetcher.Prefetch(*prompt_keys, tiers, response->chunk_bytes(), stored_format, tenant));
   };
   auto lookup = std::make_shared<TierManager::PrefixLookup>(state_.tiers.LookupPrefixInMemory(*prompt_keys));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

@@ -1,8 +1,11 @@
 #include "storage/lossy_codec.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -263,11 +266,22 @@ absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte
                                             " bytes; this one is ", encoded.size(), " (truncated?)"));
   }
   const std::byte* scales = h + kLossyHeaderBytes;
+  // Every value decodes to q * scale in fp32 (|q| <= Q), then rounds to the dtype: a scale with Q * scale at or past
+  // the value that rounds to inf (fp16: 65520; bf16: half an ulp past its largest; fp32: inf) would hand the engine
+  // an inf, or a NaN later. An honest encoding never has one: its scale is a group's largest magnitude over Q.
+  const float q_max = format.precision == StoredPrecision::kInt8 ? 127.0f : 7.0f;
+  const float rounds_to_inf = format.dtype == DType::kFp16   ? 65520.0f
+                              : format.dtype == DType::kBf16 ? std::bit_cast<float>(uint32_t{0x7F7F8000})
+                                                             : std::numeric_limits<float>::infinity();
   for (uint64_t g = 0; g < groups; ++g) {
     float scale;
     std::memcpy(&scale, scales + g * sizeof(float), sizeof(scale));
     if (!(scale >= 0) || !std::isfinite(scale)) {
       return absl::DataLossError(absl::StrCat("group ", g, " has the scale ", scale));
+    }
+    if (!(q_max * scale < rounds_to_inf)) {
+      return absl::DataLossError(
+          absl::StrCat("group ", g, " has the scale ", scale, ", whose values would decode past the dtype's range"));
     }
   }
   const std::byte* values = scales + groups * sizeof(float);
@@ -277,6 +291,29 @@ absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte
     DecodeAll<StoredPrecision::kInt4>(format.dtype, scales, values, groups, format.head_dim, dst.data());
   }
   return absl::OkStatus();
+}
+
+absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte> dst, const LossyFormat& expected) {
+  if (encoded.size() >= kLossyHeaderBytes && std::memcmp(encoded.data(), kLossyMagic.data(), kLossyMagic.size()) == 0 &&
+      GetLe<uint32_t>(encoded.data() + 8) == kLossyVersion) {
+    const std::byte* h = encoded.data();
+    const uint32_t said[] = {GetLe<uint32_t>(h + 12), GetLe<uint32_t>(h + 16), GetLe<uint32_t>(h + 20),
+                             GetLe<uint32_t>(h + 24), GetLe<uint32_t>(h + 28), GetLe<uint32_t>(h + 32)};
+    const uint32_t want[] = {static_cast<uint32_t>(expected.precision),
+                             static_cast<uint32_t>(expected.dtype),
+                             expected.layers,
+                             expected.kv_heads,
+                             expected.head_dim,
+                             expected.tokens};
+    static constexpr const char* kField[] = {"precision", "dtype", "layers", "kv_heads", "head_dim", "tokens"};
+    for (size_t i = 0; i < std::size(said); ++i) {
+      if (said[i] != want[i]) {
+        return absl::DataLossError(absl::StrCat("a quantized chunk whose header says ", kField[i], " ", said[i],
+                                                "; the namespace's is ", want[i]));
+      }
+    }
+  }
+  return DecodeLossy(encoded, dst);
 }
 
 }  // namespace cake

@@ -53,7 +53,11 @@ std::vector<std::byte> EncodeLossy(const LossyFormat& format, std::span<const st
 
 // Decodes into dst, which must be exactly the raw size the header describes (INVALID_ARGUMENT otherwise, dst
 // untouched). DATA_LOSS: not an encoding (magic, sizes that disagree with the header, a scale that is negative or
-// not finite). FAILED_PRECONDITION: a version this daemon does not know. Never writes outside dst.
+// not finite, or so large that a value would decode to inf in the dtype). FAILED_PRECONDITION: a version this
+// daemon does not know. Never writes outside dst.
 absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte> dst);
+// The same for a chunk of the namespace whose format is `expected`: a header that says another precision, dtype or
+// shape is DATA_LOSS (it was not stored for this namespace, whatever its size), before anything is decoded.
+absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte> dst, const LossyFormat& expected);
 
 }  // namespace cake

@@ -252,7 +252,7 @@ absl::Status TierManager::ReadQuantized(Tier& tier, const ChunkKey& key, std::sp
     }
   } release;
   CAKE_RETURN_IF_ERROR(tier.ReadValue(key, format.encoded_bytes(), encoded));
-  absl::Status decoded = DecodeLossy(encoded, dst);
+  absl::Status decoded = DecodeLossy(encoded, dst, format);
   if (absl::IsDataLoss(decoded) || absl::IsInvalidArgument(decoded)) {
     // It passed the tier's checksum and still is not this namespace's encoding: whoever stored it, no read will
     // decode it.

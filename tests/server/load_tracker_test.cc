@@ -14,8 +14,9 @@ PeerFacts UnixPeer(uid_t uid) {
   return facts;
 }
 
-LoadOwner Owner(std::string principal, std::string client, std::string region = "", uid_t uid = 61001) {
-  return LoadOwner{principal, std::move(client), std::move(region), UnixPeer(uid), principal};
+LoadOwner Owner(std::string principal, std::string client, std::string region = "", uid_t uid = 61001,
+                std::string tenant = "") {
+  return LoadOwner{principal, std::move(client), std::move(region), UnixPeer(uid), principal, std::move(tenant)};
 }
 
 // A load that records the status it was ended with.
@@ -85,17 +86,21 @@ TEST_CASE("load tracker: a reloaded policy ends the loads of callers it no longe
 
   LoadTracker tracker;
   const LoadCaps caps{8, 8, 8};
-  Recorded still_engine, now_monitor, now_other_name, unknown_uid;
+  Recorded still_engine, now_monitor, now_other_name, unknown_uid, lost_tenant;
   REQUIRE(tracker.TryAdd(caps, Owner("kept", "x", "", 61001), still_engine.Cancel()).ok());
+  REQUIRE(tracker.TryAdd(caps, Owner("kept", "x", "", 61001, "a"), still_engine.Cancel()).ok());
+  // Issue 46 (lows): at 4054af8 a load in a tenant the reload took from its principal went on.
+  REQUIRE(tracker.TryAdd(caps, Owner("kept", "y", "", 61001, "z"), lost_tenant.Cancel()).ok());
   REQUIRE(tracker.TryAdd(caps, Owner("demoted", "x", "", 61002), now_monitor.Cancel()).ok());
   REQUIRE(tracker.TryAdd(caps, Owner("was-named", "x", "", 61003), now_other_name.Cancel()).ok());
   REQUIRE(tracker.TryAdd(caps, Owner("gone", "x", "", 61009), unknown_uid.Cancel()).ok());
-  CHECK(tracker.CancelRevoked(*policy) == 3);
+  CHECK(tracker.CancelRevoked(*policy) == 4);
   CHECK(still_engine.ended.empty());
-  for (const Recorded* r : {&now_monitor, &now_other_name, &unknown_uid}) {
+  for (const Recorded* r : {&now_monitor, &now_other_name, &unknown_uid, &lost_tenant}) {
     REQUIRE(r->ended.size() == 1);
     CHECK(r->ended[0].code() == absl::StatusCode::kPermissionDenied);
   }
+  CHECK_THAT(std::string(lost_tenant.ended[0].message()), Catch::Contains("the tenant \"z\""));
 }
 
 TEST_CASE("load tracker: two principals cannot take every load slot: a third still starts loads", "[load-tracker]") {

@@ -166,6 +166,35 @@ TEST_CASE("lossy codec: forged or truncated encodings are refused and nothing is
   }
 }
 
+TEST_CASE(
+    "lossy codec: a header of another dtype or shape than the namespace's, or a scale past the dtype, is refused") {
+  // Issue 46 (lows): at 4054af8 a bf16 encoding was decoded into an fp16 namespace's chunk of the same size, and a
+  // finite scale whose values overflow fp16 reached the engine as inf.
+  const LossyFormat fp16 = SmallFormat(StoredPrecision::kInt8, DType::kFp16);
+  const LossyFormat bf16 = SmallFormat(StoredPrecision::kInt8, DType::kBf16);
+  const auto as_bf16 = EncodeLossy(bf16, KvValues(bf16, 4));
+  std::vector<std::byte> dst(fp16.raw_bytes());
+  REQUIRE(DecodeLossy(as_bf16, dst).ok());  // the same size: only the namespace can tell
+  const absl::Status other_dtype = DecodeLossy(as_bf16, dst, fp16);
+  CHECK(other_dtype.code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(other_dtype.message()), Catch::Contains("dtype"));
+  LossyFormat wider = bf16;
+  wider.head_dim = 32;
+  wider.tokens = 32;  // the same raw size, another shape
+  CHECK(DecodeLossy(as_bf16, dst, wider).code() == absl::StatusCode::kDataLoss);
+  CHECK(DecodeLossy(as_bf16, dst, bf16).ok());
+
+  auto encoded = EncodeLossy(fp16, KvValues(fp16, 5));
+  REQUIRE(DecodeLossy(encoded, dst, fp16).ok());
+  const float overflowing = 1000.0f;  // 127 * 1000 is past fp16's 65504
+  std::memcpy(encoded.data() + kLossyHeaderBytes + 4 * 3, &overflowing, 4);
+  CHECK(DecodeLossy(encoded, dst, fp16).code() == absl::StatusCode::kDataLoss);
+  const float largest_honest = 65504.0f / 127.0f;
+  std::memcpy(encoded.data() + kLossyHeaderBytes + 4 * 3, &largest_honest, 4);
+  CHECK(DecodeLossy(encoded, dst, fp16).ok());
+  for (size_t i = 0; i < dst.size() / 2; ++i) REQUIRE(std::isfinite(Value(dst, DType::kFp16, i)));
+}
+
 }  // namespace cake
 
 namespace cake {
