@@ -118,10 +118,11 @@ struct DaemonConfig {
   uint32_t remote_read_threads = 0;
   uint32_t remote_connect_timeout_ms = 500;
   uint32_t remote_command_timeout_ms = 2000;
-  uint64_t remote_ttl_s = 0;            // 0: keys do not expire (Redis's maxmemory policy evicts)
-  double remote_read_gbps = 0;          // 0: not throttled
-  std::string remote_codec = "none";    // how chunks are stored: none or planes-zstd (storage/chunk_codec.h)
-  bool remote_promote_to_disk = false;  // a remote hit is also copied onto the local disk tier
+  uint64_t remote_ttl_s = 0;             // 0: keys do not expire (Redis's maxmemory policy evicts)
+  uint32_t remote_scan_timeout_s = 120;  // one node's scan (Verify, Evict) runs at most this long
+  double remote_read_gbps = 0;           // 0: not throttled
+  std::string remote_codec = "none";     // how chunks are stored: none or planes-zstd (storage/chunk_codec.h)
+  bool remote_promote_to_disk = false;   // a remote hit is also copied onto the local disk tier
   // [cuda] device regions through CUDA IPC, where the build has CUDA and a device answers
   bool cuda_enabled = true;
   std::vector<int> cuda_devices;  // ordinals engines may ask for; empty: every visible device

@@ -82,6 +82,7 @@ const ConfigKey kKeys[] = {
     {"remote", "connect_timeout_ms", CAKE_FIELD(remote_connect_timeout_ms), 1, 600000, "", "a connection to a Redis node not made by then has failed"},
     {"remote", "command_timeout_ms", CAKE_FIELD(remote_command_timeout_ms), 1, 600000, "", "a Redis command not answered by then has failed"},
     {"remote", "ttl_s", CAKE_FIELD(remote_ttl_s), 0, Pow2(31), "", "keys expire after this many seconds; 0: never (Redis's maxmemory policy evicts)"},
+    {"remote", "scan_timeout_s", CAKE_FIELD(remote_scan_timeout_s), 1, 86400, "", "one node's scan (Verify, Evict) runs at most this long, whatever the node says of its size"},
     {"remote", "read_gbps", CAKE_FIELD(remote_read_gbps), 0, 1e6, "--remote-read-gbps", "cap remote-tier reads at this many Gbit/s, for experiments; 0: none"},
     {"remote", "codec", CAKE_FIELD(remote_codec), 0, 0, "--remote-codec", "none, or planes-zstd: chunks stored losslessly compressed (more chunks fit in Redis's memory)"},
     {"remote", "promote_to_disk", CAKE_FIELD(remote_promote_to_disk), 0, 0, "", "a chunk loaded from Redis is also copied onto the local disk tier"},

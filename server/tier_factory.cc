@@ -79,6 +79,7 @@ absl::Status AddTiersFromConfig(const DaemonConfig& config, bool page_lock_dram,
     remote.connect_timeout = std::chrono::milliseconds(config.remote_connect_timeout_ms);
     remote.command_timeout = std::chrono::milliseconds(config.remote_command_timeout_ms);
     remote.ttl = std::chrono::seconds(config.remote_ttl_s);
+    remote.scan_time_limit = std::chrono::seconds(config.remote_scan_timeout_s);
     CAKE_ASSIGN_OR_RETURN(std::unique_ptr<RemoteTier> opened, RemoteTier::Open(remote));
     if (remote_masters != nullptr) *remote_masters = opened->masters();
     std::unique_ptr<Tier> remote_tier = std::move(opened);

@@ -253,7 +253,9 @@ absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte
     if (h[at] != std::byte{0}) return absl::DataLossError("a quantized chunk's reserved bytes are not zero");
   }
   uint64_t groups = 0, raw_bytes = 0;
-  if (!Sizes(format, &groups, &raw_bytes) || format.head_dim == 0) {
+  // An empty shape (no layer, token or head) decodes to nothing, however large a head_dim it names: the decode's
+  // buffers are a head_dim each, so it is refused before they are sized by it (the fuzz target found a 5 GB one).
+  if (!Sizes(format, &groups, &raw_bytes) || format.head_dim == 0 || groups == 0) {
     return absl::DataLossError("a quantized chunk's shape is empty or too large");
   }
   if (raw_bytes != dst.size()) {

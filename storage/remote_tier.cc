@@ -195,13 +195,20 @@ class RemoteTier::Impl {
   void ScanNode(RedisClusterClient::Node& node, const std::string& pattern,
                 const std::function<void(const ChunkKey&, uint64_t)>& fn, ScanTally& tally) {
     const ScanBudget budget = BudgetFor(node);
+    const auto deadline = std::chrono::steady_clock::now() + options_.scan_time_limit;
     std::string cursor = "0";
     uint64_t rounds = 0;
     uint64_t names = 0;
     do {
-      if (interrupted_.load() || rounds >= budget.rounds || names >= budget.names) {
+      const bool out_of_time = std::chrono::steady_clock::now() >= deadline;
+      if (interrupted_.load() || rounds >= budget.rounds || names >= budget.names || out_of_time) {
         ++tally.cut_short;
-        if (!interrupted_.load()) {
+        if (out_of_time && !interrupted_.load()) {
+          spdlog::warn(
+              "remote tier: a SCAN of Redis ran for remote.scan_timeout_s ({} s) after {} rounds and {} key names "
+              "(a node that says it holds more than it does?); this scan stopped there",
+              options_.scan_time_limit.count() / 1000, rounds, names);
+        } else if (!interrupted_.load()) {
           spdlog::warn(
               "remote tier: a SCAN of Redis went past {} rounds or {} key names, more than a node of its "
               "size needs (its cursor never ends?); this scan stopped there",

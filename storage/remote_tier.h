@@ -43,6 +43,9 @@ class RemoteTier final : public Tier {
     // it (so no admin job sizes a buffer by it) and Remove deletes no more parts than a chunk of this size can
     // have. A Write of more is refused, so the tier never holds what its own scan would skip.
     uint64_t max_chunk_bytes = NamespaceLimits{}.max_chunk_bytes;
+    // How long one node's scan (ForEach: Verify, Evict) may run, whatever the node says of its size: the rounds
+    // and names its INFO justifies are the node's word, this clock is the daemon's own.
+    std::chrono::milliseconds scan_time_limit{120000};
   };
 
   struct Counters {

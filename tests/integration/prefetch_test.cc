@@ -56,8 +56,9 @@ TEST_CASE("a prefetched prompt is in DRAM when its load comes, and the load is b
 TEST_CASE("prefetch: the budget leaves out the head, a prefetch nobody loads is wasted, and the switch turns it off",
           "[prefetch]") {
   ScratchFolder root, config_dir;
+  // One tenant may hold three quarters of the budget: 5 of these 7 chunks.
   const std::string config = WriteFile(
-      config_dir.path, "caked.toml", "[prefetch]\nmax_bytes = " + std::to_string(5 * kChunkBytes) + "\nttl_ms = 300\n");
+      config_dir.path, "caked.toml", "[prefetch]\nmax_bytes = " + std::to_string(7 * kChunkBytes) + "\nttl_ms = 300\n");
   auto daemon = StartDaemon({"--config", config, "--disk-root", root.path});
   auto client = Connect(daemon);
   const auto ns = SmallNamespace(64);

@@ -158,6 +158,12 @@ TEST_CASE("lossy codec: forged or truncated encodings are refused and nothing is
     for (int i = 0; i < 4; ++i) huge[at + i] = std::byte{0xff};
   }
   CHECK_FALSE(decode(huge, raw).ok());
+  // An empty shape that names a huge head_dim: refused before any buffer is sized by it (the fuzz target found
+  // a 5 GB allocation for one, decoding into a destination of 0 bytes).
+  auto empty = forged(32, 0);  // no tokens
+  const uint32_t huge_dim = uint32_t{1} << 30;
+  for (int i = 0; i < 4; ++i) empty[28 + i] = static_cast<std::byte>(huge_dim >> (8 * i));
+  CHECK(decode(empty, 0).code() == absl::StatusCode::kDataLoss);
   // A scale that is NaN, infinite or negative.
   for (float scale : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1.0f}) {
     auto e = encoded;

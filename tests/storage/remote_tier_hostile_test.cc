@@ -356,6 +356,28 @@ TEST_CASE("remote: a SCAN cursor that never returns to 0 ends within the rounds 
   CHECK(tier->counters().scans_cut_short == 1);
 }
 
+TEST_CASE(
+    "remote: a node whose INFO claims billions of keys and whose cursor never ends is scanned for at most "
+    "the scan time limit",
+    "[remote][hostile]") {
+  // Issue 46 (lows): at 4054af8 the rounds such a node's INFO justified (millions) kept a Verify scanning for about
+  // 17 minutes.
+  FakeRedis fake(EndlessScan(uint64_t{1} << 40));
+  RemoteTier::Options options;
+  options.endpoints = {fake.address()};
+  options.scan_time_limit = std::chrono::milliseconds(500);
+  auto tier = OpenTier(options);
+  const auto started = SteadyClock::now();
+  {
+    BackgroundScan scan(*tier);
+    const bool ended = Eventually([&] { return scan.done(); }, std::chrono::seconds(20));
+    CHECK(ended);
+    if (!ended) fake.Stop();
+  }
+  CHECK(SteadyClock::now() - started < std::chrono::seconds(10));
+  CHECK(tier->counters().scans_cut_short == 1);
+}
+
 TEST_CASE("remote: Interrupt ends a running scan at its next round, and later scans at once", "[remote][hostile]") {
   // A trillion keys: the node's budget is the ceiling, millions of rounds, so only Interrupt ends it soon.
   FakeRedis fake(EndlessScan(uint64_t{1} << 40));
