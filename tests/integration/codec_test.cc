@@ -249,10 +249,14 @@ TEST_CASE(
     figures += " " + std::to_string(rss_mib("VmRSS:"));
     // At 4054af8 each Verify left about a GiB more (4.1 GB after four with the forged header; 3.09 GB for the three
     // encodings).
+#if !defined(__SANITIZE_ADDRESS__)  // the daemon is built with it too: its quarantine keeps freed blocks
     CHECK(rss_mib("VmRSS:") < baseline + 32);
+#endif
   }
   const uint64_t peak = rss_mib("VmHWM:");
   std::cout << "5 Verifies of the remote tier (three 1 GiB zero encodings, a forged 1 GiB header): daemon RSS "
             << baseline << " MiB before, 1 s after each:" << figures << " MiB; peak " << peak << " MiB\n";
+#if !defined(__SANITIZE_ADDRESS__)
   CHECK(peak < baseline + 64);
+#endif
 }

@@ -383,7 +383,9 @@ TEST_CASE(
   CHECK(store_ms < 2000);
   CHECK(check_ms < 2000);
   CHECK(watch_ms < 2000);
+#if !defined(__SANITIZE_ADDRESS__)  // the daemon is built with it too: its quarantine keeps what the handshakes freed
   CHECK(rss_after < rss_before + 128 * 1024);
+#endif
   CHECK(::kill(daemon.pid(), 0) == 0);
 
   // A stop, with the attacker still holding everything: connections that never answer the goodbye are closed after

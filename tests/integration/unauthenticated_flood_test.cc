@@ -304,7 +304,9 @@ TEST_CASE(
       // At 4054af8 health and reflection passed the call gate unidentified and gRPC read every message whole:
       // 1.12 GB (Check), 1.15 GB (Watch), 2.34 GB (reflection) for three, 3.45 GB for six to reflection.
       CHECK(Codes(output) == std::vector<int>(count, static_cast<int>(grpc::StatusCode::UNAUTHENTICATED)));
+#if !defined(__SANITIZE_ADDRESS__)  // the daemon is built with it too: RSS says nothing about gRPC's reads there
       CHECK(peak_after < peak_before + 64);
+#endif
       CHECK(engine.answered > 0);
       CHECK(engine.failed == 0);
     }
