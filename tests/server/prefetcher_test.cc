@@ -135,17 +135,21 @@ TEST_CASE("prefetch: a chunk being copied counts as DRAM, and a read of it waits
   const std::vector<ChunkKey> keys = t.OnDisk(0, 2);
   CHECK(t.manager.LookupPrefix(keys) == std::vector<TierKind>{TierKind::kDisk, TierKind::kDisk});
   t.slow->Close();
-  std::thread copier([&] { CHECK(t.manager.Prefetch(keys[1], TierKind::kDisk, kChunk).ok()); });
+  // Statuses are checked on this thread: Catch2's assertions are not thread-safe (TSan saw two threads race in them).
+  absl::Status copied, read;
+  std::thread copier([&] { copied = t.manager.Prefetch(keys[1], TierKind::kDisk, kChunk); });
   REQUIRE(t.slow->WaitForReader());
   CHECK(t.manager.arrivals_in_flight() == 1);
   CHECK(t.manager.LookupPrefix(keys) == std::vector<TierKind>{TierKind::kDisk, TierKind::kDram});
   // A load's read from DRAM waits for the copy rather than reading the slower tier again.
   std::vector<std::byte> got(kChunk);
-  std::thread reader([&] { CHECK(t.manager.Read(TierKind::kDram, keys[1], got).ok()); });
+  std::thread reader([&] { read = t.manager.Read(TierKind::kDram, keys[1], got); });
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   t.slow->Open();
   reader.join();
   copier.join();
+  CHECK(copied.ok());
+  CHECK(read.ok());
   CHECK(got == TestValue(1, kChunk));
   CHECK(t.slow->reads() == 1);
   CHECK(t.manager.arrivals_in_flight() == 0);
@@ -161,7 +165,8 @@ TEST_CASE("prefetch: a copy from a networked tier is not waited for: a DRAM read
   Tiers t(/*networked=*/true);
   const std::vector<ChunkKey> keys = t.OnDisk(0, 1);
   t.slow->Close();
-  std::thread copier([&] { CHECK(t.manager.Prefetch(keys[0], TierKind::kDisk, kChunk).ok()); });
+  absl::Status copied;  // checked on this thread: Catch2's assertions are not thread-safe
+  std::thread copier([&] { copied = t.manager.Prefetch(keys[0], TierKind::kDisk, kChunk); });
   REQUIRE(t.slow->WaitForReader());
   // A frozen Redis must not hold the threads DRAM reads need: the lookup does not call it DRAM, and a read does not
   // wait for the copy.
@@ -170,6 +175,7 @@ TEST_CASE("prefetch: a copy from a networked tier is not waited for: a DRAM read
   CHECK(absl::IsNotFound(t.manager.Read(TierKind::kDram, keys[0], got)));
   t.slow->Open();
   copier.join();
+  CHECK(copied.ok());
   CHECK(t.manager.InFastestTier(keys[0]));
 }
 
