@@ -12,8 +12,8 @@
 #include "base/status_macros.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
+#include "cuda/cuda_backend.h"
 #include "examples/simulated_engine/models.h"
-#include "regions/cuda_backend.h"
 
 namespace cake::bench {
 namespace {

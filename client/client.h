@@ -13,10 +13,10 @@
 
 #include "absl/status/statusor.h"
 #include "base/strategy.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/region.h"
 #include "keys/namespace.h"
 #include "keys/tier_kind.h"
-#include "regions/cuda_backend.h"
-#include "regions/region.h"
 
 namespace grpc {
 class ChannelInterface;

@@ -10,10 +10,10 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/region.h"
 #include "keys/namespace.h"
 #include "keys/tier_kind.h"
-#include "regions/cuda_backend.h"
-#include "regions/region.h"
 #include "storage/lossy_codec.h"
 
 namespace cake {

@@ -14,7 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "base/mutex.h"
 #include "base/timers.h"
-#include "regions/cuda_backend.h"
+#include "cuda/cuda_backend.h"
 #include "scheduler/io_pool.h"
 #include "scheduler/planner.h"
 #include "server/access.h"

@@ -7,7 +7,7 @@
 #include "base/random_id.h"
 #include "base/shared_pool.h"
 #include "base/status_macros.h"
-#include "regions/cuda_backend.h"
+#include "cuda/cuda_backend.h"
 
 namespace cake {
 namespace {

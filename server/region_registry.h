@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "base/clock.h"
 #include "base/mutex.h"
-#include "regions/region.h"
+#include "cuda/region.h"
 
 namespace cake {
 

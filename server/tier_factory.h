@@ -3,7 +3,7 @@
 #pragma once
 
 #include "absl/status/status.h"
-#include "regions/cuda_backend.h"
+#include "cuda/cuda_backend.h"
 #include "server/config.h"
 #include "storage/tier_manager.h"
 

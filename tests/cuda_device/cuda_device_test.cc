@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "regions/cuda_backend.h"
+#include "cuda/cuda_backend.h"
 #include "tests/integration/fixture.h"
 
 using namespace cake;

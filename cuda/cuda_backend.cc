@@ -1,7 +1,7 @@
 // The CUDA backend, built where the toolkit was found: device regions exported through CUDA IPC, pinned staging,
 // copies on dedicated streams with an event per copy. Only the runtime API (linked statically) is used, so the
 // binary starts on a machine without a driver and ProbeCuda says why CUDA is off.
-#include "regions/cuda_backend.h"
+#include "cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
 

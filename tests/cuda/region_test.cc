@@ -1,5 +1,5 @@
 // The host shared-memory Region backend and SharedMemory: bounds, naming, permissions, sharing and lifetime.
-#include "regions/region.h"
+#include "cuda/region.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

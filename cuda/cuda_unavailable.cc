@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "regions/cuda_backend.h"
+#include "cuda/cuda_backend.h"
 
 namespace cake {
 namespace {

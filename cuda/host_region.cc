@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/random_id.h"
 #include "base/status_macros.h"
-#include "regions/region.h"
+#include "cuda/region.h"
 
 namespace cake {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "regions/region.h"
+#include "cuda/region.h"
 
 namespace cake {
 
