@@ -17,20 +17,13 @@
 namespace cake {
 namespace {
 
-// The peer as the per-peer cap counts it (a client picks its ports freely, and a host may hold many addresses).
-std::string PeerAddress(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "unknown";
-  char text[INET6_ADDRSTRLEN] = {};
-  if (addr.ss_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, text, sizeof(text));
-  } else if (addr.ss_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, text, sizeof(text));
-  } else {
-    return "unknown";
-  }
-  return NetworkPeerKey(text);
+// The peer as the per-peer cap counts it (a client picks its ports freely, and a host may hold many addresses),
+// from the connection's remote end as ConnectionAddress names it ("10.1.2.3:40000", "[2001:db8::1]:40000").
+std::string PeerAddress(const std::string& connection) {
+  if (connection.empty()) return "unknown";
+  std::string host = connection.substr(0, connection.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return NetworkPeerKey(host);
 }
 
 std::string IPv4PeerKey(const in_addr& v4) {
@@ -121,10 +114,8 @@ TcpListener::~TcpListener() { Stop(); }
 void TcpListener::Serve(grpc::experimental::ExternalConnectionAcceptor* acceptor, ConnectionGate* gate) {
   thread_ = std::thread([this, acceptor, gate] {
     RunAcceptLoop(listen_fd_.get(), stop_fd_.get(), "TCP port", [&](int fd) {
-      if (!gate->AdmitOrClose(fd, PeerAddress(fd), "TCP port", ConnectionGate::Origin::kNetwork,
-                              ConnectionAddress(fd))) {
-        return;
-      }
+      const std::string address = ConnectionAddress(fd);
+      if (!gate->AdmitOrClose(fd, PeerAddress(address), "TCP port", ConnectionGate::Origin::kNetwork, address)) return;
       grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
       connection.listener_fd = listen_fd_.get();
       connection.fd = fd;  // gRPC's from here on: it closes it when the connection ends

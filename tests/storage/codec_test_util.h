@@ -53,24 +53,17 @@ inline std::vector<std::byte> EncodedZeros(uint64_t raw_bytes) {
   return out;
 }
 
-// This process's peak resident memory (MiB) since ResetPeakRss.
-inline uint64_t PeakRssMib() {
+// A field of this process's /proc status in MiB ("VmHWM:": its peak since ResetPeakRss; "VmRSS:": resident now).
+inline uint64_t StatusMib(const std::string& field) {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) / 1024;
+    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(field.size())) / 1024;
   }
   return 0;
 }
-// Resident now (MiB).
-inline uint64_t RssMib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) / 1024;
-  }
-  return 0;
-}
+inline uint64_t PeakRssMib() { return StatusMib("VmHWM:"); }
+inline uint64_t RssMib() { return StatusMib("VmRSS:"); }
 inline void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 }  // namespace cake::testing
