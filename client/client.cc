@@ -1,29 +1,30 @@
+// The gRPC client engines and cakectl use: regions, Lookup, Store, StartLoad (the session is load_session.cc),
+// the admin calls, and Connect (which socket: socket_discovery.cc).
 #include "client/client.h"
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
-#include <future>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "base/mutex.h"
-#include "base/socket_folder.h"
 #include "base/status_macros.h"
 #include "cake/v1/admin.grpc.pb.h"
 #include "cake/v1/kv.grpc.pb.h"
-#include "grpcpp/generic/generic_stub.h"
+#include "client/grpc_load_session.h"
+#include "client/socket_discovery.h"
+#include "client/wire.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
 namespace cake {
+
+// How long Connect waits for a daemon that is starting alongside the engine (its socket, then its answer).
+constexpr auto kConnectWait = std::chrono::seconds(5);
 
 absl::Status MappedRegion::CopyToHost(uint64_t offset, std::span<std::byte> dst) const {
   if (device_) return device_->CopyToHost(offset, dst);
@@ -39,309 +40,8 @@ absl::Status MappedRegion::CopyFromHost(uint64_t offset, std::span<const std::by
   return absl::OkStatus();
 }
 
-FrontStep NextFrontStep(const LoadPlan& plan, std::chrono::steady_clock::time_point started, uint32_t next_chunk,
-                        uint32_t loaded_low, std::optional<uint32_t> done_meeting,
-                        std::chrono::steady_clock::time_point now) {
-  using Action = FrontStep::Action;
-  const uint32_t limit = plan.strategy == Strategy::kIoOnly ? plan.lowest_loadable : plan.cached_chunks;
-  if (next_chunk >= limit) return {Action::kStop, {}, 0};
-  if (done_meeting) {
-    if (next_chunk >= *done_meeting) return {Action::kStop, {}, 0};
-    return {Action::kCompute, {}, std::min(*done_meeting, limit)};
-  }
-  if (next_chunk >= loaded_low && next_chunk < plan.cached_chunks) return {Action::kStop, {}, 0};
-  if (plan.strategy == Strategy::kCake && plan.predicted_meeting_chunk && plan.predicted_cake_s) {
-    const uint32_t meeting = *plan.predicted_meeting_chunk;
-    constexpr double kSlackFraction = 0.2, kSlackSeconds = 1e-3;  // cake/load.py's WAIT_SLACK_FRACTION, WAIT_SLACK_S
-    const auto until =
-        started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                      std::chrono::duration<double>(*plan.predicted_cake_s * (1 + kSlackFraction) + kSlackSeconds));
-    if (next_chunk < meeting) return {Action::kCompute, {}, std::min(meeting, limit)};
-    if (now < until) return {Action::kWait, until};
-  }
-  return {Action::kCompute, {}, limit};
-}
 
 namespace {
-
-absl::Status FromGrpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
-
-void ToProto(const NamespaceSpec& spec, v1::Namespace* out) {
-  out->set_model_id(spec.model_id);
-  out->set_num_layers(spec.num_layers);
-  out->set_num_kv_heads(spec.num_kv_heads);
-  out->set_head_dim(spec.head_dim);
-  out->set_dtype(static_cast<v1::DType>(spec.dtype));
-  out->set_tp_rank(spec.tp_rank);
-  out->set_tp_size(spec.tp_size);
-  out->set_chunk_tokens(spec.chunk_tokens);
-  out->set_tenant(spec.tenant);
-  out->set_stored_precision(static_cast<v1::StoredPrecision>(spec.stored_precision));
-}
-
-void ToProto(const PromptRef& prompt, v1::Prompt* out) {
-  out->mutable_tokens()->Add(prompt.tokens.begin(), prompt.tokens.end());
-  for (const std::string& key : prompt.chunk_keys) out->add_chunk_keys(key);
-}
-
-class GrpcLoadSession final : public LoadSession {
- public:
-  // Opens the stream with `start` as its first message. The stream's headers go out with it (corked): one message
-  // on the wire instead of two, and the daemon starts reading chunks that much sooner; the reader thread starts
-  // after the write, off the request's path.
-  GrpcLoadSession(v1::KvService::Stub* stub, const LoadOptions& options, const v1::LoadRequest& start)
-      : region_(options.region), inline_(options.region == nullptr) {
-    context_.set_initial_metadata_corked(true);
-    stream_ = stub->Load(&context_);
-    // A failed write means the stream already ended; WaitPlan then reports it and Release gives the status.
-    Send(start);
-    reader_ = std::thread([this] { ReadLoop(); });
-  }
-
-  ~GrpcLoadSession() override {
-    if (!finished_) {
-      context_.TryCancel();
-      if (reader_.joinable()) reader_.join();
-      stream_->Finish();
-    }
-    if (reader_.joinable()) reader_.join();
-  }
-
-  bool Send(const v1::LoadRequest& request) {
-    MutexLock lock(&write_mu_);
-    return stream_->Write(request);
-  }
-
-  absl::StatusOr<LoadPlan> WaitPlan() override {
-    MutexLock lock(&mu_);
-    cv_.Wait(&mu_, [&] {
-      mu_.AssertHeld();
-      return plan_.has_value() || ended_;
-    });
-    if (plan_) return *plan_;
-    return Ended();
-  }
-
-  absl::Status ReportProgress(uint32_t computed_through) override {
-    v1::LoadRequest request;
-    request.mutable_progress()->set_computed_through(computed_through);
-    if (!Send(request)) return absl::UnavailableError("the Load stream is closed");
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<FrontStep> NextStep(uint32_t next_chunk) override {
-    CAKE_ASSIGN_OR_RETURN(const LoadPlan plan, WaitPlan());
-    std::optional<uint32_t> meeting;
-    uint32_t loaded_low = 0;
-    bool ended = false;
-    {
-      MutexLock lock(&mu_);
-      if (done_) meeting = done_->meeting_chunk;
-      loaded_low = loaded_low_;
-      ended = ended_;
-    }
-    FrontStep step = NextFrontStep(plan, started_, next_chunk, loaded_low, meeting, std::chrono::steady_clock::now());
-    // A stream that ended without Done lands nothing more: waiting for it would only spin until the deadline.
-    if (ended && step.action == FrontStep::Action::kWait) {
-      step = {FrontStep::Action::kCompute,
-              {},
-              plan.strategy == Strategy::kIoOnly ? plan.lowest_loadable : plan.cached_chunks};
-    }
-    return step;
-  }
-
-  bool IsResident(uint32_t chunk) const override {
-    MutexLock lock(&mu_);
-    return plan_.has_value() && chunk >= loaded_low_ && chunk < plan_->cached_chunks;
-  }
-
-  uint32_t LoadedLow() const override {
-    MutexLock lock(&mu_);
-    return plan_ ? std::min(loaded_low_, plan_->cached_chunks) : 0;
-  }
-
-  uint64_t RegionOffset(uint32_t chunk) const override {
-    MutexLock lock(&mu_);
-    auto it = region_offsets_.find(chunk);
-    return it == region_offsets_.end() ? 0 : it->second;
-  }
-
-  std::string_view InlineChunk(uint32_t chunk) const override {
-    MutexLock lock(&mu_);
-    auto it = inline_chunks_.find(chunk);
-    return it == inline_chunks_.end() ? std::string_view() : std::string_view(it->second);
-  }
-
-  absl::StatusOr<LoadDone> WaitDone() override {
-    MutexLock lock(&mu_);
-    cv_.Wait(&mu_, [&] {
-      mu_.AssertHeld();
-      return done_.has_value() || ended_;
-    });
-    if (done_) return *done_;
-    return Ended();
-  }
-
-  bool WaitResident(uint32_t chunk) override {
-    return WaitResidentUntil(chunk, std::chrono::steady_clock::time_point::max());
-  }
-
-  bool WaitResidentUntil(uint32_t chunk, std::chrono::steady_clock::time_point deadline) override {
-    MutexLock lock(&mu_);
-    auto settled = [&] {
-      mu_.AssertHeld();
-      return done_.has_value() || ended_ || (plan_ && chunk >= loaded_low_ && chunk < plan_->cached_chunks);
-    };
-    if (deadline == std::chrono::steady_clock::time_point::max()) {
-      cv_.Wait(&mu_, settled);
-    } else {
-      cv_.WaitUntil(&mu_, deadline, settled);
-    }
-    return plan_ && chunk >= loaded_low_ && chunk < plan_->cached_chunks;
-  }
-
-  absl::Status Release() override {
-    if (finished_) return final_status_;
-    v1::LoadRequest request;
-    request.mutable_release();
-    Send(request);
-    {
-      MutexLock lock(&write_mu_);
-      stream_->WritesDone();
-    }
-    if (reader_.joinable()) reader_.join();
-    finished_ = true;
-    final_status_ = FromGrpc(stream_->Finish());
-    MutexLock lock(&mu_);
-    if (!broken_.ok()) final_status_ = broken_;
-    return final_status_;
-  }
-
- private:
-  void ReadLoop() {
-    v1::LoadResponse response;
-    while (stream_->Read(&response)) {
-      MutexLock lock(&mu_);
-      if (absl::Status taken = TakeLocked(response); !taken.ok()) {
-        // The daemon broke the protocol: nothing more from it is believed. The load ends (the engine computes
-        // what was not loaded) and Release reports why.
-        broken_ = absl::DataLossError(absl::StrCat("the daemon broke the Load protocol: ", taken.message()));
-        context_.TryCancel();
-        break;
-      }
-      cv_.SignalAll();
-    }
-    MutexLock lock(&mu_);
-    ended_ = true;
-    cv_.SignalAll();
-  }
-
-  // Checks one message against the plan and what came before (the checks cake/load.py makes), then records it.
-  absl::Status TakeLocked(v1::LoadResponse& response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    switch (response.msg_case()) {
-      case v1::LoadResponse::kPlan: {
-        if (plan_) return absl::DataLossError("a second Plan");
-        const v1::LoadPlan& p = response.plan();
-        if (!(p.lowest_loadable() <= p.cached_chunks() && p.cached_chunks() <= p.total_chunks()) ||
-            p.chunk_tiers_size() != static_cast<int>(p.cached_chunks()) ||
-            (p.cached_chunks() > 0 && p.chunk_bytes() == 0)) {
-          return absl::DataLossError(absl::StrCat("a Plan of ", p.cached_chunks(), " cached chunks of ",
-                                                  p.total_chunks(), ", lowest loadable ", p.lowest_loadable()));
-        }
-        LoadPlan plan;
-        plan.load_id = p.load_id();
-        plan.total_chunks = p.total_chunks();
-        plan.cached_chunks = p.cached_chunks();
-        plan.lowest_loadable = p.lowest_loadable();
-        plan.chunk_bytes = p.chunk_bytes();
-        if (p.has_predicted_meeting_chunk()) plan.predicted_meeting_chunk = p.predicted_meeting_chunk();
-        plan.strategy = static_cast<Strategy>(p.strategy());
-        if (p.has_predicted_cake_s()) plan.predicted_cake_s = p.predicted_cake_s();
-        if (p.has_predicted_compute_only_s()) plan.predicted_compute_only_s = p.predicted_compute_only_s();
-        if (p.has_predicted_io_only_s()) plan.predicted_io_only_s = p.predicted_io_only_s();
-        for (int t : p.chunk_tiers()) plan.tiers.push_back(static_cast<TierKind>(t));
-        loaded_low_ = plan.cached_chunks;
-        plan_ = std::move(plan);
-        return absl::OkStatus();
-      }
-      case v1::LoadResponse::kLoaded:
-        return TakeLoadedLocked(*response.mutable_loaded());
-      case v1::LoadResponse::kLoadedBatch:
-        if (inline_) return absl::DataLossError("a batch of landed chunks on an inline load");
-        for (v1::ChunkLoaded& chunk : *response.mutable_loaded_batch()->mutable_chunks()) {
-          CAKE_RETURN_IF_ERROR(TakeLoadedLocked(chunk));
-        }
-        return absl::OkStatus();
-      case v1::LoadResponse::kDone: {
-        const v1::LoadDone& d = response.done();
-        if (!plan_ || done_) return absl::DataLossError("Done before a Plan, or twice");
-        // [meeting, H) must all have been reported loaded: the engine is about to use them.
-        if (d.meeting_chunk() > plan_->cached_chunks || d.meeting_chunk() < loaded_low_) {
-          return absl::DataLossError(
-              absl::StrCat("Done at chunk ", d.meeting_chunk(), " with chunks loaded only from ", loaded_low_));
-        }
-        done_ = LoadDone{d.meeting_chunk(), d.loaded_chunks(), d.failed_chunks()};
-        return absl::OkStatus();
-      }
-      case v1::LoadResponse::MSG_NOT_SET:
-        break;
-    }
-    return absl::DataLossError("a LoadResponse with no message set");
-  }
-
-  absl::Status TakeLoadedLocked(v1::ChunkLoaded& loaded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const uint32_t chunk = loaded.chunk();
-    if (!plan_ || done_) return absl::DataLossError(absl::StrCat("chunk ", chunk, " before the Plan or after Done"));
-    // Chunks land highest first, each extending the contiguous loaded suffix down by one.
-    if (chunk < plan_->lowest_loadable || chunk >= plan_->cached_chunks || chunk >= loaded_low_) {
-      return absl::DataLossError(absl::StrCat("chunk ", chunk, " outside [", plan_->lowest_loadable, ", ",
-                                              std::min(loaded_low_, plan_->cached_chunks), ") or twice"));
-    }
-    if (inline_) {
-      if (loaded.data().size() != plan_->chunk_bytes) {
-        return absl::DataLossError(
-            absl::StrCat("inline chunk ", chunk, " of ", loaded.data().size(), " bytes, not ", plan_->chunk_bytes));
-      }
-      inline_chunks_[chunk] = std::move(*loaded.mutable_data());
-    } else {
-      if (loaded.bytes() != plan_->chunk_bytes || loaded.region_offset() > region_->size() ||
-          region_->size() - loaded.region_offset() < loaded.bytes()) {
-        return absl::DataLossError(absl::StrCat("chunk ", chunk, " at ", loaded.region_offset(), " (+", loaded.bytes(),
-                                                " bytes) is outside the ", region_->size(), "-byte region"));
-      }
-      region_offsets_[chunk] = loaded.region_offset();
-    }
-    loaded_low_ = chunk;
-    return absl::OkStatus();
-  }
-
-  // The stream ended before what the caller waited for: finish it to learn why.
-  absl::Status Ended() {
-    return absl::UnavailableError("the Load stream ended early; Release() returns the daemon's status");
-  }
-
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::LoadRequest, v1::LoadResponse>> stream_;
-  const MappedRegion* region_;
-  const bool inline_;
-  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  Mutex write_mu_;  // one write at a time: the engine's Progress and Release
-  mutable Mutex mu_;
-  CondVar cv_;
-  std::optional<LoadPlan> plan_ ABSL_GUARDED_BY(mu_);
-  std::optional<LoadDone> done_ ABSL_GUARDED_BY(mu_);
-  uint32_t loaded_low_ ABSL_GUARDED_BY(mu_) = UINT32_MAX;
-  std::map<uint32_t, std::string> inline_chunks_ ABSL_GUARDED_BY(mu_);
-  std::map<uint32_t, uint64_t> region_offsets_ ABSL_GUARDED_BY(mu_);
-  absl::Status broken_ ABSL_GUARDED_BY(mu_);  // set when the daemon broke the protocol: what Release returns
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ = false;
-  absl::Status final_status_;
-  std::thread reader_;
-};
 
 class GrpcClient final : public Client {
  public:
@@ -475,7 +175,7 @@ class GrpcClient final : public Client {
     start->set_compute_growth_s(options.compute_growth_s);
     start->set_computed_through(options.computed_through);
     start->set_accept_loaded_batch(true);
-    return std::make_unique<GrpcLoadSession>(kv_.get(), options, request);
+    return OpenGrpcLoadSession(kv_.get(), options, request);
   }
 
   absl::Status Ping() override {
@@ -566,25 +266,13 @@ class GrpcClient final : public Client {
 
   absl::StatusOr<bool> Serving(const std::string& service) override {
     if (service.size() > 127) return absl::InvalidArgumentError("a health service name is at most 127 bytes");
-    // grpc.health.v1.HealthCheckRequest{service} by hand: one length-delimited field (tag 1). Its stubs are not
-    // among Debian's packages, and the message is this small.
-    std::string request_bytes;
-    if (!service.empty()) request_bytes = std::string("\x0a") + static_cast<char>(service.size()) + service;
-    grpc::Slice slice(request_bytes);
-    grpc::ByteBuffer request(&slice, 1);
-    grpc::ByteBuffer response;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    std::promise<grpc::Status> done;
-    grpc::GenericStub(channel_).UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                                          &response, [&done](grpc::Status s) { done.set_value(std::move(s)); });
-    const grpc::Status status = done.get_future().get();
-    if (!status.ok()) return FromGrpc(status);
-    std::vector<grpc::Slice> slices;
-    if (!response.Dump(&slices).ok()) return absl::InternalError("unreadable health response");
-    std::string bytes;
-    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    return bytes == std::string("\x08\x01", 2);  // HealthCheckResponse{status: SERVING}
+    CAKE_RETURN_IF_ERROR(FromGrpc(grpc::health::v1::Health::NewStub(channel_)->Check(&context, request, &response)));
+    return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   }
 
   std::shared_ptr<grpc::ChannelInterface> channel() const override { return channel_; }
@@ -661,89 +349,6 @@ class GrpcClient final : public Client {
   std::thread renewer_;  // started with the first region
 };
 
-constexpr char kSystemSocket[] = "/run/cake/caked.sock";
-constexpr auto kConnectWait = std::chrono::seconds(5);
-
-constexpr std::string_view kOwnSocketRemedy =
-    "not used, since whoever controls it could pose as your daemon and receive your prompts: have it removed (by "
-    "its owner or root) before starting your caked, or point CAKE_SOCKET or --socket at your daemon's socket";
-constexpr std::string_view kSystemSocketRemedy =
-    "not used: ask the administrator to check caked.service, or point CAKE_SOCKET or --socket at your daemon's socket";
-
-// This user's own daemon's socket: OK to use, NOT_FOUND (no daemon of this user there), or FAILED_PRECONDITION
-// (refused by the folder rule, or not a socket). The rule is the daemon's own (base/socket_folder.h): a folder the
-// daemon would refuse to serve in is one another user could have made.
-absl::Status JudgeOwnSocket(const std::string& path) {
-  CAKE_RETURN_IF_ERROR(CheckSocketFolder(std::filesystem::path(path).parent_path().string(), kOwnSocketRemedy));
-  absl::Status file = CheckSocketFile(path, kOwnSocketRemedy);
-  return absl::IsNotFound(file) ? absl::NotFoundError("no socket there") : file;
-}
-
-// The system daemon's socket: only that it is a socket. Its folder (/run/cake) belongs to the unit's user, not to
-// this one, and only root can create entries in /run, so no other user can have put it there.
-absl::Status JudgeSystemSocket(const std::string& path) {
-  absl::Status file = CheckSocketFile(path, kSystemSocketRemedy);
-  return absl::IsNotFound(file) ? absl::NotFoundError("no socket there") : file;
-}
-
-}  // namespace
-
-DaemonSocketCandidates DefaultSocketCandidates() {
-  DaemonSocketCandidates candidates;
-  candidates.system = kSystemSocket;
-  if (geteuid() == 0) return candidates;  // root's daemon is the system one
-  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg != '\0') {
-    candidates.own = absl::StrCat(xdg, "/cake/caked.sock");
-  } else {
-    candidates.own = absl::StrCat("/tmp/cake-", geteuid(), "/caked.sock");
-  }
-  return candidates;
-}
-
-absl::StatusOr<DaemonSocketChoice> ChooseDaemonSocket(const DaemonSocketCandidates& candidates) {
-  std::vector<std::string> reasons;  // every candidate not used, and why
-  DaemonSocketChoice choice;
-  // Whether a candidate is usable; records why not.
-  auto usable = [&](const std::string& path, const absl::Status& verdict) {
-    if (verdict.ok()) return true;
-    std::string reason = absl::StrCat(path, ": ", verdict.message());
-    if (!absl::IsNotFound(verdict)) choice.skipped.push_back(reason);
-    reasons.push_back(std::move(reason));
-    return false;
-  };
-  // This user's own daemon first (it wins over the system one), the system daemon when the own one is absent or
-  // fails the rule.
-  if (!candidates.own.empty() && usable(candidates.own, JudgeOwnSocket(candidates.own))) {
-    choice.path = candidates.own;
-    return choice;
-  }
-  if (!candidates.system.empty() && usable(candidates.system, JudgeSystemSocket(candidates.system))) {
-    choice.path = candidates.system;
-    return choice;
-  }
-  if (reasons.empty()) return absl::UnavailableError("no daemon answers: no socket to look for");
-  if (!choice.skipped.empty()) {
-    // Waiting will not help: someone has to remove or fix what was refused.
-    return absl::FailedPreconditionError(absl::StrCat("no usable daemon socket. ", absl::StrJoin(reasons, ". "), "."));
-  }
-  return absl::UnavailableError(absl::StrCat("no daemon answers: ", absl::StrJoin(reasons, "; "),
-                                             " (is caked running? or point CAKE_SOCKET or --socket at its socket)"));
-}
-
-std::string DefaultSocketPath() {
-  // An explicit socket is the user's choice and is taken as given, unchecked, as ClientOptions::socket_path is.
-  if (const char* explicit_path = std::getenv("CAKE_SOCKET"); explicit_path != nullptr && *explicit_path != '\0') {
-    return explicit_path;
-  }
-  const DaemonSocketCandidates candidates = DefaultSocketCandidates();
-  absl::StatusOr<DaemonSocketChoice> choice = ChooseDaemonSocket(candidates);
-  if (choice.ok()) return choice->path;
-  // Nothing there at all: where this user's daemon would listen, as before. A refused path is never handed out.
-  if (absl::IsUnavailable(choice.status()) && !candidates.own.empty()) return candidates.own;
-  return candidates.system;
-}
-
-namespace {
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -775,21 +380,6 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TcpChannelCredentials(
     credentials = grpc::CompositeChannelCredentials(credentials, grpc::AccessTokenCredentials(token));
   }
   return credentials;
-}
-
-// The socket when the options name none. $CAKE_SOCKET is the user's choice and taken as given. Otherwise the
-// candidates by the folder rule; while no socket exists at all (a daemon starting alongside this engine), looks again
-// until `deadline`, the same wait Connect gives a daemon that has not yet started listening.
-absl::StatusOr<std::string> FindDaemonSocket(std::chrono::system_clock::time_point deadline) {
-  if (const char* explicit_path = std::getenv("CAKE_SOCKET"); explicit_path != nullptr && *explicit_path != '\0') {
-    return std::string(explicit_path);
-  }
-  for (;;) {
-    absl::StatusOr<DaemonSocketChoice> choice = ChooseDaemonSocket(DefaultSocketCandidates());
-    if (choice.ok()) return std::move(choice->path);
-    if (!absl::IsUnavailable(choice.status()) || std::chrono::system_clock::now() >= deadline) return choice.status();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
 }
 
 }  // namespace
