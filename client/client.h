@@ -163,7 +163,7 @@ struct LoadPlan {
 };
 
 // What an engine computing the front of a prompt does next: the engine side of the Cake protocol, written once
-// for every C++ engine (cake/load.py's LoadSession.next_step is the same rule). An engine loops:
+// for every C++ engine (cake/load.py's Step and next_front_step are the same rule). An engine loops:
 //   kCompute: compute chunk c, ReportProgress(c + 1);  kWait: WaitResidentUntil(c, until), then ask again;
 //   kStop: WaitDone(), compute up to its meeting chunk, use the loaded rest.
 struct FrontStep {
@@ -171,22 +171,42 @@ struct FrontStep {
   Action action = Action::kCompute;
   std::chrono::steady_clock::time_point until;  // kWait only
   // kCompute only: the engine may compute up to this chunk (exclusive) before it must ask again, unless a chunk
-  // it reaches is resident first (the predicted meeting, or the limit): what an engine that computes several
-  // chunks per step caps its steps at.
+  // it reaches is resident first (the predicted meeting, the limit, or one chunk when paced): what an engine that
+  // computes several chunks per step caps its steps at.
   uint32_t compute_through = 0;
 };
 
+// What NextFrontStep weighs beyond the plan and the loads, each optional (cake/load.py's next_front_step takes the
+// same as keyword arguments).
+struct FrontStepExtras {
+  // The stream ended without Done: nothing more lands, so the front never waits (it computes on to the limit).
+  bool stream_ended = false;
+  // The paced mode: the engine's own estimate of what computing next_chunk takes, in seconds. The loads' measured
+  // pace then replaces the predicted meeting: wait (until now + 1.5 x resident_in_s + 2 ms) when the loads reach
+  // next_chunk no later than computing it would, once per chunk, else compute that one chunk and ask again. It
+  // adapts when the engine runs faster or slower than its hint said, which the prediction cannot. The Python
+  // session measures the pace itself (next_step(c, compute_s)); LoadSession::NextStep does not, so a C++ engine
+  // that wants this mode passes the ETA it measured.
+  std::optional<double> compute_s;
+  std::optional<double> resident_in_s;  // when the loads reach next_chunk at their pace, seconds (nullopt: no pace)
+  bool paced_wait_given = false;        // the engine already waited once for next_chunk on the pace
+};
+
 // The rule, on what the engine knows when it is about to compute chunk `next_chunk`: the plan, when the load
-// started, the lowest chunk of the loaded suffix, and the meeting chunk once Done arrived.
+// started, the lowest chunk of the loaded suffix, and the meeting chunk once Done arrived. tests/golden/
+// front_steps.toml pins it, row by row, here (tests/client/front_step_golden_test.cc) and in Python.
 //  - Stop at the limit: lowest_loadable under I/O-only (the engine computes only below it), else cached_chunks.
-//  - Stop once Done arrived and the front reached its meeting chunk, or when next_chunk is resident.
-//  - Under Cake with a prediction, wait at the predicted meeting chunk until `started` plus the predicted Cake time
-//    with a fifth of slack and a millisecond: computing past the meeting is work thrown away, but past that
-//    deadline the loads fell behind, and waiting longer is worse than computing on.
-//  - Otherwise compute.
+//  - Once Done arrived: compute up to its meeting chunk (failed reads move it up), stop there.
+//  - Stop when next_chunk is resident (then all of [next_chunk, cached) are).
+//  - Under another strategy than Cake, or once the stream ended: compute on to the limit.
+//  - Paced (extras.compute_s): as FrontStepExtras says.
+//  - Under Cake with a prediction, compute up to the predicted meeting chunk, and there wait until `started` plus
+//    the predicted Cake time with a fifth of slack and a millisecond: computing past the meeting is work thrown
+//    away, but past that deadline the loads fell behind, and waiting longer is worse than computing on.
+//  - Otherwise compute on to the limit.
 FrontStep NextFrontStep(const LoadPlan& plan, std::chrono::steady_clock::time_point started, uint32_t next_chunk,
                         uint32_t loaded_low, std::optional<uint32_t> done_meeting,
-                        std::chrono::steady_clock::time_point now);
+                        std::chrono::steady_clock::time_point now, const FrontStepExtras& extras = {});
 
 struct LoadDone {
   uint32_t meeting_chunk = 0;  // compute [0, meeting_chunk), use the loaded [meeting_chunk, cached_chunks)
@@ -226,7 +246,8 @@ class LoadSession {
 };
 
 // cake.v1.GetLimitsResponse: what the daemon accepts. A daemon too old to answer GetLimits is taken to have the
-// defaults below (its configuration's defaults when it was written).
+// defaults below (its configuration's defaults when it was written). tests/golden/limit_defaults.toml pins them
+// against the daemon's DaemonConfig{} and the Python client's cake.Limits().
 struct DaemonLimits {
   uint64_t max_message_bytes = uint64_t{256} << 20;
   uint32_t load_start_timeout_ms = 60000;
@@ -238,7 +259,7 @@ struct DaemonLimits {
   uint32_t region_lease_ms = 30000;
   uint32_t default_load_window = 4;
   uint32_t max_load_window = 64;
-  uint64_t max_region_bytes = 0;  // 0: not told
+  uint64_t max_region_bytes = uint64_t{64} << 30;  // host regions
 };
 
 // cake.v1.StatusResponse, typed.

@@ -16,8 +16,14 @@ namespace cake {
 
 FrontStep NextFrontStep(const LoadPlan& plan, std::chrono::steady_clock::time_point started, uint32_t next_chunk,
                         uint32_t loaded_low, std::optional<uint32_t> done_meeting,
-                        std::chrono::steady_clock::time_point now) {
+                        std::chrono::steady_clock::time_point now, const FrontStepExtras& extras) {
   using Action = FrontStep::Action;
+  // cake/load.py's WAIT_SLACK_FRACTION, WAIT_SLACK_S, PACE_WAIT_FACTOR and PACE_WAIT_SLACK_S.
+  constexpr double kSlackFraction = 0.2, kSlackSeconds = 1e-3, kPaceFactor = 1.5, kPaceSlackSeconds = 2e-3;
+  const auto after = [](std::chrono::steady_clock::time_point from, double seconds) {
+    return from +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+  };
   const uint32_t limit = plan.strategy == Strategy::kIoOnly ? plan.lowest_loadable : plan.cached_chunks;
   if (next_chunk >= limit) return {Action::kStop, {}, 0};
   if (done_meeting) {
@@ -25,14 +31,18 @@ FrontStep NextFrontStep(const LoadPlan& plan, std::chrono::steady_clock::time_po
     return {Action::kCompute, {}, std::min(*done_meeting, limit)};
   }
   if (next_chunk >= loaded_low && next_chunk < plan.cached_chunks) return {Action::kStop, {}, 0};
-  if (plan.strategy == Strategy::kCake && plan.predicted_meeting_chunk && plan.predicted_cake_s) {
+  if (plan.strategy != Strategy::kCake || extras.stream_ended) return {Action::kCompute, {}, limit};
+  if (extras.compute_s) {
+    if (!extras.resident_in_s || *extras.resident_in_s > *extras.compute_s || extras.paced_wait_given) {
+      return {Action::kCompute, {}, next_chunk + 1};
+    }
+    return {Action::kWait, after(now, *extras.resident_in_s * kPaceFactor + kPaceSlackSeconds), 0};
+  }
+  if (plan.predicted_meeting_chunk && plan.predicted_cake_s) {
     const uint32_t meeting = *plan.predicted_meeting_chunk;
-    constexpr double kSlackFraction = 0.2, kSlackSeconds = 1e-3;  // cake/load.py's WAIT_SLACK_FRACTION, WAIT_SLACK_S
-    const auto until =
-        started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                      std::chrono::duration<double>(*plan.predicted_cake_s * (1 + kSlackFraction) + kSlackSeconds));
     if (next_chunk < meeting) return {Action::kCompute, {}, std::min(meeting, limit)};
-    if (now < until) return {Action::kWait, until};
+    const auto until = after(started, *plan.predicted_cake_s * (1 + kSlackFraction) + kSlackSeconds);
+    if (now < until) return {Action::kWait, until, 0};
   }
   return {Action::kCompute, {}, limit};
 }
@@ -95,14 +105,11 @@ class GrpcLoadSession final : public LoadSession {
       loaded_low = loaded_low_;
       ended = ended_;
     }
-    FrontStep step = NextFrontStep(plan, started_, next_chunk, loaded_low, meeting, std::chrono::steady_clock::now());
-    // A stream that ended without Done lands nothing more: waiting for it would only spin until the deadline.
-    if (ended && step.action == FrontStep::Action::kWait) {
-      step = {FrontStep::Action::kCompute,
-              {},
-              plan.strategy == Strategy::kIoOnly ? plan.lowest_loadable : plan.cached_chunks};
-    }
-    return step;
+    // A stream that ended without Done lands nothing more: the rule never waits for it (waiting would only spin
+    // until the deadline).
+    FrontStepExtras extras;
+    extras.stream_ended = ended;
+    return NextFrontStep(plan, started_, next_chunk, loaded_low, meeting, std::chrono::steady_clock::now(), extras);
   }
 
   bool IsResident(uint32_t chunk) const override {

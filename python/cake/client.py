@@ -46,11 +46,13 @@ log = logging.getLogger("cake.client")
 
 
 def _socket_candidates(euid, environ):
-    """Where a daemon's socket may be for this user, in the order clients look (caked uses the first for itself)."""
+    """Where a daemon's socket may be for this user, in the order clients look (caked uses the first for itself,
+    spelled as caked spells it: "$XDG_RUNTIME_DIR" + "/cake/caked.sock", a trailing slash kept). The C++
+    DefaultSocketCandidates is the same rule; tests/golden/socket_choice.toml pins both."""
     if euid == 0:
         return [SYSTEM_SOCKET]
     runtime = environ.get("XDG_RUNTIME_DIR")
-    own = os.path.join(runtime, "cake", "caked.sock") if runtime else f"/tmp/cake-{euid}/caked.sock"
+    own = f"{runtime}/cake/caked.sock" if runtime else f"/tmp/cake-{euid}/caked.sock"
     # The system daemon (systemd's, /run/cake) serves users in its group too.
     return [own, SYSTEM_SOCKET]
 
@@ -63,7 +65,8 @@ def _check_socket_folder(folder, euid, remedy):
     """The daemon's rule for its socket's folder (server/daemon.cc, base/socket_folder.h): a real folder (not a
     symbolic link) owned by this user or root; where its parent is writable by others (/tmp), anyone may have made
     it first, so there it must be this user's own and writable by nobody else. False when it does not exist;
-    raises _Refused when it breaks the rule."""
+    raises _Refused when it breaks the rule, in the C++ CheckSocketFolder's words (tests/golden/socket_choice.toml
+    pins the two together)."""
     folder = folder.rstrip("/") or "/"
     try:
         st = os.lstat(folder)
@@ -89,7 +92,7 @@ def _check_socket_folder(folder, euid, remedy):
         raise _Refused(f"the socket folder {folder} belongs to another user (uid {st.st_uid}); {remedy}")
     # Writable by others is what lets them swap the socket; reading the folder only shows its name.
     if shared_parent and st.st_mode & 0o022:
-        raise _Refused(f"the socket folder {folder} can be written by other users (mode {st.st_mode & 0o7777:04o}), "
+        raise _Refused(f"the socket folder {folder} is open to other users (mode {st.st_mode & 0o7777:04o}), "
                        f"who could replace the socket in it; {remedy}")
     return True
 
@@ -105,17 +108,23 @@ def _check_socket_file(path, remedy):
     if stat.S_ISSOCK(st.st_mode):
         return True
     instead = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode)
-               else "a regular file" if stat.S_ISREG(st.st_mode) else "not a socket")
+               else "a regular file" if stat.S_ISREG(st.st_mode) else "another kind of file")
     raise _Refused(f"the socket {path} is {instead}, not a unix socket; {remedy}")
 
 
 def _choose_socket(euid, environ):
-    """(path, refusals): the socket to use by the daemon's rule, or None when none is usable, and why each candidate
-    that exists was refused. This user's own daemon first, when its folder passes the rule and it is a socket; else
-    the system daemon's, when it is a socket (its folder belongs to the unit's user, and only root creates entries
-    in /run, so no other user can have put it there)."""
+    """(path, refusals): _choose_among this user's candidates (_socket_candidates)."""
     candidates = _socket_candidates(euid, environ)
-    own = candidates[0] if euid != 0 else None
+    return _choose_among(candidates[0] if len(candidates) > 1 else None, candidates[-1], euid)
+
+
+def _choose_among(own, system, euid):
+    """(path, refusals): the socket to use by the daemon's rule, or None when none is usable, and why each candidate
+    that exists was refused. This user's own daemon first (own; None for root), when its folder passes the rule
+    and it is a socket; else the system daemon's, when it is a socket (its folder belongs to the unit's user, and
+    only root creates entries in /run, so no other user can have put it there). The C++ ChooseDaemonSocket is the
+    same rule (path None there: UNAVAILABLE without refusals, FAILED_PRECONDITION with them);
+    tests/golden/socket_choice.toml pins both."""
     refusals = []
     if own is not None:
         try:
@@ -125,8 +134,8 @@ def _choose_socket(euid, environ):
         except _Refused as refused:
             refusals.append(str(refused))
     try:
-        if _check_socket_file(SYSTEM_SOCKET, _SYSTEM_SOCKET_REMEDY):
-            return SYSTEM_SOCKET, refusals
+        if _check_socket_file(system, _SYSTEM_SOCKET_REMEDY):
+            return system, refusals
     except _Refused as refused:
         refusals.append(str(refused))
     return None, refusals
@@ -223,7 +232,9 @@ class StoreResult:
 @dataclass(frozen=True)
 class Limits:
     """What the daemon accepts (KvService.GetLimits; field names as in kv.proto). A daemon older than GetLimits
-    does not say: then these defaults, its default configuration's, stand in, and from_daemon is False."""
+    does not say: then these defaults, its default configuration's, stand in, and from_daemon is False.
+    tests/golden/limit_defaults.toml pins them against the C++ client's DaemonLimits{} and the daemon's own
+    DaemonConfig{} (python/tests/test_golden_rules.py, tests/client/limit_defaults_golden_test.cc)."""
     max_message_bytes: int = 256 << 20
     load_start_timeout_ms: int = 60000
     load_idle_timeout_ms: int = 60000

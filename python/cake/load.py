@@ -27,12 +27,12 @@ TIER_NAMES = {kv_pb2.TIER_NONE: "none", kv_pb2.TIER_DRAM: "dram", kv_pb2.TIER_DI
 STRATEGY_NAMES = {kv_pb2.LoadPlan.STRATEGY_CAKE: "cake", kv_pb2.LoadPlan.STRATEGY_IO_ONLY: "io_only",
                   kv_pb2.LoadPlan.STRATEGY_COMPUTE_ONLY: "compute_only"}
 # How long an engine waits at the predicted meeting for loads that fell behind, beyond the plan's predicted
-# time to first token: a fifth of it plus a millisecond (the C++ engine's rule; docs/protocol.md).
+# time to first token: a fifth of it plus a millisecond (docs/protocol.md; the C++ NextFrontStep's constants).
 WAIT_SLACK_FRACTION = 0.2
 WAIT_SLACK_S = 1e-3
 # An engine that waits on the loads' measured pace (next_step's compute_s) waits half as long again as that pace
 # says, plus 2 ms, so loads that slip a little still land within the wait (one that gives up early computes a chunk
-# about to land).
+# about to land). The C++ NextFrontStep's paced mode uses the same two.
 PACE_WAIT_FACTOR = 1.5
 PACE_WAIT_SLACK_S = 2e-3
 
@@ -61,14 +61,17 @@ class ChunkLoaded(NamedTuple):
 
 
 class Step(NamedTuple):
-    """What an engine computing the front does next (LoadSession.next_step): "compute" its next chunk; "wait" for
-    the loads until `until` (a time.monotonic() deadline: wait_resident(chunk, until - now)), then ask again; or
-    "stop" computing the front (wait_done gives the final split, and the chunks up to it are the engine's)."""
+    """What an engine computing the front does next (LoadSession.next_step, next_front_step): "compute" its next
+    chunk; "wait" for the loads until `until` (a time.monotonic() deadline: wait_resident(chunk, until - now)), then
+    ask again; or "stop" computing the front (wait_done gives the final split, and the chunks up to it are the
+    engine's). With "compute", compute_through is the chunk (exclusive) the engine may compute up to before it must
+    ask again, unless a chunk it reaches is resident first: what an engine that computes several chunks per step
+    caps its steps at (0 with "wait" and "stop"; the C++ FrontStep's field of the same name)."""
     action: str
     until: Optional[float] = None
+    compute_through: int = 0
 
 
-_COMPUTE = Step("compute")
 _STOP = Step("stop")
 
 
@@ -95,6 +98,61 @@ def _plan_from_proto(p):
                     predicted_cake_s=_optional(p, "predicted_cake_s"),
                     predicted_compute_only_s=_optional(p, "predicted_compute_only_s"),
                     predicted_io_only_s=_optional(p, "predicted_io_only_s"))
+
+
+def _front_limit(plan):
+    """The chunk the front may compute up to (exclusive): lowest_loadable under "io_only", else cached_chunks."""
+    return plan.lowest_loadable if plan.strategy == "io_only" else plan.cached_chunks
+
+
+def _meeting_deadline(plan, started):
+    """Under "cake" with both predictions: started + predicted_cake_s * 1.2 + 1 ms; None otherwise."""
+    if plan.strategy != "cake" or plan.predicted_meeting_chunk is None or plan.predicted_cake_s is None:
+        return None
+    return started + plan.predicted_cake_s * (1 + WAIT_SLACK_FRACTION) + WAIT_SLACK_S
+
+
+def next_front_step(plan, started, next_chunk, loaded_low, done_meeting, now, *, stream_ended=False,
+                    compute_s=None, resident_in_s=None, paced_wait_given=False):
+    """The front-step rule, on what the engine knows when it is about to compute chunk `next_chunk`: a Step.
+    One rule in both client libraries: the C++ cake::NextFrontStep (client/client.h; FrontStepExtras carries the
+    keyword arguments) is the same function, and tests/golden/front_steps.toml pins both, row by row.
+    plan: the LoadPlan; started, now: time.monotonic() of the Start and of now; loaded_low: the lowest chunk of the
+    loaded suffix (cached_chunks while nothing landed); done_meeting: Done's meeting chunk once Done arrived;
+    stream_ended: the stream ended without Done (nothing more lands).
+    - past what the front may compute (lowest_loadable under "io_only", else cached_chunks): stop;
+    - Done arrived: compute below its meeting chunk (failed reads moved it up), stop at it;
+    - next_chunk resident (so all of [next_chunk, cached) are): stop;
+    - under another strategy than "cake", or once the stream ended: compute up to the limit, never wait;
+    - paced (compute_s, the engine's estimate of what computing next_chunk takes; resident_in_s, when the loads
+      reach next_chunk at their measured pace, None while there is no pace): wait until now + resident_in_s * 1.5
+      + 2 ms when that ETA is no longer than compute_s, once per chunk (paced_wait_given: that wait was given);
+      else compute this one chunk and ask again. The pace replaces the prediction: it adapts when the engine runs
+      faster or slower than its hint said (docs/benchmarks.md section 16);
+    - under "cake" with both predicted_meeting_chunk and predicted_cake_s: compute up to the predicted meeting;
+      at or past it, wait until started + predicted_cake_s * 1.2 + 1 ms (computing a chunk the loads are about to
+      deliver is work thrown away); past that deadline the loads fell behind: compute on to the limit;
+    - otherwise compute up to the limit."""
+    limit = _front_limit(plan)
+    if next_chunk >= limit:
+        return _STOP
+    if done_meeting is not None:
+        return _STOP if next_chunk >= done_meeting else Step("compute", None, min(done_meeting, limit))
+    if loaded_low is not None and loaded_low <= next_chunk < plan.cached_chunks:
+        return _STOP
+    if plan.strategy != "cake" or stream_ended:
+        return Step("compute", None, limit)
+    if compute_s is not None:
+        if resident_in_s is None or resident_in_s > compute_s or paced_wait_given:
+            return Step("compute", None, next_chunk + 1)
+        return Step("wait", now + resident_in_s * PACE_WAIT_FACTOR + PACE_WAIT_SLACK_S)
+    deadline = _meeting_deadline(plan, started)
+    if deadline is not None:
+        if next_chunk < plan.predicted_meeting_chunk:
+            return Step("compute", None, min(plan.predicted_meeting_chunk, limit))
+        if now < deadline:
+            return Step("wait", deadline)
+    return Step("compute", None, limit)
 
 
 class LoadSession:
@@ -369,49 +427,34 @@ class LoadSession:
     def meeting_deadline(self):
         """Under strategy "cake" with a prediction: the monotonic time until which an engine at the predicted
         meeting should wait for the loads (started_at + predicted_cake_s * 1.2 + 1 ms); None otherwise."""
-        plan = self.plan
-        if plan.strategy != "cake" or plan.predicted_meeting_chunk is None or plan.predicted_cake_s is None:
-            return None
-        return self.started_at + plan.predicted_cake_s * (1 + WAIT_SLACK_FRACTION) + WAIT_SLACK_S
+        return _meeting_deadline(self.plan, self.started_at)
 
     def next_step(self, next_chunk, compute_s=None):
-        """What an engine that has computed [0, next_chunk) does next: a Step ("compute", "wait" until a deadline,
-        or "stop"); waits for the Plan first (raising as wait_plan does). The C++ client's LoadSession::NextStep is
-        the same rule:
-        - past what the front may compute (lowest_loadable under "io_only", else cached_chunks): stop;
-        - Done arrived: compute below its meeting chunk (failed reads moved it up), stop at it;
-        - next_chunk resident (so all of [next_chunk, cached) are): stop;
-        - under "cake", at or past the predicted meeting and before meeting_deadline(): wait until the deadline
-          (computing a chunk the loads are about to deliver is work thrown away; past the deadline they fell
-          behind and the engine computes on);
-        - otherwise compute.
-        compute_s (the engine's own estimate of what computing next_chunk takes) replaces the predicted meeting
-        with the loads' measured pace: wait, once per chunk, when seconds_until_resident(next_chunk) is no longer
-        than compute_s. It adapts when the engine runs faster or slower than its hint said, which the prediction
-        cannot (the Python engine's rule, docs/benchmarks.md section 16).
-        A stream that ended without Done delivers nothing more: the engine computes on, and wait_done raises."""
+        """What an engine that has computed [0, next_chunk) does next: a Step ("compute" up to compute_through,
+        "wait" until a deadline, or "stop"); waits for the Plan first (raising as wait_plan does). The rule is
+        next_front_step (the C++ NextFrontStep; tests/golden/front_steps.toml pins both) on this load's state:
+        stop at the limit, at Done's meeting chunk or at a resident chunk; under "cake" wait at the predicted
+        meeting until meeting_deadline(); otherwise compute. compute_s (the engine's own estimate of what computing
+        next_chunk takes) asks for the paced mode: the ETA is seconds_until_resident(next_chunk), and the session
+        remembers the chunk it last said to wait for, so the wait comes once per chunk. A stream that ended without
+        Done delivers nothing more: the engine computes on, and wait_done raises. (The C++ LoadSession::NextStep
+        has no compute_s: its session does not measure the loads' pace; an engine there passes the ETA to
+        NextFrontStep itself.)"""
         plan = self.wait_plan()
-        limit = plan.lowest_loadable if plan.strategy == "io_only" else plan.cached_chunks
-        if next_chunk >= limit:
-            return _STOP
         with self._cv:
-            if self._done is not None:
-                return _STOP if next_chunk >= self._done.meeting_chunk else _COMPUTE
-            if self._resident_locked(next_chunk):
-                return _STOP
-            if plan.strategy != "cake" or self._ended or self._abandoned:
-                return _COMPUTE
-        now = time.monotonic()
-        if compute_s is not None:
-            eta = self.seconds_until_resident(next_chunk)
-            if eta is None or eta > compute_s or self._paced_wait_for == next_chunk:
-                return _COMPUTE
+            done_meeting = None if self._done is None else self._done.meeting_chunk
+            loaded_low = self._loaded_low
+            ended = self._ended or self._abandoned
+        paced_wait_given = self._paced_wait_for == next_chunk
+        resident_in_s = None
+        if compute_s is not None and plan.strategy == "cake" and not ended and done_meeting is None:
+            resident_in_s = self.seconds_until_resident(next_chunk)
+        step = next_front_step(plan, self.started_at, next_chunk, loaded_low, done_meeting, time.monotonic(),
+                               stream_ended=ended, compute_s=compute_s, resident_in_s=resident_in_s,
+                               paced_wait_given=paced_wait_given)
+        if step.action == "wait" and compute_s is not None:
             self._paced_wait_for = next_chunk
-            return Step("wait", now + eta * PACE_WAIT_FACTOR + PACE_WAIT_SLACK_S)
-        deadline = self.meeting_deadline()
-        if deadline is not None and next_chunk >= plan.predicted_meeting_chunk and now < deadline:
-            return Step("wait", deadline)
-        return _COMPUTE
+        return step
 
     def chunk(self, chunk):
         """The ChunkLoaded of a resident chunk (its region_offset, or its inline data); KeyError otherwise."""

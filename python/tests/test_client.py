@@ -268,7 +268,7 @@ def _squat(kind, folder, elsewhere, squat):
         return squatter, f"belongs to another user (uid {ATTACKER_UID})"
     os.chown(folder, OTHER_USER, OTHER_USER)  # "open to others": this user's, but anyone may write in it
     os.chmod(folder, 0o777)
-    return squatter, "can be written by other users (mode 0777)"
+    return squatter, "is open to other users (mode 0777)"
 
 
 SQUATS = ["another user's folder", "open to others", "symbolic link", "not a socket"]

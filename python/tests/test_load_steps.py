@@ -1,5 +1,7 @@
-"""LoadSession.next_step, the rule an engine computing the front follows (the C++ client's LoadSession::NextStep is
-the same): each branch on a session fed a scripted stream, then a Cake load against a real caked driven by it."""
+"""LoadSession.next_step, the rule an engine computing the front follows: each branch on a session fed a scripted
+stream (what the session feeds the rule: its Plan, loaded suffix, Done, the stream's end, the loads' pace), then a
+Cake load against a real caked driven by it. The rule itself, next_front_step (the C++ NextFrontStep), is pinned
+row by row by tests/golden/front_steps.toml in test_golden_rules.py and tests/client/front_step_golden_test.cc."""
 import queue
 import threading
 import time
@@ -84,7 +86,7 @@ def scripted():
 def test_before_the_plan_it_waits_for_it_or_raises_as_wait_plan_does(scripted):
     stream, session = scripted()
     threading.Timer(0.05, stream.send, [plan()]).start()
-    assert session.next_step(0) == ("compute", None)
+    assert session.next_step(0) == ("compute", None, 4)
     stream, session = scripted()
     stream.end()  # the stream ends with no Plan
     with pytest.raises(cake.CakeError) as error:
@@ -96,42 +98,42 @@ def test_before_the_plan_it_waits_for_it_or_raises_as_wait_plan_does(scripted):
 def test_the_front_stops_where_the_strategy_says(scripted, strategy, lowest, limit):
     """Up to lowest_loadable under io_only (the daemon loads the rest), else up to cached_chunks."""
     _, session = scripted(plan(cached=4, lowest=lowest, strategy=strategy))
-    assert [session.next_step(c).action for c in range(limit)] == ["compute"] * limit
-    assert session.next_step(limit) == ("stop", None)
+    assert [session.next_step(c) for c in range(limit)] == [("compute", None, limit)] * limit
+    assert session.next_step(limit) == ("stop", None, 0)
 
 
 def test_a_resident_chunk_stops_the_front(scripted):
     _, session = scripted(plan(), loaded(3))
     assert session.wait_resident(3, 5)
-    assert session.next_step(2) == ("compute", None)
-    assert session.next_step(3) == ("stop", None)
+    assert session.next_step(2) == ("compute", None, 4)
+    assert session.next_step(3) == ("stop", None, 0)
 
 
 def test_after_done_the_front_computes_up_to_the_meeting_resident_or_not(scripted):
     """A failed read moves the meeting above chunks that did land: the engine computes them all the same."""
     _, session = scripted(plan(), loaded(3), loaded(2), done(3, 2))
     assert session.wait_done(5).meeting_chunk == 3 and session.is_resident(2)
-    assert session.next_step(2) == ("compute", None)
-    assert session.next_step(3) == ("stop", None)
+    assert session.next_step(2) == ("compute", None, 3)
+    assert session.next_step(3) == ("stop", None, 0)
 
 
 def test_at_the_predicted_meeting_the_front_waits_until_the_deadline(scripted):
     _, session = scripted(plan(meeting=2, cake_s=10.0))
     deadline = session.started_at + 10.0 * 1.2 + 1e-3
     assert session.meeting_deadline() == pytest.approx(deadline)
-    assert session.next_step(1) == ("compute", None)
-    assert session.next_step(2) == ("wait", session.meeting_deadline())
-    assert session.next_step(3) == ("wait", session.meeting_deadline())  # past the prediction: still waits
+    assert session.next_step(1) == ("compute", None, 2)  # up to the predicted meeting, then ask again
+    assert session.next_step(2) == ("wait", session.meeting_deadline(), 0)
+    assert session.next_step(3) == ("wait", session.meeting_deadline(), 0)  # past the prediction: still waits
 
 
 def test_past_the_deadline_or_without_a_prediction_the_front_computes_on(scripted):
     _, late = scripted(plan(meeting=2, cake_s=0.0))  # the deadline was 1 ms after the start
     time.sleep(0.01)
-    assert late.next_step(2) == ("compute", None)
+    assert late.next_step(2) == ("compute", None, 4)
     _, unpredicted = scripted(plan(meeting=2))
-    assert unpredicted.meeting_deadline() is None and unpredicted.next_step(2) == ("compute", None)
+    assert unpredicted.meeting_deadline() is None and unpredicted.next_step(2) == ("compute", None, 4)
     _, io_only = scripted(plan(lowest=3, strategy="io_only", meeting=2, cake_s=10.0))  # only "cake" waits
-    assert io_only.next_step(2) == ("compute", None)
+    assert io_only.next_step(2) == ("compute", None, 3)
 
 
 def test_a_wait_ends_when_the_loads_arrive_and_the_front_stops(scripted):
@@ -140,7 +142,7 @@ def test_a_wait_ends_when_the_loads_arrive_and_the_front_stops(scripted):
     assert step.action == "wait"
     threading.Timer(0.05, stream.send, [loaded(3), loaded(2)]).start()
     assert session.wait_resident(2, timeout=step.until - time.monotonic())
-    assert session.next_step(2) == ("stop", None)
+    assert session.next_step(2) == ("stop", None, 0)
 
 
 def test_a_stream_that_ended_without_done_is_not_waited_for(scripted):
@@ -151,19 +153,19 @@ def test_a_stream_that_ended_without_done_is_not_waited_for(scripted):
     while not session.ended:
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    assert session.next_step(2) == ("compute", None)
+    assert session.next_step(2) == ("compute", None, 4)  # up to the limit: no meeting to stop at any more
 
 
 def test_with_the_engines_cost_the_front_waits_on_the_loads_pace_once_per_chunk(scripted):
     """compute_s: wait when the loads reach the chunk no later than computing it would (here their predicted pace,
     1 s a chunk, with nothing landed yet), for 1.5x that plus 2 ms; once per chunk."""
     _, session = scripted(plan(io_only_s=4.0))
-    assert session.next_step(3, compute_s=0.5) == ("compute", None)  # chunk 3 lands in about 1 s
+    assert session.next_step(3, compute_s=0.5) == ("compute", None, 4)  # chunk 3 lands in about 1 s
     now = time.monotonic()
     step = session.next_step(3, compute_s=2.0)
     eta = session.started_at + 1.0 - now
     assert step.action == "wait" and step.until == pytest.approx(now + eta * 1.5 + 2e-3, abs=0.05)
-    assert session.next_step(3, compute_s=2.0) == ("compute", None)  # waited for it once already
+    assert session.next_step(3, compute_s=2.0) == ("compute", None, 4)  # waited for it once already
     assert session.next_step(2, compute_s=5.0).action == "wait"
 
 
