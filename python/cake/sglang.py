@@ -38,10 +38,10 @@ import time
 import numpy as np
 
 from cake.client import Client
+from cake.engine_config import cake_dtype, parse_flag
 from cake.layout import ChunkLayout
 from cake.namespace import Namespace
 from cake.regions import RegionClaim
-from cake.split import parse_flag
 
 try:  # SGLang present: the factory checks issubclass(backend, HiCacheStorage)
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorage as _Base
@@ -52,9 +52,6 @@ log = logging.getLogger("cake.sglang")
 
 # SGLang's STORAGE_BATCH_SIZE: the most pages one call names. The regions are sized for it.
 SGLANG_BATCH_PAGES = 128
-_TORCH_TO_CAKE_DTYPE = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16",
-                        "torch.float8_e4m3fn": "fp8", "torch.float8_e5m2": "fp8", "torch.uint8": "fp8",
-                        "torch.int8": "int8"}
 
 
 def engine_key(page_key):
@@ -142,7 +139,7 @@ class CakeHiCacheStorage(_Base):
         self._region_wait_s = float(extra.get("cake_region_wait_s", 1.0))
         # batch_exists runs on SGLang's prefetch thread as a request enters the queue: the daemon then copies the
         # pages it finds on disk or in Redis into DRAM while the request waits (cake_prefetch = false: not).
-        self._prefetch = parse_flag(extra.get("cake_prefetch", True))
+        self._prefetch = parse_flag(extra.get("cake_prefetch", True), "cake_prefetch")
         # Lossy storage on disk and in Redis (docs/protocol.md, "Lossy storage"): "exact", "int8" or "int4".
         self._stored_precision = str(extra.get("cake_stored_precision", "exact"))
         self._client = client or Client(extra.get("cake_socket") or None, client_id=f"sglang-{os.getpid()}",
@@ -170,7 +167,7 @@ class CakeHiCacheStorage(_Base):
         if _Base is not object:
             super().register_mem_pool_host(mem_pool_host)
         self.mem_pool_host = mem_pool_host
-        dtype = _TORCH_TO_CAKE_DTYPE.get(str(mem_pool_host.dtype))
+        dtype = cake_dtype(mem_pool_host.dtype)
         if dtype is None:
             raise ValueError(f"host pool dtype {mem_pool_host.dtype} has no Cake equivalent")
         self.ns = Namespace(self._model_id, num_layers=mem_pool_host.layer_num, num_kv_heads=mem_pool_host.head_num,

@@ -39,20 +39,6 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def parse_flag(value) -> bool:
-    """A kv_connector_extra_config boolean: JSON gives true/false, a CLI or an env file may give strings."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return value != 0
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"cake_split: {value!r} is not a boolean")
-
-
 # --- configuration and eligibility ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -79,18 +65,11 @@ class SplitConfig:
     def ranks(self) -> range:
         return range(self.world_size)
 
-    @classmethod
-    def from_extra(cls, extra: Mapping, *, block_size: int, world_size: int = 1) -> "SplitConfig":
-        """From vLLM's kv_connector_extra_config (the keys cake.vllm reads)."""
-        return cls(enabled=parse_flag(extra.get("cake_split", False)),
-                   min_chunks=int(extra.get("cake_split_min_chunks", DEFAULT_MIN_CHUNKS)),
-                   chunk_tokens=int(extra.get("cake_chunk_tokens", 256)), block_size=int(block_size),
-                   world_size=int(world_size))
-
 
 def split_end(cached_chunks: int, num_prompt_tokens: int, chunk_tokens: int) -> int:
     """H in tokens: the cached chunks, less whole chunks until at least one prompt token is left to compute (vLLM
-    samples the first output token from the last prompt token's forward, so it is never jumped over)."""
+    samples the first output token from the last prompt token's forward, so it is never jumped over). The I/O-only
+    load's end follows the same rule (cake.vllm.scheduler)."""
     if num_prompt_tokens <= 0 or cached_chunks <= 0:
         return 0
     return min(cached_chunks, (num_prompt_tokens - 1) // chunk_tokens) * chunk_tokens
@@ -123,7 +102,7 @@ def check_eligibility(config: SplitConfig, *, local_tokens: int, cached_chunks: 
     if not config.enabled:
         return no("split mode is off (cake_split)")
     if not scheduler_bound:
-        return no("vLLM runs without --scheduler-cls cake.vllm_scheduler.CakeScheduler/CakeAsyncScheduler")
+        return no("vLLM runs without --scheduler-cls cake.vllm.scheduler.CakeScheduler/CakeAsyncScheduler")
     # Multimodal KV depends on more than the tokens (cake.vllm keeps such requests off the cache entirely).
     if is_multimodal:
         return no("multimodal request")

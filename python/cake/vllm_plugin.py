@@ -4,7 +4,7 @@ cake.vllm.CakeConnector with vLLM's connector factory by name, so a kv-transfer-
 its processes, possibly more than once; it imports nothing of Cake's until vLLM creates the connector."""
 import logging
 
-log = logging.getLogger("vllm.cake")  # cake.vllm_log's logger, under vLLM's "vllm" (whose handler prints it)
+log = logging.getLogger("vllm.cake")  # cake.vllm.log's logger, under vLLM's "vllm" (whose handler prints it)
 
 
 def register():

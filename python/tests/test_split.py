@@ -167,21 +167,15 @@ def falling(top, first_step=0, every=1):
 
 # --- configuration and eligibility ----------------------------------------------------------------------------
 
-def test_config_validates_and_reads_the_connector_config():
+def test_config_validates():
+    """(Reading it from vLLM's kv_connector_extra_config is cake.vllm.scheduler.split_config's: test_engine_config.)"""
     with pytest.raises(ValueError):
         SplitConfig(chunk_tokens=24, block_size=16)
     with pytest.raises(ValueError):
         SplitConfig(min_chunks=0)
     with pytest.raises(ValueError):
         SplitConfig(world_size=0)
-    c = SplitConfig.from_extra({"cake_split": "true", "cake_split_min_chunks": "3", "cake_chunk_tokens": 64},
-                               block_size=16, world_size=2)
-    assert (c.enabled, c.min_chunks, c.chunk_tokens, c.block_size, list(c.ranks)) == (True, 3, 64, 16, [0, 1])
-    assert not SplitConfig.from_extra({}, block_size=16).enabled
-    assert SplitConfig.from_extra({"cake_split": True}, block_size=16).min_chunks == split.DEFAULT_MIN_CHUNKS
-    assert not SplitConfig.from_extra({"cake_split": "off"}, block_size=16).enabled
-    with pytest.raises(ValueError):
-        SplitConfig.from_extra({"cake_split": "maybe"}, block_size=16)
+    assert list(SplitConfig(world_size=2).ranks) == [0, 1]
 
 
 def test_split_end_leaves_a_token_to_compute():

@@ -470,7 +470,7 @@ def test_the_chunk_must_be_whole_blocks(daemon):
 def test_a_kv_cache_whose_layout_cannot_be_proven_is_refused(daemon):
     """No backend writer in the forward context (an unknown backend, or one that writes in its forward): the
     connector refuses the cache at start-up instead of guessing from its shape."""
-    from cake.vllm_layout import LayoutError
+    from cake.vllm.layout import LayoutError
     worker = CakeConnector(VllmConfig(daemon), KVConnectorRole.WORKER)
     caches = {f"model.layers.{i}.self_attn.attn": torch.zeros((2, BLOCKS, BLOCK, HEADS, DIM), dtype=torch.float16)
               for i in range(LAYERS)}
@@ -585,3 +585,126 @@ def test_a_daemon_paused_longer_than_the_lease_keeps_a_live_owners_regions(fresh
         assert "lease ran out" not in daemon.log()
     finally:
         engine.close()
+
+
+def test_a_resumed_request_computes_from_its_output_tokens_not_a_chunk_of_its_prompt(daemon):
+    """The "leave a token to compute" rule counts every token the request has (cake.split.split_end over
+    num_tokens): a request preempted after output tokens, whose whole prompt of whole chunks is cached, loads all of
+    the prompt and computes its output tokens."""
+    tokens = prompt(3 * CHUNK, seed=111)
+    engine = Engine(daemon)
+    try:
+        assert engine.serve("first", tokens)["stored"]
+        assert engine.scheduler.get_num_new_matched_tokens(Request("fresh", tokens), 0) == (2 * CHUNK, True)
+        resumed = Request("resumed", tokens, num_tokens=len(tokens) + 2)
+        assert engine.scheduler.get_num_new_matched_tokens(resumed, 0) == (3 * CHUNK, True)
+        assert engine.scheduler.get_num_new_matched_tokens(resumed, BLOCK) == (3 * CHUNK - BLOCK, True)
+    finally:
+        engine.close()
+
+
+def test_one_record_per_asked_request_until_vllm_allocates(daemon):
+    """A request's lookup and what was promised to vLLM are one record, gone once vLLM has allocated for the
+    request, or the request finished, or nothing was promised."""
+    tokens = prompt(3 * CHUNK + 1, seed=112)
+    engine = Engine(daemon)
+    side = engine.scheduler._scheduler
+    try:
+        engine.serve("w", tokens)
+        assert side._lookups == {}
+        request = Request("r", tokens)
+        assert engine.scheduler.get_num_new_matched_tokens(request, 0) == (3 * CHUNK, True)
+        record = side._lookups["r"]
+        assert record.future.done() and record.matched == (0, 3 * CHUNK, "vllm:test/llama")
+        engine.scheduler.update_state_after_alloc(request, Blocks(list(range(7))), 3 * CHUNK)
+        assert side._lookups == {}
+        assert engine.scheduler.get_num_new_matched_tokens(Request("hit", tokens), 3 * CHUNK) == (0, False)
+        assert side._lookups == {}  # nothing beyond vLLM's own hit: forgotten at once
+        assert engine.scheduler.get_num_new_matched_tokens(Request("gone", tokens), 0)[0] == 3 * CHUNK
+        engine.scheduler.request_finished(Request("gone", tokens, status="RequestStatus.FINISHED_ABORTED"), [])
+        assert side._lookups == {}
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("layout", ["flash_attn", "cpu_amx"])
+def test_scatter_rows_puts_every_run_of_rows_into_its_slots(layout):
+    """cake.vllm.worker.scatter_rows, the one copy from region chunks into vLLM's blocks of both the I/O-only
+    loads and the split's splices: runs of rows from several chunks, out of order (the daemon reports a load's
+    chunks as they land), from mid-chunk and into a request's blocks from first_block on, converted to the cache's
+    dtype; the slots around them untouched."""
+    from cake.split import ChunkRows
+    from cake.vllm.layout import Geometry, learn_layers, writer_of
+    from cake.vllm.worker import scatter_rows
+    paged = {f"layer.{i}": PagedCache(layout, BLOCKS, BLOCK, HEADS, DIM, torch.float16, fill=float("nan"))
+             for i in range(LAYERS)}
+    context = forward_context(paged)
+    layers = learn_layers({name: p.cache for name, p in paged.items()}, Geometry(BLOCK, HEADS, DIM, torch.float16),
+                          {name: writer_of(context[name], p.cache) for name, p in paged.items()})
+    for p in paged.values():
+        p.flat.fill_(float("nan"))
+    tokens = prompt(4 * CHUNK, seed=113)
+    reference = reference_kv(tokens).float()  # the chunks in fp32: the scatter converts to the cache's fp16
+    chunks = [reference[:, :, c * CHUNK:(c + 1) * CHUNK] for c in range(4)]
+    first_block, block_ids = 1, [9, 4, 30, 2, 17, 11, 5]  # the request's blocks 1..7, anywhere in the pool
+    front, end = CHUNK + 5, 4 * CHUNK  # from mid-chunk (and mid-block) to the end of chunk 3
+    rows = [ChunkRows(c, max(front, c * CHUNK), min(end, (c + 1) * CHUNK), max(front, c * CHUNK) - c * CHUNK,
+                      min(end, (c + 1) * CHUNK) - c * CHUNK) for c in (3, 1, 2)]
+    scatter_rows(layers, [(chunks[r.chunk], r) for r in rows], block_ids, BLOCK, torch.device("cpu"),
+                 first_block=first_block)
+    ids = [None] + block_ids  # token t lives in the request's block t // BLOCK
+    slots = [ids[t // BLOCK] * BLOCK + t % BLOCK for t in range(front, end)]
+    for layer, p in enumerate(paged.values()):
+        k, v = p.read(slots)
+        assert torch.equal(k.view(-1, HEADS, DIM), reference[layer, 0, front:end].half())
+        assert torch.equal(v.view(-1, HEADS, DIM), reference[layer, 1, front:end].half())
+        below = [ids[t // BLOCK] * BLOCK + t % BLOCK for t in range(BLOCK, front)]  # the rows below the front
+        assert torch.isnan(p.read(below)[0].float()).all()
+    scatter_rows(layers, [], block_ids, BLOCK, torch.device("cpu"))  # nothing to copy: nothing done
+
+
+def test_the_older_module_paths_name_the_packages_objects():
+    """Configurations and imports written before cake.vllm became a package keep working: the connector by module
+    path "cake.vllm", the scheduler classes by cake.vllm_scheduler, and cake.vllm_split, cake.vllm_layout,
+    cake.vllm_log, cake.vllm_plugin; all of them import without vLLM or torch."""
+    import subprocess
+    import sys
+    code = """
+import sys
+sys.modules.update({"torch": None, "vllm": None})  # neither importable
+import importlib
+import cake.vllm as package
+from cake.vllm import connector, data, layout, log, scheduler, worker
+old = {name: importlib.import_module("cake." + name) for name in (
+    "vllm_split", "vllm_scheduler", "vllm_layout", "vllm_log", "vllm_plugin")}
+assert package.CakeConnector is connector.CakeConnector
+assert package.namespace_for is importlib.import_module("cake.vllm.config").namespace_for
+for name in ("SplitMetadata", "SplitScheduler", "SplitWorker", "WindowPool", "forced_split_at"):
+    assert getattr(old["vllm_split"], name) is (getattr(data, name, None) or getattr(scheduler, name, None)
+                                               or getattr(worker, name)), name
+assert old["vllm_scheduler"].CakeSchedulerMixin is scheduler.CakeSchedulerMixin
+for name in ("Geometry", "LayoutError", "PagedLayer", "learn_layers", "writer_of"):
+    assert getattr(old["vllm_layout"], name) is getattr(layout, name), name
+for name in ("RegionSlot", "forget", "forget_all", "log", "once", "region_unknown"):
+    assert getattr(old["vllm_log"], name) is getattr(log, name), name
+assert callable(old["vllm_plugin"].register)
+try:
+    old["vllm_scheduler"].CakeScheduler  # made on first use, from vLLM's Scheduler
+except ImportError:
+    pass
+else:
+    raise AssertionError("CakeScheduler without vLLM")
+"""
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_wheel_ships_every_package():
+    """pyproject.toml names each package the wheel carries: a folder of cake left out is missing from the wheel."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    cake_dir = os.path.join(here, "..", "cake")
+    found = {"cake"} | {f"cake.{name}" for name in os.listdir(cake_dir)
+                        if os.path.isfile(os.path.join(cake_dir, name, "__init__.py"))}
+    assert found <= listed, sorted(found - listed)

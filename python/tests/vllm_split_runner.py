@@ -1,6 +1,6 @@
 """A model runner for vLLM's real scheduler, with Cake's split: the harness of test_vllm_split.py.
 
-vLLM's Scheduler / AsyncScheduler (with cake.vllm_scheduler's mixin and cake.vllm.CakeConnector, loaded by name as
+vLLM's Scheduler / AsyncScheduler (with cake.vllm.scheduler's mixin and cake.vllm.CakeConnector, loaded by name as
 `vllm serve` does) schedule; this runner stands in for vLLM's GPU model runner, which cannot run here. It follows
 the worker's call order in vllm/v1/worker/cpu/kv_connector.py (0.34.0): handle_preemptions, bind the connector
 metadata, start_load_kv before the forward when the step has_sync_kv_loads (else after it), then get_finished,
@@ -52,8 +52,8 @@ def make_vllm_config(model_dir, socket, async_scheduling=False, extra=None, tp=2
                              SchedulerConfig, VllmConfig)
     model = ModelConfig(model=model_dir, skip_tokenizer_init=True, dtype="float32", seed=0, max_model_len=2048)
     if scheduler_cls is None:
-        scheduler_cls = ("cake.vllm_scheduler.CakeAsyncScheduler" if async_scheduling
-                         else "cake.vllm_scheduler.CakeScheduler")
+        scheduler_cls = ("cake.vllm.scheduler.CakeAsyncScheduler" if async_scheduling
+                         else "cake.vllm.scheduler.CakeScheduler")
     sched = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=batched, max_model_len=2048,
                             enable_chunked_prefill=True, is_encoder_decoder=False,
                             async_scheduling=async_scheduling, scheduler_cls=scheduler_cls)
