@@ -6,29 +6,18 @@
 #include <optional>
 #include <string_view>
 
+#include "base/enum_names.h"
+
 namespace cake {
 
 // kCake: the engine computes forward until a chunk is resident while the daemon loads backward. kIoOnly: the
 // engine computes only below lowest_loadable and waits for the loads. kComputeOnly: the engine computes everything.
 enum class Strategy : int { kCake = 0, kIoOnly = 1, kComputeOnly = 2 };
 
-constexpr const char* StrategyName(Strategy strategy) {
-  switch (strategy) {
-    case Strategy::kCake:
-      return "cake";
-    case Strategy::kIoOnly:
-      return "io_only";
-    case Strategy::kComputeOnly:
-      return "compute_only";
-  }
-  return "unknown";
-}
+inline constexpr EnumName<Strategy> kStrategies[] = {
+    {Strategy::kCake, "cake"}, {Strategy::kIoOnly, "io_only"}, {Strategy::kComputeOnly, "compute_only"}};
 
-constexpr std::optional<Strategy> ParseStrategy(std::string_view name) {
-  for (Strategy s : {Strategy::kCake, Strategy::kIoOnly, Strategy::kComputeOnly}) {
-    if (name == StrategyName(s)) return s;
-  }
-  return std::nullopt;
-}
+constexpr const char* StrategyName(Strategy strategy) { return NameIn(kStrategies, strategy, "unknown"); }
+constexpr std::optional<Strategy> ParseStrategy(std::string_view name) { return ValueIn(kStrategies, name); }
 
 }  // namespace cake

@@ -14,6 +14,7 @@
 #include "client/client.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/wire_enums.h"
 
 namespace {
 
@@ -52,7 +53,7 @@ std::string Json(const google::protobuf::Message& message) {
 }
 
 // The words an operator types and reads for the wire's enums.
-const char* TierName(int tier) { return cake::TierKindName(static_cast<cake::TierKind>(tier)); }
+const char* TierName(int tier) { return cake::TierKindName(cake::TierKindFromWire(tier)); }
 const char* RegionKindName(int kind) { return kind == cake::v1::REGION_CUDA_IPC ? "cuda" : "host"; }
 const char* PhaseName(int phase) {
   switch (phase) {
@@ -301,7 +302,7 @@ int main(int argc, char** argv) {
         const std::string client = l.principal().empty() ? l.client_id() : l.principal() + "/" + l.client_id();
         std::printf("%-12s %-20s %-16s %-24s %-12s %-7s %7u/%-7u %8s\n", l.load_id().c_str(), client.c_str(),
                     l.tenant().c_str(), l.model().c_str(),
-                    cake::StrategyName(static_cast<cake::Strategy>(l.strategy())), PhaseName(l.phase()),
+                    cake::StrategyName(cake::StrategyFromWire(l.strategy())), PhaseName(l.phase()),
                     l.loaded_chunks(), l.cached_chunks(), Duration(l.age_s()).c_str());
       }
       std::printf("%d loads\n", r.loads_size());

@@ -20,6 +20,7 @@
 #include "client/wire.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/wire_enums.h"
 
 namespace cake {
 
@@ -120,7 +121,7 @@ class GrpcClient final : public Client {
     CAKE_RETURN_IF_ERROR(FromGrpc(kv_->Lookup(&context, request, &response)));
     LookupResult result{
         response.total_chunks(), response.cached_chunks(), {}, response.chunk_bytes(), response.prefetch_chunks()};
-    for (int t : response.chunk_tiers()) result.tiers.push_back(static_cast<TierKind>(t));
+    for (int t : response.chunk_tiers()) result.tiers.push_back(TierKindFromWire(t));
     return result;
   }
 
@@ -225,7 +226,7 @@ class GrpcClient final : public Client {
   absl::StatusOr<uint64_t> Evict(TierKind tier) override {
     grpc::ClientContext context;
     v1::EvictRequest request;
-    request.set_tier(static_cast<v1::TierKind>(tier));
+    request.set_tier(ToWire(tier));
     v1::EvictResponse response;
     CAKE_RETURN_IF_ERROR(FromGrpc(admin_->Evict(&context, request, &response)));
     return response.chunks();
@@ -234,7 +235,7 @@ class GrpcClient final : public Client {
   absl::StatusOr<double> SetReadCap(TierKind tier, double gbps) override {
     grpc::ClientContext context;
     v1::SetReadCapRequest request;
-    request.set_tier(static_cast<v1::TierKind>(tier));
+    request.set_tier(ToWire(tier));
     request.set_gbps(gbps);
     v1::SetReadCapResponse response;
     CAKE_RETURN_IF_ERROR(FromGrpc(admin_->SetReadCap(&context, request, &response)));
@@ -253,7 +254,7 @@ class GrpcClient final : public Client {
     for (int kind : r.region_kinds()) out.cuda_regions |= kind == v1::REGION_CUDA_IPC;
     for (const v1::TierStatus& t : r.tiers()) {
       out.tiers.push_back(
-          {static_cast<TierKind>(t.tier()), t.used_bytes(), t.capacity_bytes(), t.chunks(), t.read_limit_gbps()});
+          {TierKindFromWire(t.tier()), t.used_bytes(), t.capacity_bytes(), t.chunks(), t.read_limit_gbps()});
     }
     out.active_loads = r.active_loads();
     out.regions = r.regions();

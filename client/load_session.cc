@@ -11,6 +11,7 @@
 #include "client/grpc_load_session.h"
 #include "client/wire.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/wire_enums.h"
 
 namespace cake {
 
@@ -217,11 +218,11 @@ class GrpcLoadSession final : public LoadSession {
         plan.lowest_loadable = p.lowest_loadable();
         plan.chunk_bytes = p.chunk_bytes();
         if (p.has_predicted_meeting_chunk()) plan.predicted_meeting_chunk = p.predicted_meeting_chunk();
-        plan.strategy = static_cast<Strategy>(p.strategy());
+        plan.strategy = StrategyFromWire(p.strategy());
         if (p.has_predicted_cake_s()) plan.predicted_cake_s = p.predicted_cake_s();
         if (p.has_predicted_compute_only_s()) plan.predicted_compute_only_s = p.predicted_compute_only_s();
         if (p.has_predicted_io_only_s()) plan.predicted_io_only_s = p.predicted_io_only_s();
-        for (int t : p.chunk_tiers()) plan.tiers.push_back(static_cast<TierKind>(t));
+        for (int t : p.chunk_tiers()) plan.tiers.push_back(TierKindFromWire(t));
         loaded_low_ = plan.cached_chunks;
         plan_ = std::move(plan);
         return absl::OkStatus();

@@ -5,6 +5,7 @@
 #include "cake/v1/kv.pb.h"
 #include "client/client.h"
 #include "grpcpp/support/status.h"
+#include "proto/wire_enums.h"
 
 namespace cake {
 
@@ -18,12 +19,12 @@ inline void ToProto(const NamespaceSpec& spec, v1::Namespace* out) {
   out->set_num_layers(spec.num_layers);
   out->set_num_kv_heads(spec.num_kv_heads);
   out->set_head_dim(spec.head_dim);
-  out->set_dtype(static_cast<v1::DType>(spec.dtype));
+  out->set_dtype(ToWire(spec.dtype));
   out->set_tp_rank(spec.tp_rank);
   out->set_tp_size(spec.tp_size);
   out->set_chunk_tokens(spec.chunk_tokens);
   out->set_tenant(spec.tenant);
-  out->set_stored_precision(static_cast<v1::StoredPrecision>(spec.stored_precision));
+  out->set_stored_precision(ToWire(spec.stored_precision));
 }
 
 inline void ToProto(const PromptRef& prompt, v1::Prompt* out) {

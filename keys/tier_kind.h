@@ -3,6 +3,11 @@
 #pragma once
 
 #include <cstddef>
+#include <iterator>
+#include <optional>
+#include <string_view>
+
+#include "base/enum_names.h"
 
 namespace cake {
 
@@ -11,18 +16,10 @@ enum class TierKind : int { kNone = 0, kDram = 1, kDisk = 2, kRemote = 3 };
 inline constexpr size_t kTierKinds = 4;  // for tables indexed by TierKind
 
 // "dram", "disk", "remote" or "none": the names of config tables, flags, counters and admin calls.
-constexpr const char* TierKindName(TierKind kind) {
-  switch (kind) {
-    case TierKind::kDram:
-      return "dram";
-    case TierKind::kDisk:
-      return "disk";
-    case TierKind::kRemote:
-      return "remote";
-    case TierKind::kNone:
-      break;
-  }
-  return "none";
-}
+inline constexpr EnumName<TierKind> kTierKindNames[] = {
+    {TierKind::kNone, "none"}, {TierKind::kDram, "dram"}, {TierKind::kDisk, "disk"}, {TierKind::kRemote, "remote"}};
+static_assert(std::size(kTierKindNames) == kTierKinds);
+constexpr const char* TierKindName(TierKind kind) { return NameIn(kTierKindNames, kind, "none"); }
+constexpr std::optional<TierKind> ParseTierKind(std::string_view name) { return ValueIn(kTierKindNames, name); }
 
 }  // namespace cake

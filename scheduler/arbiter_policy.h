@@ -4,6 +4,8 @@
 #include <optional>
 #include <string_view>
 
+#include "base/enum_names.h"
+
 namespace cake {
 
 enum class ArbiterPolicy {
@@ -12,7 +14,11 @@ enum class ArbiterPolicy {
   kShortestRemaining,  // the load with the fewest chunks left to read goes next (ties: the older one), unless
                        // a load's oldest queued read has waited longer than the starvation limit: then that one
 };
-std::optional<ArbiterPolicy> ParseArbiterPolicy(std::string_view name);  // "fifo", "fair", "srf"
-const char* ArbiterPolicyName(ArbiterPolicy policy);
+inline constexpr EnumName<ArbiterPolicy> kArbiterPolicies[] = {
+    {ArbiterPolicy::kFifo, "fifo"}, {ArbiterPolicy::kFairShare, "fair"}, {ArbiterPolicy::kShortestRemaining, "srf"}};
+constexpr std::optional<ArbiterPolicy> ParseArbiterPolicy(std::string_view name) {
+  return ValueIn(kArbiterPolicies, name);
+}
+constexpr const char* ArbiterPolicyName(ArbiterPolicy policy) { return NameIn(kArbiterPolicies, policy, "unknown"); }
 
 }  // namespace cake

@@ -8,37 +8,21 @@
 
 namespace cake {
 
-std::optional<ArbiterPolicy> ParseArbiterPolicy(std::string_view name) {
-  if (name == "fifo") return ArbiterPolicy::kFifo;
-  if (name == "fair") return ArbiterPolicy::kFairShare;
-  if (name == "srf") return ArbiterPolicy::kShortestRemaining;
-  return std::nullopt;
-}
-
-const char* ArbiterPolicyName(ArbiterPolicy policy) {
-  switch (policy) {
-    case ArbiterPolicy::kFifo:
-      return "fifo";
-    case ArbiterPolicy::kFairShare:
-      return "fair";
-    case ArbiterPolicy::kShortestRemaining:
-      return "srf";
-  }
-  return "unknown";
-}
 
 IoPool::IoPool(int threads, size_t queue_capacity, ArbiterPolicy policy, std::chrono::milliseconds starvation_limit)
     : capacity_(queue_capacity), policy_(policy), starvation_limit_(starvation_limit) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
 }
 
-IoPool::~IoPool() {
+void IoPool::Stop() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
   }
   cv_.SignalAll();
-  for (auto& t : threads_) t.join();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
 }
 
 std::shared_ptr<IoGroup> IoPool::NewGroup() {

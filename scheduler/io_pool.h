@@ -45,7 +45,9 @@ class IoPool {
   // first, so a long load cannot starve behind a steady stream of short ones.
   IoPool(int threads, size_t queue_capacity, ArbiterPolicy policy = ArbiterPolicy::kShortestRemaining,
          std::chrono::milliseconds starvation_limit = std::chrono::milliseconds(1000));
-  ~IoPool();  // runs what is queued, then joins
+  ~IoPool() { Stop(); }
+  // Refuses new work, runs what is queued, then joins its threads. Idempotent; never call it from a pool thread.
+  void Stop();
   IoPool(const IoPool&) = delete;
   IoPool& operator=(const IoPool&) = delete;
 

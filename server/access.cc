@@ -1,5 +1,7 @@
 #include "server/access.h"
 
+#include "base/enum_names.h"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <pwd.h>
@@ -20,27 +22,20 @@ std::string Sha256(std::string_view bytes) {
   return std::string(reinterpret_cast<const char*>(digest), length);
 }
 
+constexpr EnumName<Role> kRoles[] = {{Role::kEngine, "engine"}, {Role::kMonitor, "monitor"}, {Role::kAdmin, "admin"}};
+
 uint32_t RoleBits(const std::vector<std::string>& roles) {
   uint32_t bits = 0;
-  for (const std::string& role : roles) {
-    if (role == "engine") bits |= static_cast<uint32_t>(Role::kEngine);
-    if (role == "monitor") bits |= static_cast<uint32_t>(Role::kMonitor);
-    if (role == "admin") bits |= static_cast<uint32_t>(Role::kAdmin) | static_cast<uint32_t>(Role::kMonitor);
+  for (const std::string& name : roles) {
+    const std::optional<Role> role = ValueIn(kRoles, name);
+    if (!role) continue;
+    bits |= static_cast<uint32_t>(*role);
+    if (*role == Role::kAdmin) bits |= static_cast<uint32_t>(Role::kMonitor);  // an admin may watch too
   }
   return bits;
 }
 
-std::string_view RoleName(Role role) {
-  switch (role) {
-    case Role::kEngine:
-      return "engine";
-    case Role::kMonitor:
-      return "monitor";
-    case Role::kAdmin:
-      return "admin";
-  }
-  return "?";
-}
+std::string_view RoleName(Role role) { return NameIn(kRoles, role, "?"); }
 
 }  // namespace
 

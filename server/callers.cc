@@ -2,6 +2,7 @@
 
 #include "grpcpp/security/auth_context.h"
 #include "server/requests.h"
+#include "server/unix_listener.h"
 #include "server/tcp_authentication.h"
 
 namespace cake {
@@ -26,8 +27,8 @@ absl::StatusOr<Caller> IdentifyCaller(const grpc::CallbackServerContext& context
   const std::string peer = context.peer();
   if (peer.rfind("fd:", 0) == 0) {
     facts.transport = PeerFacts::Transport::kUnix;
-    if (state.unix_connections != nullptr) {
-      if (auto unix_peer = state.unix_connections->PeerOf(peer)) facts.uid = unix_peer->uid;
+    if (state.facts().unix_connections != nullptr) {
+      if (auto unix_peer = state.facts().unix_connections->PeerOf(peer)) facts.uid = unix_peer->uid;
     }
     return identified(facts);
   }

@@ -126,16 +126,5 @@ std::string FullKeyName(const ConfigKey& key) {
   return absl::StrCat(std::string(key.table), ".", std::string(key.name));
 }
 
-const char* IoBackendWord(IoBackend backend) {
-  switch (backend) {
-    case IoBackend::kUring:
-      return "uring";
-    case IoBackend::kPread:
-      return "pread";
-    case IoBackend::kAuto:
-      break;
-  }
-  return "auto";
-}
 
 }  // namespace cake

@@ -48,7 +48,4 @@ std::span<const std::string_view> ConfigTables();
 // "loader.window".
 std::string FullKeyName(const ConfigKey& key);
 
-// The file's word for an I/O backend: auto, uring, pread.
-const char* IoBackendWord(IoBackend backend);
-
 }  // namespace cake

@@ -22,9 +22,6 @@ namespace cake {
   X(load_chunk_read_failures, "Reads that failed; the engine computed those chunks") \
   X(load_chunks_computed, "Cached chunks left to engines by meeting points (the sum of m)") \
   X(loads_not_promoted, "Loads larger than half the DRAM tier, whose chunks stayed where they were") \
-  X(loads_cake, "Loads whose plan chose Cake's split") \
-  X(loads_io_only, "Loads whose plan chose to load everything") \
-  X(loads_compute_only, "Loads whose plan chose to compute everything") \
   X(stores, "Store calls") \
   X(store_chunks_stored, "Chunks stores added") \
   X(store_chunks_already_cached, "Chunks stores found cached already") \

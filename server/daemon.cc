@@ -17,7 +17,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "base/shared_pool.h"
 #include "base/socket_folder.h"
 #include "base/status_macros.h"
 #include "cake/v1/admin.grpc.pb.h"
@@ -34,123 +33,6 @@
 #include "spdlog/spdlog.h"
 
 namespace cake {
-
-absl::StatusOr<uint64_t> LoadTracker::TryAdd(const LoadCaps& caps, LoadOwner owner, CancelFn cancel,
-                                             std::function<std::optional<LoadSummary>()> describe) {
-  MutexLock lock(&mu_);
-  if (loads_.size() >= caps.total) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the daemon is running limits.max_concurrent_loads (", caps.total, ") loads; retry shortly"));
-  }
-  uint32_t& principal_loads = per_principal_[owner.fairness_key];
-  const SharedPool slots{caps.total, caps.per_principal};
-  const SharedPool::Verdict verdict = slots.Check(loads_.size(), principal_loads, 1);
-  if (verdict != SharedPool::Verdict::kFits) {
-    if (principal_loads == 0) per_principal_.erase(owner.fairness_key);
-    if (verdict == SharedPool::Verdict::kReserved) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          owner.fairness_key, " is running ", principal_loads, " loads and the daemon ", loads_.size(), " of ",
-          caps.total, " (limits.max_concurrent_loads): ", slots.ReserveNote("slots"), " loads; retry shortly"));
-    }
-    return absl::ResourceExhaustedError(absl::StrCat(owner.fairness_key,
-                                                     " is running limits.max_concurrent_loads_per_principal (",
-                                                     caps.per_principal, ") loads; end one, or retry shortly"));
-  }
-  auto client_key = std::make_pair(owner.fairness_key, owner.client_id);
-  uint32_t& client_loads = per_client_[client_key];
-  if (client_loads >= caps.per_client) {
-    if (client_loads == 0) per_client_.erase(client_key);
-    if (principal_loads == 0) per_principal_.erase(owner.fairness_key);
-    return absl::ResourceExhaustedError(absl::StrCat("client \"", owner.client_id,
-                                                     "\" is running limits.max_concurrent_loads_per_client (",
-                                                     caps.per_client, ") loads; end one, or retry shortly"));
-  }
-  ++principal_loads;
-  ++client_loads;
-  const uint64_t ticket = next_++;
-  loads_.emplace(ticket, Live{std::move(owner), std::move(cancel), std::move(describe)});
-  return ticket;
-}
-
-void LoadTracker::Remove(uint64_t ticket) {
-  MutexLock lock(&mu_);
-  auto it = loads_.find(ticket);
-  if (it == loads_.end()) return;
-  const LoadOwner& owner = it->second.owner;
-  if (auto p = per_principal_.find(owner.fairness_key); p != per_principal_.end() && --p->second == 0) {
-    per_principal_.erase(p);
-  }
-  if (auto c = per_client_.find(std::make_pair(owner.fairness_key, owner.client_id));
-      c != per_client_.end() && --c->second == 0) {
-    per_client_.erase(c);
-  }
-  loads_.erase(it);
-}
-
-size_t LoadTracker::CancelIf(const std::function<std::optional<absl::Status>(const LoadOwner&)>& verdict) {
-  std::vector<std::pair<CancelFn, absl::Status>> cancels;
-  {
-    MutexLock lock(&mu_);
-    for (auto& [ticket, live] : loads_) {
-      if (std::optional<absl::Status> why = verdict(live.owner)) cancels.emplace_back(live.cancel, std::move(*why));
-    }
-  }
-  // Outside the lock: a cancelled load leaves the tracker on its way out.
-  for (auto& [cancel, why] : cancels) cancel(why);
-  return cancels.size();
-}
-
-void LoadTracker::CancelAll(const absl::Status& why) {
-  CancelIf([&](const LoadOwner&) -> std::optional<absl::Status> { return why; });
-}
-
-size_t LoadTracker::CancelUsingRegion(const std::string& region_id, const absl::Status& why) {
-  return CancelIf([&](const LoadOwner& owner) -> std::optional<absl::Status> {
-    if (owner.region_id != region_id) return std::nullopt;
-    return why;
-  });
-}
-
-size_t LoadTracker::CancelRevoked(const AccessPolicy& policy) {
-  return CancelIf([&](const LoadOwner& owner) -> std::optional<absl::Status> {
-    absl::StatusOr<Caller> now = policy.Identify(owner.peer);
-    const std::string who = owner.principal.empty() ? "this caller" : owner.principal;
-    if (!now.ok() || now->principal->name != owner.principal || !now->principal->Has(Role::kEngine)) {
-      return absl::PermissionDeniedError(absl::StrCat("the daemon's access policy was reloaded and no longer lets ",
-                                                      who, " load; the load is ended: compute the rest of the prompt"));
-    }
-    const Principal& principal = *now->principal;
-    if (!owner.tenant.empty() && !principal.any_tenant &&
-        std::find(principal.tenants.begin(), principal.tenants.end(), owner.tenant) == principal.tenants.end()) {
-      return absl::PermissionDeniedError(absl::StrCat("the daemon's access policy was reloaded and no longer gives ",
-                                                      who, " the tenant \"", owner.tenant,
-                                                      "\"; the load is ended: compute the rest of the prompt"));
-    }
-    return std::nullopt;
-  });
-}
-
-uint32_t LoadTracker::active() const {
-  MutexLock lock(&mu_);
-  return static_cast<uint32_t>(loads_.size());
-}
-
-std::vector<LoadSummary> LoadTracker::List() const {
-  std::vector<std::function<std::optional<LoadSummary>()>> describes;
-  {
-    MutexLock lock(&mu_);
-    for (const auto& [ticket, live] : loads_) {
-      if (live.describe) describes.push_back(live.describe);
-    }
-  }
-  // Outside the lock: a load takes its own lock to describe itself, and holds it when it calls TryAdd or Remove.
-  std::vector<LoadSummary> out;
-  for (const auto& describe : describes) {
-    if (std::optional<LoadSummary> summary = describe()) out.push_back(std::move(*summary));
-  }
-  std::sort(out.begin(), out.end(), [](const LoadSummary& a, const LoadSummary& b) { return a.age_s > b.age_s; });
-  return out;
-}
 
 namespace {
 
@@ -218,7 +100,7 @@ uint32_t ConnectionCapWithinDescriptorLimit(uint32_t wanted) {
 
 // Whether engines may register device regions, said once in the log: a machine without a GPU or driver (or a
 // daemon told not to) serves host regions only, and RegisterRegion's error repeats the reason.
-void DecideCudaRegions(const DaemonConfig& config, DaemonState& state) {
+void DecideCudaRegions(const DaemonConfig& config, StartupFacts& state) {
   if (!config.cuda_enabled) {
     // Not even probed: a daemon told to stay off the GPU never touches the driver.
     state.cuda_off_reason = "device regions are off in this daemon (cuda.enabled = false or --no-cuda)";
@@ -300,15 +182,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   auto access = AccessPolicy::FromConfig(config);
   if (!access.ok()) return access.status();
   d->state_ = std::make_unique<DaemonState>(config, std::move(*access));
-  DecideCudaRegions(config, *d->state_);
+  // What the handlers read and nothing changes once serving starts: published whole just before it does.
+  StartupFacts facts;
+  DecideCudaRegions(config, facts);
   uint32_t remote_masters = 0;
-  CAKE_RETURN_IF_ERROR(AddTiersFromConfig(config, d->state_->cuda_usable && config.cuda_pin_dram, d->state_->tiers,
+  CAKE_RETURN_IF_ERROR(AddTiersFromConfig(config, facts.cuda_usable && config.cuda_pin_dram, d->state_->tiers,
                                           d->state_->dram_pinned, &remote_masters));
   if (config.remote_endpoints.empty()) {
-    d->state_->StartNetworkReads(1);
+    d->state_->StartRemoteReads(1);
   } else {
     const uint32_t read_threads = config.RemoteReadThreads(remote_masters);
-    d->state_->StartNetworkReads(static_cast<int>(read_threads));
+    d->state_->StartRemoteReads(static_cast<int>(read_threads));
     spdlog::info("remote tier: chunks read on {} threads ({})", read_threads,
                  config.remote_read_threads != 0 ? "remote.read_threads"
                  : remote_masters == 0           ? "Redis did not answer: loader.io_threads"
@@ -318,27 +202,27 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
 
   d->kv_service_ = std::make_unique<KvServiceImpl>(*d->state_);
   d->admin_service_ = std::make_unique<AdminServiceImpl>(*d->state_);
-  d->state_->listen_address = absl::StrCat("unix:", d->socket_path_);
+  facts.listen_address = absl::StrCat("unix:", d->socket_path_);
   // The daemon accepts on its socket itself, to learn each peer's uid (UnixListener); gRPC serves what it hands
   // over. The TCP listener, when configured, is gRPC's own.
   auto unix_listener = UnixListener::Bind(d->socket_path_, config.socket_mode);
   if (!unix_listener.ok()) return unix_listener.status();
   d->unix_listener_ = std::move(*unix_listener);
-  d->state_->unix_connections = d->unix_listener_.get();
+  facts.unix_connections = d->unix_listener_.get();
   const uint32_t max_connections = ConnectionCapWithinDescriptorLimit(config.max_connections);
   d->connection_gate_ =
       std::make_unique<ConnectionGate>(max_connections, std::min(config.max_connections_per_peer, max_connections));
-  d->state_->connection_gate = d->connection_gate_.get();
+  facts.connection_gate = d->connection_gate_.get();
   // The standard health service (grpc.health.v1.Health: grpcurl, Kubernetes gRPC probes, cakectl health), our own
   // rather than gRPC's default, whose Watch streams have no cap and never end; and server reflection. Both answer
   // without the access checks: they say whether the daemon serves and what its API is, nothing more.
   d->health_service_ = std::make_unique<HealthService>(
       HealthService::Limits{config.max_health_watches, config.max_health_watches_per_peer},
-      [state = d->state_.get()](const grpc::CallbackServerContext& context) {
-        return GatePeerOfCall(context.peer(), state->unix_connections);
+      [unix_connections = d->unix_listener_.get()](const grpc::CallbackServerContext& context) {
+        return GatePeerOfCall(context.peer(), unix_connections);
       },
       std::vector<std::string>{"cake.v1.KvService", "cake.v1.AdminService"});
-  d->state_->health = d->health_service_.get();
+  facts.health = d->health_service_.get();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   // The TCP port is accepted by the daemon too (TcpListener), so that its connections pass the same gate; gRPC
@@ -350,6 +234,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     auto tcp_listener = TcpListener::Bind(config.tcp_listen);
     if (!tcp_listener.ok()) return tcp_listener.status();
     d->tcp_listener_ = std::move(*tcp_listener);
+    facts.tcp_port = d->tcp_listener_->port();
     tcp_acceptor = builder.experimental().AddExternalConnectionAcceptor(
         grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, *credentials);
   }
@@ -385,12 +270,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   }
   if (!config.metrics_listen.empty()) {
     // Before serving: a port that cannot be bound fails the start, not a later scrape.
-    auto metrics = MetricsEndpoint::Start(config.metrics_listen, *d->state_);
+    auto metrics = MetricsEndpoint::Bind(config.metrics_listen);
     if (!metrics.ok()) return metrics.status();
     d->metrics_ = std::move(*metrics);
-    d->state_->metrics_address = d->metrics_->address();
+    facts.metrics_address = d->metrics_->address();
     spdlog::info("Prometheus metrics on http://{}/metrics", d->metrics_->address());
   }
+  d->state_->PublishStartupFacts(std::move(facts));
+  if (d->metrics_ != nullptr) d->metrics_->Serve(*d->state_);
   // A uid the current policy (SIGHUP may replace it) does not name is refused at accept.
   d->unix_listener_->Serve(d->server_.get(), d->connection_gate_.get(),
                            [state = d->state_.get()](uid_t uid) { return state->access()->NamesUid(uid); });
@@ -400,8 +287,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   }
   spdlog::info("{}", d->state_->access()->Describe());
   if (!config.tcp_listen.empty()) {
-    d->state_->tcp_port = d->tcp_listener_->port();
-    spdlog::info("listening on TCP {} (port {}): {}, inline bytes only", config.tcp_listen, d->state_->tcp_port,
+    spdlog::info("listening on TCP {} (port {}): {}, inline bytes only", config.tcp_listen, d->state_->facts().tcp_port,
                  config.tls_cert_file.empty()        ? "plaintext, loopback only"
                  : config.tls_client_ca_file.empty() ? "TLS, callers name themselves with bearer tokens"
                                                      : "TLS, callers present a client certificate or a bearer token");
@@ -471,7 +357,7 @@ absl::Status Daemon::Reload(const DaemonConfig& next) {
           TierKindName(cap.kind), tier->read_cap_gbps(), std::string(set.message()));
       continue;
     }
-    state_->tiers.ForgetLoadThroughput(cap.kind);
+    state_->tier_speeds.Forget(cap.kind);
     spdlog::info("SIGHUP: {} tier read cap {} -> {} Gbit/s", TierKindName(cap.kind), before.*cap.gbps, next.*cap.gbps);
     applied.*cap.gbps = next.*cap.gbps;
   }
@@ -494,14 +380,14 @@ absl::Status Daemon::CheckServing(std::chrono::milliseconds timeout) const {
   // Its own connection: gRPC would otherwise share one with earlier checks, which an unlinked socket file
   // does not break.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel(state_->listen_address, grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(state_->facts().listen_address, grpc::InsecureChannelCredentials(), args);
   auto admin = v1::AdminService::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
   v1::PingResponse response;
   const grpc::Status status = admin->Ping(&context, v1::PingRequest(), &response);
   if (!status.ok()) {
-    return absl::UnavailableError(absl::StrCat("Ping on ", state_->listen_address, " got no answer within ",
+    return absl::UnavailableError(absl::StrCat("Ping on ", state_->facts().listen_address, " got no answer within ",
                                                timeout.count(), " ms: ", status.error_message()));
   }
   return absl::OkStatus();

@@ -14,6 +14,7 @@
 #include "server/config.h"
 #include "server/connection_gate.h"
 #include "server/daemon_state.h"
+#include "server/health_service.h"
 #include "server/metrics.h"
 #include "server/services.h"
 #include "server/tcp_listener.h"

@@ -8,6 +8,12 @@
 
 namespace cake {
 
+absl::Status LoadRequest::CheckComputedThrough(uint32_t computed_through) const {
+  if (computed_through <= keys.size() + 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("computed_through ", computed_through, " exceeds the prompt's ", keys.size(), " full chunks"));
+}
+
 absl::StatusOr<LoadRequest> ParseLoadStart(const v1::LoadStart& start, const Caller& caller,
                                            const std::function<absl::StatusOr<Caller>()>& identify_again,
                                            DaemonState& state) {
@@ -37,10 +43,7 @@ absl::StatusOr<LoadRequest> ParseLoadStart(const v1::LoadStart& start, const Cal
   if (start.compute_first_chunk_s() < 0 || start.compute_growth_s() < 0) {
     return absl::InvalidArgumentError("compute hints must not be negative");
   }
-  if (start.computed_through() > out.keys.size() + 1) {
-    return absl::InvalidArgumentError(absl::StrCat("computed_through ", start.computed_through(),
-                                                   " exceeds the prompt's ", out.keys.size(), " full chunks"));
-  }
+  CAKE_RETURN_IF_ERROR(out.CheckComputedThrough(start.computed_through()));
   if (start.region_id().empty()) {
     if (start.region_offset() != 0 || start.region_bytes() != 0) {
       return absl::InvalidArgumentError("region_offset and region_bytes need a region_id");

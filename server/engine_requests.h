@@ -45,6 +45,9 @@ struct LoadRequest {
 
   uint64_t chunk_bytes() const { return ns.chunk_bytes(); }
   bool inline_bytes() const { return !region.has_value(); }
+  // What an engine may say it computed through (at Start, and in each Progress): the full chunks, and one past
+  // them, since the engine may count a partial tail chunk. INVALID_ARGUMENT beyond.
+  absl::Status CheckComputedThrough(uint32_t computed_through) const;
 };
 
 // Whom the daemon's shared pools (load slots, inline bytes, unstarted streams) count a caller against: its

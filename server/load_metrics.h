@@ -14,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "base/histogram.h"
+#include "base/strategy.h"
 #include "base/mutex.h"
 
 namespace cake {
@@ -22,9 +23,9 @@ class LoadMetrics {
  public:
   // One (tenant, model): what its loads chose and where their meeting points fell.
   struct Series {
-    std::atomic<uint64_t> loads_cake{0};
-    std::atomic<uint64_t> loads_io_only{0};
-    std::atomic<uint64_t> loads_compute_only{0};
+    // Loads by the strategy their plan chose, indexed by Strategy: the daemon's one count of them (Stats shows
+    // the sum over series as loads_cake, loads_io_only, loads_compute_only).
+    std::array<std::atomic<uint64_t>, std::size(kStrategies)> loads{};
     std::atomic<uint64_t> chunks_loaded{0};
     std::atomic<uint64_t> chunks_computed{0};  // cached chunks the engine computed (below the meeting point)
     std::atomic<uint64_t> chunks_failed{0};    // reads that failed, computed by the engine instead

@@ -1,13 +1,15 @@
 #include "server/load_plan.h"
 
+#include "proto/wire_enums.h"
+
 namespace cake {
 
 LoadPlanRequest PlanRequestFor(const LoadRequest& request, std::vector<TierKind> chunk_tiers, uint32_t lowest_loadable,
-                               const TierManager& tiers, const ComputeModel& history) {
+                               const TierSpeeds& speeds, const ComputeModel& history) {
   LoadPlanRequest out;
   for (TierKind kind : chunk_tiers) {
     out.tier_chunk_s[static_cast<size_t>(kind)] =
-        tiers.LoadSecondsPerByte(kind) * static_cast<double>(request.chunk_bytes());
+        speeds.SecondsPerByte(kind) * static_cast<double>(request.chunk_bytes());
   }
   out.chunk_tiers = std::move(chunk_tiers);
   out.lowest_loadable = lowest_loadable;
@@ -26,10 +28,10 @@ v1::LoadResponse PlanMessage(const std::string& load_id, const LoadRequest& requ
   plan->set_load_id(load_id);
   plan->set_total_chunks(static_cast<uint32_t>(request.keys.size()));
   plan->set_cached_chunks(static_cast<uint32_t>(chunk_tiers.size()));
-  for (TierKind kind : chunk_tiers) plan->add_chunk_tiers(static_cast<v1::TierKind>(kind));
+  for (TierKind kind : chunk_tiers) plan->add_chunk_tiers(ToWire(kind));
   plan->set_lowest_loadable(window_first);
   plan->set_chunk_bytes(request.chunk_bytes());
-  plan->set_strategy(static_cast<v1::LoadPlan::Strategy>(decision.strategy));
+  plan->set_strategy(ToWire(decision.strategy));
   if (decision.meeting_chunk) plan->set_predicted_meeting_chunk(*decision.meeting_chunk);
   if (decision.cake_s) plan->set_predicted_cake_s(*decision.cake_s);
   if (decision.compute_only_s) plan->set_predicted_compute_only_s(*decision.compute_only_s);

@@ -11,13 +11,13 @@
 #include "scheduler/load_cursor.h"
 #include "scheduler/planner.h"
 #include "server/engine_requests.h"
-#include "storage/tier_manager.h"
+#include "scheduler/tier_speeds.h"
 
 namespace cake {
 
 // Each chunk at its own tier's measured speed, the engine's hints, and what its earlier loads were seen to cost.
 LoadPlanRequest PlanRequestFor(const LoadRequest& request, std::vector<TierKind> chunk_tiers, uint32_t lowest_loadable,
-                               const TierManager& tiers, const ComputeModel& history);
+                               const TierSpeeds& speeds, const ComputeModel& history);
 
 // `window_first`: the first chunk the region window fits (clients place chunks by it, whatever the engine holds).
 v1::LoadResponse PlanMessage(const std::string& load_id, const LoadRequest& request,

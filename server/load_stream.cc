@@ -135,7 +135,7 @@ absl::Status LoadStream::StartLocked(const v1::LoadStart& start) {
 
   auto lookup = std::make_shared<TierManager::PrefixLookup>(state_.tiers.LookupPrefixInMemory(request_->keys));
   if (lookup->needs_network() &&
-      state_.network_calls.TrySubmit([self = shared_from_this(), lookup] { self->LookedUpOverNetwork(*lookup); })) {
+      state_.remote_calls.TrySubmit([self = shared_from_this(), lookup] { self->LookedUpOverNetwork(*lookup); })) {
     return absl::OkStatus();
   }
   // All in memory, or too many calls already wait on the network: the cached prefix ends where memory's does.
@@ -167,7 +167,7 @@ absl::Status LoadStream::PlanLocked(std::vector<TierKind> tiers) {
   const uint32_t lowest = std::max(window_first, std::min(engine_.reported_through, cached));
   reads_.lowest_to_load = lowest;
 
-  plan_ = PlanLoad(PlanRequestFor(request, tiers, lowest, state_.tiers, state_.compute_models.Get(request.ns.id())));
+  plan_ = PlanLoad(PlanRequestFor(request, tiers, lowest, state_.tier_speeds, state_.compute_models.Get(request.ns.id())));
   const Strategy strategy = plan_.decision.strategy;
   std::vector<uint8_t> chunk_class(tiers.size());  // the cursor keeps a window per tier
   for (size_t i = 0; i < tiers.size(); ++i) chunk_class[i] = static_cast<uint8_t>(tiers[i]);
@@ -178,8 +178,8 @@ absl::Status LoadStream::PlanLocked(std::vector<TierKind> tiers) {
   // Compute-only loads nothing: the cursor starts with nothing loadable, so the split is final at once.
   cursor_.emplace(LoadCursor::Options{cached, strategy == Strategy::kComputeOnly ? cached : lowest, request.window,
                                       strategy == Strategy::kCake, std::move(chunk_class)});
-  io_group_ = state_.pool.NewGroup();
-  network_io_group_ = state_.network_reads().NewGroup();
+  io_group_ = state_.local_reads.NewGroup();
+  network_io_group_ = state_.remote_reads().NewGroup();
   phase_ = Phase::kLoading;
   UpdateRemainingLocked();
   tally_.Planned(strategy, timers_.Now());
@@ -192,11 +192,7 @@ absl::Status LoadStream::PlanLocked(std::vector<TierKind> tiers) {
 }
 
 absl::Status LoadStream::ProgressLocked(uint32_t computed_through) {
-  if (computed_through > request_->keys.size() + 1) {
-    // One past the full chunks is allowed: the engine may count a partial tail chunk.
-    return absl::InvalidArgumentError(absl::StrCat("computed_through ", computed_through, " exceeds the prompt's ",
-                                                   request_->keys.size(), " full chunks"));
-  }
+  CAKE_RETURN_IF_ERROR(request_->CheckComputedThrough(computed_through));
   // Every advance is a measured span of the engine's compute, for the next loads' plans; not under I/O-only,
   // where the engine was told to wait and what it reports is not its compute speed.
   const TimePoint now = timers_.Now();
@@ -238,7 +234,7 @@ void LoadStream::IssueReadsLocked() {
     // A networked tier's reads have threads of their own: a frozen Redis must not hold the threads that DRAM and
     // disk reads need (this load's and every other's).
     const bool networked = reads_.tiers[c] == TierKind::kRemote;
-    if ((networked ? state_.network_reads() : state_.pool)
+    if ((networked ? state_.remote_reads() : state_.local_reads)
             .TrySubmit(networked ? network_io_group_ : io_group_,
                        [self = shared_from_this(), c] { self->ReadChunk(c); })) {
       ++reads_outstanding_;
@@ -260,7 +256,7 @@ bool LoadStream::ReadBeatsEngineLocked(uint32_t chunk, uint32_t queued) {
   in.queued = queued;
   in.planned_meeting = plan_.decision.meeting_chunk.value_or(0);
   in.engine_through = std::max(engine_.reported_through, cursor_->computed_through());
-  in.load_chunk_s = state_.tiers.LoadSecondsPerByte(reads_.tiers[chunk]) * static_cast<double>(request_->chunk_bytes());
+  in.load_chunk_s = state_.tier_speeds.SecondsPerByte(reads_.tiers[chunk]) * static_cast<double>(request_->chunk_bytes());
   in.since_progress_s = std::chrono::duration<double>(timers_.Now() - engine_.last_progress_at).count();
   in.reads_in_flight = cursor_->in_flight() > 0;
   const ReadVerdict verdict = JudgeRead(in, plan_.compute);

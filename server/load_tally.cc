@@ -9,12 +9,7 @@ void LoadTally::Started(TimePoint now, std::string_view tenant, std::string_view
 
 void LoadTally::Planned(Strategy strategy, TimePoint now) {
   Bump(state_.counters.loads_started);
-  Bump(strategy == Strategy::kCake     ? state_.counters.loads_cake
-       : strategy == Strategy::kIoOnly ? state_.counters.loads_io_only
-                                       : state_.counters.loads_compute_only);
-  Bump(strategy == Strategy::kCake     ? series_->loads_cake
-       : strategy == Strategy::kIoOnly ? series_->loads_io_only
-                                       : series_->loads_compute_only);
+  if (const auto i = static_cast<size_t>(strategy); i < series_->loads.size()) Bump(series_->loads[i]);
   state_.load_metrics.plan_seconds.Observe(SecondsSinceStart(now));
 }
 
@@ -53,7 +48,7 @@ void LoadTally::Met(const LoadCursor& cursor, uint32_t meeting, size_t total_chu
   Bump(series_->chunks_uncached, total_chunks - cached);
   if (first_read_ && chunks_read_ > 0 && single_tier) {
     const double seconds = std::chrono::duration<double>(last_read_ - *first_read_).count();
-    state_.tiers.RecordLoadThroughput(*single_tier, chunks_read_ * chunk_bytes, seconds);
+    state_.tier_speeds.Record(*single_tier, chunks_read_ * chunk_bytes, seconds);
   }
 }
 

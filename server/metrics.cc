@@ -47,7 +47,7 @@ class DaemonCollectable final : public prometheus::Collectable {
     std::vector<MetricFamily> families;
     for (const MetricDef* def : AllMetrics()) {
       auto found = by_metric.find(def);
-      if (found == by_metric.end()) continue;
+      if (found == by_metric.end() || def->stats_only) continue;
       MetricFamily& family = families.emplace_back();
       family.name = absl::StrCat("cake_", FamilyName(*def), def->kind == MetricKind::kCounter ? "_total" : "");
       family.help = std::string(def->help);
@@ -251,8 +251,7 @@ MetricsEndpoint::~MetricsEndpoint() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::string& listen,
-                                                                        const DaemonState& state) {
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Bind(const std::string& listen) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == listen.size()) {
     return absl::InvalidArgumentError(
@@ -261,13 +260,17 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const st
   auto listening = ListenOnTcp(listen, "metrics.listen");
   if (!listening.ok()) return listening.status();
   auto impl = std::make_unique<Impl>();
-  impl->state = &state;
   impl->listen_fd = std::move(listening->fd);
   impl->stop_fd = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!impl->stop_fd.valid()) return absl::UnavailableError(absl::StrCat("eventfd: ", std::strerror(errno)));
   std::string address = absl::StrCat(listen.substr(0, colon), ":", listening->port);
-  impl->thread = std::thread([impl = impl.get()] { impl->Serve(); });
   return std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint(std::move(impl), std::move(address)));
+}
+
+void MetricsEndpoint::Serve(const DaemonState& state) {
+  if (impl_->thread.joinable()) return;
+  impl_->state = &state;
+  impl_->thread = std::thread([impl = impl_.get()] { impl->Serve(); });
 }
 
 std::string RenderMetrics(const DaemonState& state) {

@@ -20,8 +20,10 @@ class RpcMetrics;
 
 class MetricsEndpoint {
  public:
-  // Listens on `listen` ("host:port"; port 0 picks a free one) and serves until destroyed. `state` must outlive it.
-  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const std::string& listen, const DaemonState& state);
+  // Listens on `listen` ("host:port"; port 0 picks a free one); scrapes wait in the backlog until Serve.
+  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Bind(const std::string& listen);
+  // Answers scrapes from `state` until destroyed; `state` must outlive it. Once.
+  void Serve(const DaemonState& state);
   ~MetricsEndpoint();
 
   // "host:port" with the port really bound.

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "proto/wire_enums.h"
 
 namespace cake {
 
@@ -21,7 +22,7 @@ absl::StatusOr<Namespace> ParseNamespace(const v1::Namespace& p, const DaemonCon
   if (p.dtype() == v1::DTYPE_UNSPECIFIED) {
     return absl::InvalidArgumentError("namespace.dtype is unspecified; give FP32, FP16, BF16, FP8 or INT8");
   }
-  spec.dtype = static_cast<DType>(p.dtype());
+  spec.dtype = DTypeFromWire(p.dtype());
   spec.tp_rank = p.tp_rank();
   spec.tp_size = p.tp_size() == 0 ? 1 : p.tp_size();
   spec.chunk_tokens = p.chunk_tokens() == 0 ? config.default_chunk_tokens : p.chunk_tokens();
@@ -31,7 +32,7 @@ absl::StatusOr<Namespace> ParseNamespace(const v1::Namespace& p, const DaemonCon
     return absl::InvalidArgumentError(
         absl::StrCat("namespace.stored_precision is ", p.stored_precision(), "; accepted: EXACT, INT8, INT4"));
   }
-  spec.stored_precision = static_cast<StoredPrecision>(p.stored_precision());
+  spec.stored_precision = StoredPrecisionFromWire(p.stored_precision());
   NamespaceLimits limits{config.max_chunk_bytes, config.max_chunk_tokens};
   CAKE_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(std::move(spec), limits, config.key_secret));
   // Every tier spends at least a page (DRAM extents, disk blocks) and an index entry per chunk: tiny chunks would

@@ -12,10 +12,12 @@
 #include "base/mutex.h"
 #include "server/callers.h"
 #include "server/engine_requests.h"
+#include "server/health_service.h"
 #include "server/load_reactor.h"
 #include "server/requests.h"
 #include "server/telemetry.h"
 #include "spdlog/spdlog.h"
+#include "proto/wire_enums.h"
 
 namespace cake {
 namespace {
@@ -103,17 +105,17 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
     return Reply(context, absl::InvalidArgumentError(absl::StrCat("unknown region kind ", request->kind())));
   }
   RegionRegistry::Placement placement;
-  if (request->kind() == v1::REGION_CUDA_IPC || (request->kind() == v1::REGION_AUTO && state_.cuda_usable)) {
-    if (!state_.cuda_usable) {
+  if (request->kind() == v1::REGION_CUDA_IPC || (request->kind() == v1::REGION_AUTO && state_.facts().cuda_usable)) {
+    if (!state_.facts().cuda_usable) {
       return Reply(context, absl::FailedPreconditionError(
-                                absl::StrCat("this daemon has no device regions (", state_.cuda_off_reason,
+                                absl::StrCat("this daemon has no device regions (", state_.facts().cuda_off_reason,
                                              "); register a REGION_HOST_SHM or REGION_AUTO region")));
     }
-    if (std::find(state_.cuda_devices.begin(), state_.cuda_devices.end(), request->device()) ==
-        state_.cuda_devices.end()) {
+    if (std::find(state_.facts().cuda_devices.begin(), state_.facts().cuda_devices.end(), request->device()) ==
+        state_.facts().cuda_devices.end()) {
       return Reply(context, absl::InvalidArgumentError(absl::StrCat("CUDA device ", request->device(),
                                                                     " is not one this daemon serves (",
-                                                                    absl::StrJoin(state_.cuda_devices, ", "), ")")));
+                                                                    absl::StrJoin(state_.facts().cuda_devices, ", "), ")")));
     }
     placement.backend = RegionBackend::kCudaIpc;
     placement.device = request->device();
@@ -125,7 +127,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
   // never one a load's reads wait for.
   auto* reactor = new RegisterRegionReactor(context, state_);
   const bool submitted =
-      state_.background.TrySubmit(AnsweredEvenIfItThrows(reactor, [this, reactor, request, response, placement, owner] {
+      state_.region_and_store_work.TrySubmit(AnsweredEvenIfItThrows(reactor, [this, reactor, request, response, placement, owner] {
         auto registered = state_.regions.Register(owner, request->bytes(), placement);
         if (registered.ok()) {
           response->set_region_id(registered->region_id);
@@ -224,7 +226,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* con
     const std::vector<TierKind> tiers = lookup.Prefix();
     response->set_cached_chunks(static_cast<uint32_t>(tiers.size()));
     response->mutable_chunk_tiers()->Reserve(static_cast<int>(tiers.size()));
-    for (TierKind kind : tiers) response->add_chunk_tiers(static_cast<v1::TierKind>(kind));
+    for (TierKind kind : tiers) response->add_chunk_tiers(ToWire(kind));
     Bump(state_.counters.lookup_chunks, response->total_chunks());
     Bump(state_.counters.lookup_cached_chunks, tiers.size());
     // Queues the copies and returns: they run on idle I/O threads, never on this one.
@@ -235,7 +237,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::Lookup(grpc::CallbackServerContext* con
   auto lookup = std::make_shared<TierManager::PrefixLookup>(state_.tiers.LookupPrefixInMemory(*prompt_keys));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (lookup->needs_network() &&
-      state_.network_calls.TrySubmit(AnsweredEvenIfItThrows(reactor, [this, reactor, lookup, answer] {
+      state_.remote_calls.TrySubmit(AnsweredEvenIfItThrows(reactor, [this, reactor, lookup, answer] {
         state_.tiers.FinishLookupOverNetwork(*lookup);
         answer(*lookup);
         reactor->Finish(grpc::Status::OK);
@@ -271,7 +273,7 @@ grpc::ServerUnaryReactor* KvServiceImpl::Store(grpc::CallbackServerContext* cont
   // The copies run on a background thread: a gRPC thread never waits on memory traffic of this size, and a load's
   // reads never queue behind them.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const bool submitted = state_.background.TrySubmit(AnsweredEvenIfItThrows(
+  const bool submitted = state_.region_and_store_work.TrySubmit(AnsweredEvenIfItThrows(
       reactor,
       [this, reactor, request, response, keys = std::move(checked->keys), first, count, chunk_bytes, region, format] {
         std::vector<std::byte> staging;
@@ -328,7 +330,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::AskEveryTier(grpc::CallbackServerCon
   if (!state_.tiers.has_network_tier()) {
     fill();
     reactor->Finish(grpc::Status::OK);
-  } else if (!state_.network_calls.TrySubmit(AnsweredEvenIfItThrows(reactor, [reactor, fill = std::move(fill)] {
+  } else if (!state_.remote_calls.TrySubmit(AnsweredEvenIfItThrows(reactor, [reactor, fill = std::move(fill)] {
                fill();
                reactor->Finish(grpc::Status::OK);
              }))) {
@@ -351,13 +353,13 @@ void AdminServiceImpl::FillStatus(v1::StatusResponse* response) {
   response->set_version(CAKE_VERSION);
   response->set_pid(static_cast<uint32_t>(getpid()));
   response->set_uptime_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - state_.started).count());
-  response->set_listen_address(state_.listen_address);
-  if (state_.cuda_usable) response->add_region_kinds(v1::REGION_CUDA_IPC);
+  response->set_listen_address(state_.facts().listen_address);
+  if (state_.facts().cuda_usable) response->add_region_kinds(v1::REGION_CUDA_IPC);
   response->add_region_kinds(v1::REGION_HOST_SHM);
   for (const auto& entry : state_.tiers.tiers()) {
     v1::TierStatus* t = response->add_tiers();
     const TierUsage usage = entry->tier->Usage();
-    t->set_tier(static_cast<v1::TierKind>(entry->kind));
+    t->set_tier(ToWire(entry->kind));
     t->set_used_bytes(usage.used_bytes);
     t->set_capacity_bytes(usage.capacity_bytes);
     t->set_chunks(usage.chunks);
@@ -370,7 +372,7 @@ void AdminServiceImpl::FillStatus(v1::StatusResponse* response) {
   response->set_regions_released_in_use(static_cast<uint32_t>(region_totals.released_in_use));
   response->set_region_bytes_released_in_use(region_totals.released_in_use_bytes);
   response->set_draining(state_.draining);
-  response->set_metrics_address(state_.metrics_address);
+  response->set_metrics_address(state_.facts().metrics_address);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::Stats(grpc::CallbackServerContext* context, const v1::StatsRequest* request,
@@ -394,7 +396,7 @@ absl::StatusOr<Tier*> AdminServiceImpl::NamedTier(v1::TierKind wire) const {
     return absl::InvalidArgumentError(
         absl::StrCat("name a tier (TIER_DRAM, TIER_DISK or TIER_REMOTE); got ", static_cast<int>(wire)));
   }
-  const TierKind kind = static_cast<TierKind>(wire);
+  const TierKind kind = TierKindFromWire(wire);
   Tier* tier = state_.tiers.tier(kind);
   if (tier == nullptr) return absl::NotFoundError(absl::StrCat("this daemon has no ", TierKindName(kind), " tier"));
   return tier;
@@ -411,7 +413,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Evict(grpc::CallbackServerContext* c
   // Removing thousands of files takes a while: an I/O thread does it.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // A networked tier's scan and deletes wait on it: not on the I/O threads that DRAM and disk reads need.
-  IoPool& runner = tier->waits_on_network() ? state_.network_calls : state_.background;
+  IoPool& runner = tier->waits_on_network() ? state_.remote_calls : state_.region_and_store_work;
   DaemonState& state = state_;
   const bool submitted =
       runner.TrySubmit(AnsweredEvenIfItThrows(reactor, [&state, reactor, tier, response, name = tier->name()] {
@@ -460,7 +462,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetReadCap(grpc::CallbackServerConte
   // What loads measured under the old cap would mislead the planner for several loads (the average moves 30% per
   // load): the next load measures the tier afresh.
   for (const auto& entry : state_.tiers.tiers()) {
-    if (entry->tier.get() == tier) state_.tiers.ForgetLoadThroughput(entry->kind);
+    if (entry->tier.get() == tier) state_.tier_speeds.Forget(entry->kind);
   }
   spdlog::info("{} tier read cap: {} -> {} Gbit/s", tier->name(), response->previous_gbps(), request->gbps());
   return Reply(context, absl::OkStatus());
@@ -474,7 +476,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Drain(grpc::CallbackServerContext* c
   const bool draining = !request->resume();
   state_.drain_exit_when_idle = draining && request->exit_when_idle();
   state_.draining = draining;
-  if (state_.health != nullptr) state_.health->SetServing(!draining);
+  if (state_.facts().health != nullptr) state_.facts().health->SetServing(!draining);
   response->set_active_loads(state_.loads.active());
   response->set_draining(draining);
   spdlog::info("{}: {} loads running{}", draining ? "draining (new loads refused, health NOT_SERVING)" : "resumed",
@@ -548,8 +550,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListLoads(grpc::CallbackServerContex
     out->set_client_id(l.client_id);
     out->set_tenant(l.tenant);
     out->set_model(l.model);
-    out->set_strategy(static_cast<v1::LoadPlan::Strategy>(l.strategy));
-    out->set_phase(static_cast<v1::LoadPhase>(l.phase));
+    out->set_strategy(ToWire(l.strategy));
+    out->set_phase(ToWire(l.phase));
     out->set_total_chunks(l.total_chunks);
     out->set_cached_chunks(l.cached_chunks);
     out->set_loaded_chunks(l.loaded_chunks);
@@ -593,7 +595,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Verify(grpc::CallbackServerContext* 
     return Reply(context, absl::FailedPreconditionError("a verify is already running; wait for it to answer"));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  IoPool& runner = tier->waits_on_network() ? state_.network_calls : state_.background;
+  IoPool& runner = tier->waits_on_network() ? state_.remote_calls : state_.region_and_store_work;
   // The job holds the daemon's state (whose pool runs it), not this service, which is destroyed first at a stop.
   DaemonState& state = state_;
   const bool submitted = runner.TrySubmit(AnsweredEvenIfItThrows(reactor, [&state, reactor, tier, response,

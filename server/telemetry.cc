@@ -1,13 +1,18 @@
 #include "server/telemetry.h"
 
+#include <array>
 #include <cmath>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "server/counters.h"
+#include "server/connection_gate.h"
 #include "server/daemon_state.h"
+#include "server/health_service.h"
+#include "server/unix_listener.h"
 #include "server/load_metrics.h"
 
 namespace cake {
@@ -88,6 +93,12 @@ constexpr MetricDef kTierEvents{
 
 constexpr MetricDef kLoads{
     "loads_{strategy}_{tenant}_{model}", kCounter, "Loads planned, by the strategy the planner chose", {}, true};
+constexpr MetricDef kLoadsByStrategy{"loads_{strategy}",
+                                     kCounter,
+                                     "Loads planned, by the strategy the planner chose, over every tenant and model",
+                                     "loads_by_strategy",
+                                     false,
+                                     true};
 constexpr MetricDef kLoadChunks{
     "load_chunks_{source}_{tenant}_{model}",
     kCounter,
@@ -142,6 +153,7 @@ constexpr const MetricDef* kNamedMetrics[] = {&kReadFailuresByCode,
                                               &kTierReadLimit,
                                               &kTierEvents,
                                               &kLoads,
+                                              &kLoadsByStrategy,
                                               &kLoadChunks,
                                               &kLoadDuration,
                                               &kLoadedShare,
@@ -183,22 +195,22 @@ void CollectDaemon(const DaemonState& state, Telemetry& out) {
   out.Add(kRegionBytesReleasedInUse, static_cast<double>(regions.released_in_use_bytes));
   out.Add(kInlineBytesHeld, static_cast<double>(state.inline_budget.held()));
   out.Add(kLoadStreamsUnstarted, static_cast<double>(state.unstarted_streams.open()));
-  if (ConnectionGate* gate = state.connection_gate; gate != nullptr) {
+  if (ConnectionGate* gate = state.facts().connection_gate; gate != nullptr) {
     out.Add(kConnectionsOpen, static_cast<double>(gate->open()));
     out.Add(kConnections, static_cast<double>(gate->admitted()), {"admitted"});
     out.Add(kConnections, static_cast<double>(gate->refused()), {"refused"});
     out.Add(kConnections, static_cast<double>(gate->strangers_evicted()), {"stranger_evicted"});
     out.Add(kConnections, static_cast<double>(gate->strangers_timed_out()), {"stranger_timed_out"});
   }
-  if (state.unix_connections != nullptr) {
-    out.Add(kConnections, static_cast<double>(state.unix_connections->refused_unnamed()), {"refused_unnamed_uid"});
+  if (state.facts().unix_connections != nullptr) {
+    out.Add(kConnections, static_cast<double>(state.facts().unix_connections->refused_unnamed()), {"refused_unnamed_uid"});
   }
-  if (state.health != nullptr) {
-    out.Add(kHealthWatchesOpen, static_cast<double>(state.health->watches_open()));
-    out.Add(kHealthWatchesRefused, static_cast<double>(state.health->watches_refused()));
+  if (state.facts().health != nullptr) {
+    out.Add(kHealthWatchesOpen, static_cast<double>(state.facts().health->watches_open()));
+    out.Add(kHealthWatchesRefused, static_cast<double>(state.facts().health->watches_refused()));
   }
-  out.Add(kIoQueueDepth, static_cast<double>(state.pool.queued()), {"local"});
-  out.Add(kIoQueueDepth, static_cast<double>(state.network_reads_queued()), {"network"});
+  out.Add(kIoQueueDepth, static_cast<double>(state.local_reads.queued()), {"local"});
+  out.Add(kIoQueueDepth, static_cast<double>(state.remote_reads_queued()), {"network"});
   const TierManager::WriteBackStats wb = state.tiers.write_back_stats();
   out.Add(kWriteBackQueuedBytes, static_cast<double>(wb.queued_bytes));
   out.Add(kWriteBack, static_cast<double>(wb.written), {"written"});
@@ -235,17 +247,20 @@ void CollectTiers(const DaemonState& state, Telemetry& out) {
     out.Add(kTierUsedBytes, static_cast<double>(usage.used_bytes), {tier});
     out.Add(kTierCapacityBytes, static_cast<double>(usage.capacity_bytes), {tier});
     out.Add(kTierChunks, static_cast<double>(usage.chunks), {tier});
-    const double seconds_per_byte = entry->seconds_per_byte.load(std::memory_order_relaxed);
+    const double seconds_per_byte = state.tier_speeds.SecondsPerByte(entry->kind);
     out.Add(kTierBandwidth, seconds_per_byte > 0 ? 1.0 / seconds_per_byte : 0.0, {tier});
     out.Add(kTierReadLimit, entry->tier->read_cap_gbps(), {tier});
   }
 }
 
 void CollectLoads(const DaemonState& state, Telemetry& out) {
+  std::array<double, std::size(kStrategies)> by_strategy{};
   state.load_metrics.ForEach([&](const std::string& tenant, const std::string& model, const LoadMetrics::Series& s) {
-    out.Add(kLoads, Read(s.loads_cake), {"cake", tenant, model});
-    out.Add(kLoads, Read(s.loads_io_only), {"io_only", tenant, model});
-    out.Add(kLoads, Read(s.loads_compute_only), {"compute_only", tenant, model});
+    for (const auto& [strategy, name] : kStrategies) {
+      const double loads = Read(s.loads[static_cast<size_t>(strategy)]);
+      out.Add(kLoads, loads, {name, tenant, model});
+      by_strategy[static_cast<size_t>(strategy)] += loads;
+    }
     out.Add(kLoadChunks, Read(s.chunks_loaded), {"loaded", tenant, model});
     out.Add(kLoadChunks, Read(s.chunks_computed), {"computed", tenant, model});
     out.Add(kLoadChunks, Read(s.chunks_failed), {"failed", tenant, model});
@@ -253,6 +268,9 @@ void CollectLoads(const DaemonState& state, Telemetry& out) {
     out.Add(kLoadDuration, s.duration_seconds.Read(), {tenant, model});
     out.Add(kLoadedShare, s.loaded_share.Read(), {tenant, model});
   });
+  for (const auto& [strategy, name] : kStrategies) {
+    out.Add(kLoadsByStrategy, by_strategy[static_cast<size_t>(strategy)], {name});
+  }
   out.Add(kPrefetchHeldBytes, static_cast<double>(state.prefetcher.held_bytes()));
   out.Add(kPrefetchToLoad, state.prefetcher.prefetch_to_load_seconds.Read());
   out.Add(kLoadPlanSeconds, state.load_metrics.plan_seconds.Read());

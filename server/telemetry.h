@@ -33,6 +33,9 @@ struct MetricDef {
   // Shown on /metrics only: labels whose values engines choose (tenant, model, method) make Stats keys nobody can
   // predict, a histogram is not one integer, and a fraction would be rounded away.
   bool metrics_only = false;
+  // Shown in Stats only: a sum /metrics shows by its labels already (the loads by strategy, whose one count is the
+  // per-series one; a dashboard sums it).
+  bool stats_only = false;
 };
 
 // The declarations, in the order /metrics lists them.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/little_endian.h"
 
 namespace cake {
 namespace {
@@ -22,18 +23,6 @@ constexpr int kZstdLevel = 1;
 // A plane that zstd shrinks by less than this is stored: decoding it would cost more than the bytes it saves.
 constexpr double kWorthCompressing = 0.97;
 static_assert(kCodecHeaderBytes == 32 + kPlaneEntryBytes * kCodecPlanes);
-
-template <typename T>
-void PutLe(std::byte* out, T value) {
-  for (size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<std::byte>((value >> (8 * i)) & 0xff);
-}
-
-template <typename T>
-T GetLe(const std::byte* in) {
-  T value = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) value |= static_cast<T>(static_cast<uint8_t>(in[i])) << (8 * i);
-  return value;
-}
 
 uint64_t PlaneBytes(uint64_t raw_bytes, uint32_t plane) {
   return raw_bytes / kCodecPlanes + (plane < raw_bytes % kCodecPlanes ? 1 : 0);
@@ -128,16 +117,16 @@ absl::StatusOr<ParsedHeader> ParseHeader(std::span<const std::byte> encoded) {
   if (std::memcmp(h, kCodecMagic.data(), kCodecMagic.size()) != 0) {
     return absl::DataLossError("not an encoded chunk (bad codec magic)");
   }
-  const auto codec = GetLe<uint32_t>(h + 8);
-  const auto version = GetLe<uint32_t>(h + 12);
+  const auto codec = LoadLittleEndian<uint32_t>(h + 8);
+  const auto version = LoadLittleEndian<uint32_t>(h + 12);
   if (codec != static_cast<uint32_t>(ChunkCodec::kPlanesZstd) || version != kCodecVersion) {
     return absl::FailedPreconditionError(absl::StrCat("the chunk was encoded with codec ", codec, " version ", version,
                                                       ", which this daemon does not ",
                                                       "know (it decodes codec 1 version 1)"));
   }
   ParsedHeader parsed;
-  parsed.raw_bytes = GetLe<uint64_t>(h + 16);
-  if (GetLe<uint32_t>(h + 24) != kCodecPlanes || GetLe<uint32_t>(h + 28) != 0) {
+  parsed.raw_bytes = LoadLittleEndian<uint64_t>(h + 16);
+  if (LoadLittleEndian<uint32_t>(h + 24) != kCodecPlanes || LoadLittleEndian<uint32_t>(h + 28) != 0) {
     return absl::DataLossError("the codec header's plane count or reserved field is wrong");
   }
   // Every length is checked against what is actually there before anything is added to it: no sum can wrap.
@@ -145,9 +134,9 @@ absl::StatusOr<ParsedHeader> ParseHeader(std::span<const std::byte> encoded) {
   for (uint32_t p = 0; p < kCodecPlanes; ++p) {
     const std::byte* entry = h + 32 + kPlaneEntryBytes * p;
     PlaneEntry& plane = parsed.planes[p];
-    plane.method = GetLe<uint32_t>(entry);
-    plane.stored_bytes = GetLe<uint64_t>(entry + 8);
-    if ((plane.method != kStored && plane.method != kZstdFrame) || GetLe<uint32_t>(entry + 4) != 0) {
+    plane.method = LoadLittleEndian<uint32_t>(entry);
+    plane.stored_bytes = LoadLittleEndian<uint64_t>(entry + 8);
+    if ((plane.method != kStored && plane.method != kZstdFrame) || LoadLittleEndian<uint32_t>(entry + 4) != 0) {
       return absl::DataLossError(absl::StrCat("plane ", p, " has an unknown method ", plane.method));
     }
     if (plane.stored_bytes > left) {
@@ -204,11 +193,11 @@ std::vector<std::byte> EncodeChunk(ChunkCodec codec, std::span<const std::byte> 
   std::vector<std::byte> out(MaxEncodedBytes(raw.size()));
   std::byte* h = out.data();
   std::memcpy(h, kCodecMagic.data(), kCodecMagic.size());
-  PutLe<uint32_t>(h + 8, static_cast<uint32_t>(ChunkCodec::kPlanesZstd));
-  PutLe<uint32_t>(h + 12, kCodecVersion);
-  PutLe<uint64_t>(h + 16, raw.size());
-  PutLe<uint32_t>(h + 24, kCodecPlanes);
-  PutLe<uint32_t>(h + 28, 0);
+  StoreLittleEndian<uint32_t>(h + 8, static_cast<uint32_t>(ChunkCodec::kPlanesZstd));
+  StoreLittleEndian<uint32_t>(h + 12, kCodecVersion);
+  StoreLittleEndian<uint64_t>(h + 16, raw.size());
+  StoreLittleEndian<uint32_t>(h + 24, kCodecPlanes);
+  StoreLittleEndian<uint32_t>(h + 28, 0);
   size_t at = kCodecHeaderBytes;
   ZSTD_CCtx* cctx = ThreadContexts().compress.get();
   for (uint32_t p = 0; p < kCodecPlanes; ++p) {
@@ -224,9 +213,9 @@ std::vector<std::byte> EncodeChunk(ChunkCodec codec, std::span<const std::byte> 
       if (stored > 0) std::memcpy(out.data() + at, plane_at[p], stored);
     }
     std::byte* entry = h + 32 + kPlaneEntryBytes * p;
-    PutLe<uint32_t>(entry, method);
-    PutLe<uint32_t>(entry + 4, 0);
-    PutLe<uint64_t>(entry + 8, stored);
+    StoreLittleEndian<uint32_t>(entry, method);
+    StoreLittleEndian<uint32_t>(entry + 4, 0);
+    StoreLittleEndian<uint64_t>(entry + 8, stored);
     at += stored;
   }
   out.resize(at);

@@ -9,24 +9,13 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "base/little_endian.h"
 
 namespace cake {
 namespace {
 
 constexpr std::string_view kLossyMagic = "CAKEKVQ1";
 constexpr uint32_t kLossyVersion = 1;
-
-template <typename T>
-void PutLe(std::byte* out, T value) {
-  for (size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<std::byte>((value >> (8 * i)) & 0xff);
-}
-
-template <typename T>
-T GetLe(const std::byte* in) {
-  T value = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) value |= static_cast<T>(static_cast<uint8_t>(in[i])) << (8 * i);
-  return value;
-}
 
 int QuantMax(StoredPrecision precision) { return precision == StoredPrecision::kInt8 ? 127 : 7; }
 
@@ -86,9 +75,9 @@ float LoadValue(DType dtype, const std::byte* at) {
       return out;
     }
     case DType::kFp16:
-      return HalfToFloat(GetLe<uint16_t>(at));
+      return HalfToFloat(LoadLittleEndian<uint16_t>(at));
     default:
-      return Bf16ToFloat(GetLe<uint16_t>(at));
+      return Bf16ToFloat(LoadLittleEndian<uint16_t>(at));
   }
 }
 
@@ -186,13 +175,13 @@ std::vector<std::byte> EncodeLossy(const LossyFormat& format, std::span<const st
   std::vector<std::byte> out(format.encoded_bytes(), std::byte{0});
   std::byte* h = out.data();
   std::memcpy(h, kLossyMagic.data(), kLossyMagic.size());
-  PutLe<uint32_t>(h + 8, kLossyVersion);
-  PutLe<uint32_t>(h + 12, static_cast<uint32_t>(format.precision));
-  PutLe<uint32_t>(h + 16, static_cast<uint32_t>(format.dtype));
-  PutLe<uint32_t>(h + 20, format.layers);
-  PutLe<uint32_t>(h + 24, format.kv_heads);
-  PutLe<uint32_t>(h + 28, format.head_dim);
-  PutLe<uint32_t>(h + 32, format.tokens);
+  StoreLittleEndian<uint32_t>(h + 8, kLossyVersion);
+  StoreLittleEndian<uint32_t>(h + 12, static_cast<uint32_t>(format.precision));
+  StoreLittleEndian<uint32_t>(h + 16, static_cast<uint32_t>(format.dtype));
+  StoreLittleEndian<uint32_t>(h + 20, format.layers);
+  StoreLittleEndian<uint32_t>(h + 24, format.kv_heads);
+  StoreLittleEndian<uint32_t>(h + 28, format.head_dim);
+  StoreLittleEndian<uint32_t>(h + 32, format.tokens);
 
   const uint32_t dim = format.head_dim;
   const size_t element = DTypeBytes(format.dtype);
@@ -231,13 +220,13 @@ absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte
     return absl::DataLossError("not a quantized chunk (too short, or a bad magic)");
   }
   const std::byte* h = encoded.data();
-  if (GetLe<uint32_t>(h + 8) != kLossyVersion) {
+  if (LoadLittleEndian<uint32_t>(h + 8) != kLossyVersion) {
     return absl::FailedPreconditionError(
-        absl::StrCat("a quantized chunk of version ", GetLe<uint32_t>(h + 8), ", which this daemon does not know"));
+        absl::StrCat("a quantized chunk of version ", LoadLittleEndian<uint32_t>(h + 8), ", which this daemon does not know"));
   }
   LossyFormat format;
-  const uint32_t precision = GetLe<uint32_t>(h + 12);
-  const uint32_t dtype = GetLe<uint32_t>(h + 16);
+  const uint32_t precision = LoadLittleEndian<uint32_t>(h + 12);
+  const uint32_t dtype = LoadLittleEndian<uint32_t>(h + 16);
   if (precision < 1 || precision > 2) return absl::DataLossError(absl::StrCat("unknown precision ", precision));
   if (dtype != static_cast<uint32_t>(DType::kFp32) && dtype != static_cast<uint32_t>(DType::kFp16) &&
       dtype != static_cast<uint32_t>(DType::kBf16)) {
@@ -245,10 +234,10 @@ absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte
   }
   format.precision = static_cast<StoredPrecision>(precision);
   format.dtype = static_cast<DType>(dtype);
-  format.layers = GetLe<uint32_t>(h + 20);
-  format.kv_heads = GetLe<uint32_t>(h + 24);
-  format.head_dim = GetLe<uint32_t>(h + 28);
-  format.tokens = GetLe<uint32_t>(h + 32);
+  format.layers = LoadLittleEndian<uint32_t>(h + 20);
+  format.kv_heads = LoadLittleEndian<uint32_t>(h + 24);
+  format.head_dim = LoadLittleEndian<uint32_t>(h + 28);
+  format.tokens = LoadLittleEndian<uint32_t>(h + 32);
   for (size_t at = 36; at < kLossyHeaderBytes; ++at) {
     if (h[at] != std::byte{0}) return absl::DataLossError("a quantized chunk's reserved bytes are not zero");
   }
@@ -297,10 +286,10 @@ absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte
 
 absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte> dst, const LossyFormat& expected) {
   if (encoded.size() >= kLossyHeaderBytes && std::memcmp(encoded.data(), kLossyMagic.data(), kLossyMagic.size()) == 0 &&
-      GetLe<uint32_t>(encoded.data() + 8) == kLossyVersion) {
+      LoadLittleEndian<uint32_t>(encoded.data() + 8) == kLossyVersion) {
     const std::byte* h = encoded.data();
-    const uint32_t said[] = {GetLe<uint32_t>(h + 12), GetLe<uint32_t>(h + 16), GetLe<uint32_t>(h + 20),
-                             GetLe<uint32_t>(h + 24), GetLe<uint32_t>(h + 28), GetLe<uint32_t>(h + 32)};
+    const uint32_t said[] = {LoadLittleEndian<uint32_t>(h + 12), LoadLittleEndian<uint32_t>(h + 16), LoadLittleEndian<uint32_t>(h + 20),
+                             LoadLittleEndian<uint32_t>(h + 24), LoadLittleEndian<uint32_t>(h + 28), LoadLittleEndian<uint32_t>(h + 32)};
     const uint32_t want[] = {static_cast<uint32_t>(expected.precision),
                              static_cast<uint32_t>(expected.dtype),
                              expected.layers,

@@ -74,12 +74,12 @@ TierManager::PrefixLookup TierManager::LookupPrefixInMemory(std::span<const Chun
   lookup.unresolved_.assign(keys.begin(), keys.end());
   lookup.positions_.resize(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) lookup.positions_[i] = i;
-  if (arrivals_count_.load(std::memory_order_relaxed) > 0 && !tiers_.empty()) {
+  if (const std::vector<bool> arriving = arrivals_.ArrivingLocally(lookup.unresolved_);
+      !arriving.empty() && !tiers_.empty()) {
     // A chunk being prefetched is in the fastest tier as far as a load is concerned: its read waits for the copy.
-    MutexLock lock(&arrivals_mu_);
     size_t kept = 0;
     for (size_t j = 0; j < lookup.unresolved_.size(); ++j) {
-      if (auto it = arrivals_.find(lookup.unresolved_[j]); it != arrivals_.end() && !it->second) {
+      if (arriving[j]) {
         lookup.holder_[lookup.positions_[j]] = tiers_.front()->kind;
       } else {
         lookup.unresolved_[kept] = lookup.unresolved_[j];
@@ -128,52 +128,22 @@ bool TierManager::has_network_tier() const {
   return false;
 }
 
-bool TierManager::Contains(const ChunkKey& key) const {
-  for (const auto& e : tiers_) {
-    if (e->tier->Contains(key)) return true;
-  }
-  return false;
-}
 
 bool TierManager::InFastestTier(const ChunkKey& key) const {
   return !tiers_.empty() && tiers_.front()->tier->Contains(key);
 }
-
-void TierManager::AwaitArrival(const ChunkKey& key) const {
-  if (arrivals_count_.load(std::memory_order_relaxed) == 0) return;
-  MutexLock lock(&arrivals_mu_);
-  const auto deadline = std::chrono::steady_clock::now() + kArrivalWait;
-  // Past the bound the read goes on with what the fastest tier holds (a miss, most likely: the engine computes).
-  arrival_ended_.WaitUntil(&arrivals_mu_, deadline, [&] {
-    arrivals_mu_.AssertHeld();
-    const auto it = arrivals_.find(key);
-    return it == arrivals_.end() || it->second;  // ended, or a networked copy this read does not wait for
-  });
-}
-
-size_t TierManager::arrivals_in_flight() const { return arrivals_count_.load(std::memory_order_relaxed); }
 
 absl::Status TierManager::Prefetch(const ChunkKey& key, TierKind from, uint64_t chunk_bytes,
                                    const LossyFormat& format) {
   if (tiers_.size() < 2 || from == tiers_.front()->kind) return absl::AlreadyExistsError("no slower tier to copy from");
   Entry* source = Find(from);
   if (source == nullptr) return absl::NotFoundError(absl::StrCat("no ", TierKindName(from), " tier is configured"));
-  {
-    MutexLock lock(&arrivals_mu_);
-    if (arrivals_.contains(key)) return absl::AlreadyExistsError("a prefetch of this chunk runs");
-    if (tiers_.front()->tier->Contains(key)) return absl::AlreadyExistsError("the chunk is in the fastest tier");
-    arrivals_.emplace(key, source->tier->waits_on_network());
-    arrivals_count_.store(arrivals_.size(), std::memory_order_relaxed);
+  if (tiers_.front()->tier->Contains(key)) return absl::AlreadyExistsError("the chunk is in the fastest tier");
+  if (!arrivals_.Begin(key, source->tier->waits_on_network())) {
+    return absl::AlreadyExistsError("a prefetch of this chunk runs");
   }
   // Whatever happens, the arrival ends and its waiters wake (they then read what the fastest tier holds).
-  absl::Cleanup end_arrival = [&] {
-    {
-      MutexLock lock(&arrivals_mu_);
-      arrivals_.erase(key);
-      arrivals_count_.store(arrivals_.size(), std::memory_order_relaxed);
-    }
-    arrival_ended_.SignalAll();
-  };
+  absl::Cleanup end_arrival = [&] { arrivals_.End(key); };
   absl::Status status;
   try {
     // 4 KiB-aligned, so a disk tier reads into it with O_DIRECT.
@@ -204,7 +174,7 @@ absl::Status TierManager::Read(TierKind kind, const ChunkKey& key, std::span<std
     return absl::InvalidArgumentError(
         absl::StrCat("a chunk of this namespace is ", format.raw_bytes(), " bytes; the destination has ", dst.size()));
   }
-  if (fastest) AwaitArrival(key);
+  if (fastest) arrivals_.Await(key);
   const auto started = std::chrono::steady_clock::now();
   absl::Status status = quantized ? ReadQuantized(*e->tier, key, dst, format) : e->tier->Read(key, dst);
   if (absl::IsInvalidArgument(status)) {
@@ -234,7 +204,7 @@ void TierManager::IoMeter::CountWrite(const absl::Status& status, uint64_t bytes
 
 std::shared_ptr<const std::span<const std::byte>> TierManager::Lend(TierKind kind, const ChunkKey& key) {
   Entry* e = Find(kind);
-  if (e != nullptr && e == tiers_.front().get()) AwaitArrival(key);
+  if (e != nullptr && e == tiers_.front().get()) arrivals_.Await(key);
   return e == nullptr ? nullptr : e->tier->Lend(key);
 }
 
@@ -386,24 +356,6 @@ TierManager::WriteBackStats TierManager::write_back_stats() const {
   }
   stats.queued_bytes = write_back_.queued_bytes();
   return stats;
-}
-
-void TierManager::RecordLoadThroughput(TierKind kind, uint64_t bytes, double seconds) {
-  Entry* e = Find(kind);
-  if (e == nullptr || bytes == 0 || seconds <= 0) return;
-  const double sample = seconds / static_cast<double>(bytes);
-  const double old = e->seconds_per_byte.load(std::memory_order_relaxed);
-  // A moving average: recent loads count most, one outlier does not swing the planner.
-  e->seconds_per_byte.store(old == 0 ? sample : 0.7 * old + 0.3 * sample, std::memory_order_relaxed);
-}
-
-void TierManager::ForgetLoadThroughput(TierKind kind) {
-  if (Entry* e = Find(kind); e != nullptr) e->seconds_per_byte.store(0, std::memory_order_relaxed);
-}
-
-double TierManager::LoadSecondsPerByte(TierKind kind) const {
-  Entry* e = Find(kind);
-  return e ? e->seconds_per_byte.load(std::memory_order_relaxed) : 0;
 }
 
 }  // namespace cake

@@ -1,6 +1,6 @@
 // The tiers of one daemon, fastest first: prefix lookup across them, reads from the tier that holds a chunk,
 // writes into the fastest with background write-back to the slower ones, promotion of what was read from a slower
-// tier, and the measured load bandwidth the planner uses.
+// tier, and prefetch copies into the fastest (their arrivals on an ArrivalBoard).
 #pragma once
 
 #include <atomic>
@@ -17,6 +17,7 @@
 #include "base/histogram.h"
 #include "base/mutex.h"
 #include "keys/tier_kind.h"
+#include "storage/arrival_board.h"
 #include "storage/bounded_worker.h"
 #include "storage/lossy_codec.h"
 #include "storage/tier.h"
@@ -102,16 +103,12 @@ class TierManager {
   bool PromoteLater(const ChunkKey& key, std::span<const std::byte> bytes, std::function<void()> done,
                     TierKind from = TierKind::kNone, const LossyFormat& format = {});
   // Prefetch: copies a chunk that only slower tiers hold into the fastest, ahead of a load that will want it, on
-  // the calling thread (an idle I/O thread). While a copy from a local tier (disk) runs the chunk counts as in the
-  // fastest tier: a lookup reports it there, and a read or lend of it from there waits for the copy (at most
-  // kArrivalWait), so a load that arrives meanwhile plans it as a DRAM chunk and reads it once. A copy from a tier
-  // that waits on a network (Redis) is not waited for: a frozen Redis must not hold the threads DRAM reads need.
-  // `from` is the tier to read it from. ALREADY_EXISTS when the fastest tier holds it or another copy of it runs;
+  // the calling thread (an idle I/O thread). While it runs the chunk is on the arrival board (ArrivalBoard says what
+  // lookups and reads make of that). `from` is the tier to read it from. ALREADY_EXISTS when the fastest tier holds it or another copy of it runs;
   // a read's error as it came (a read that throws is an INTERNAL error: the arrival always ends).
   absl::Status Prefetch(const ChunkKey& key, TierKind from, uint64_t chunk_bytes, const LossyFormat& format = {});
   // Chunks whose prefetch copy runs now.
-  size_t arrivals_in_flight() const;
-  static constexpr auto kArrivalWait = std::chrono::seconds(30);
+  size_t arrivals_in_flight() const { return arrivals_.in_flight(); }
   // Tier::Interrupt on every tier: reads asleep in a throttle come back now (the daemon is stopping).
   void Interrupt();
   // Waits until every queued write-back is done or `bound` passes; returns the number still queued.
@@ -127,17 +124,9 @@ class TierManager {
     uint64_t promotions_to_disk = 0;  // remote hits copied onto the local disk
   };
   WriteBackStats write_back_stats() const;
-  bool Contains(const ChunkKey& key) const;
   // In the fastest tier (DRAM). A Store of a chunk held only by slower tiers (disk, or Redis, perhaps written by
   // another machine) puts the engine's fresh copy into DRAM: a copy in memory now instead of a slower read later.
   bool InFastestTier(const ChunkKey& key) const;
-
-  // A load moved `bytes` from `kind` in `seconds` of wall time with its window of reads in flight.
-  void RecordLoadThroughput(TierKind kind, uint64_t bytes, double seconds);
-  // Seconds per byte that loads from `kind` achieved lately, or 0 when nothing was measured yet.
-  double LoadSecondsPerByte(TierKind kind) const;
-  // Drops what loads from `kind` measured (its speed changed, e.g. a new read cap): 0 until the next load.
-  void ForgetLoadThroughput(TierKind kind);
 
   Tier* tier(TierKind kind) const;
   // What went through one tier since start, for the metrics endpoint. Reads are the loads' (Read); writes are
@@ -156,7 +145,6 @@ class TierManager {
   struct Entry {
     TierKind kind;
     std::unique_ptr<Tier> tier;
-    std::atomic<double> seconds_per_byte{0};
     IoMeter io;
   };
   const std::vector<std::unique_ptr<Entry>>& tiers() const { return tiers_; }
@@ -164,8 +152,6 @@ class TierManager {
  private:
   using SharedBytes = std::shared_ptr<const std::span<const std::byte>>;
   Entry* Find(TierKind kind) const;
-  // Before a read or lend from the fastest tier: waits while a prefetch copies `key` into it.
-  void AwaitArrival(const ChunkKey& key) const;
   void WriteToSlowerTiers(const ChunkKey& key, std::span<const std::byte> bytes, const LossyFormat& format);
   void Count(uint64_t WriteBackStats::*counter);
   // Read of a lossy namespace's chunk from a slower tier: its quantized value, decoded into dst.
@@ -178,12 +164,7 @@ class TierManager {
 
   mutable Mutex mu_;
   WriteBackStats stats_ ABSL_GUARDED_BY(mu_);
-  // Prefetch copies running now, by chunk; waiters wake when one ends.
-  mutable Mutex arrivals_mu_;
-  mutable CondVar arrival_ended_;
-  // Copies running now, by chunk: whether the copy reads a tier that waits on a network (not waited for).
-  absl::flat_hash_map<ChunkKey, bool> arrivals_ ABSL_GUARDED_BY(arrivals_mu_);
-  std::atomic<size_t> arrivals_count_{0};  // arrivals_.size(), read without the lock on every lookup and read
+  ArrivalBoard arrivals_;  // prefetch copies running now
   // Declared last: their threads stop, and their queued jobs let go of chunks, before the tiers go away.
   BoundedWorker write_back_;
   BoundedWorker promotion_;

@@ -4,6 +4,8 @@
 #include <optional>
 #include <string_view>
 
+#include "base/enum_names.h"
+
 namespace cake {
 
 enum class IoBackend {
@@ -11,8 +13,14 @@ enum class IoBackend {
   kUring,  // io_uring or fail
   kPread,  // plain pread(2), one call at a time
 };
-const char* IoBackendName(IoBackend backend);  // for logs: "auto", "io_uring", "pread"
-// The config's spelling: "auto", "uring", "pread".
-std::optional<IoBackend> ParseIoBackend(std::string_view name);
+// The config's spelling (disk.io_backend, --disk-io-backend).
+inline constexpr EnumName<IoBackend> kIoBackendWords[] = {
+    {IoBackend::kAuto, "auto"}, {IoBackend::kUring, "uring"}, {IoBackend::kPread, "pread"}};
+constexpr const char* IoBackendWord(IoBackend backend) { return NameIn(kIoBackendWords, backend, "auto"); }
+constexpr std::optional<IoBackend> ParseIoBackend(std::string_view name) { return ValueIn(kIoBackendWords, name); }
+// For logs: the config's word, io_uring spelled out as the kernel's interface is named.
+constexpr const char* IoBackendName(IoBackend backend) {
+  return backend == IoBackend::kUring ? "io_uring" : IoBackendWord(backend);
+}
 
 }  // namespace cake

@@ -50,25 +50,6 @@ class PreadEngine final : public IoEngine {
 
 }  // namespace
 
-const char* IoBackendName(IoBackend backend) {
-  switch (backend) {
-    case IoBackend::kAuto:
-      return "auto";
-    case IoBackend::kUring:
-      return "io_uring";
-    case IoBackend::kPread:
-      return "pread";
-  }
-  return "unknown";
-}
-
-std::optional<IoBackend> ParseIoBackend(std::string_view name) {
-  if (name == "auto") return IoBackend::kAuto;
-  if (name == "uring") return IoBackend::kUring;
-  if (name == "pread") return IoBackend::kPread;
-  return std::nullopt;
-}
-
 std::unique_ptr<IoEngine> MakePreadEngine(uint32_t depth) { return std::make_unique<PreadEngine>(depth); }
 
 absl::StatusOr<std::unique_ptr<IoEngine>> MakeIoEngine(IoBackend backend, uint32_t depth) {

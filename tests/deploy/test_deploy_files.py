@@ -67,7 +67,7 @@ EXPORTED_FAMILIES = {
 STATS_COUNTERS = [
     "lookups", "lookup_chunks", "lookup_cached_chunks", "loads_started", "loads_finished", "loads_cancelled",
     "load_chunks_loaded", "load_bytes_loaded", "load_chunk_read_failures", "load_chunks_computed",
-    "loads_not_promoted", "loads_cake", "loads_io_only", "loads_compute_only", "stores", "store_chunks_stored",
+    "loads_not_promoted", "stores", "store_chunks_stored",
     "store_chunks_already_cached", "store_bytes_stored", "store_chunks_rejected", "regions_registered",
     "regions_released", "invalid_requests", "loads_idle_ended", "regions_reclaimed", "regions_expired",
     "inline_reads_waited", "lookups_network_skipped",

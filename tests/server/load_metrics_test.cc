@@ -39,11 +39,11 @@ TEST_CASE("metrics: (tenant, model) series are capped, the rest share one", "[me
   metrics.For("t", "b");
   LoadMetrics::Series& overflow = metrics.For("t", "c");
   CHECK(&metrics.For("u", "d") == &overflow);
-  Bump(overflow.loads_cake, 2);
+  Bump(overflow.loads[static_cast<size_t>(Strategy::kCake)], 2);
   std::vector<std::pair<std::string, std::string>> seen;
   metrics.ForEach([&](const std::string& tenant, const std::string& model, const LoadMetrics::Series& s) {
     seen.emplace_back(tenant, model);
-    if (model == "other") CHECK(s.loads_cake.load() == 2);
+    if (model == "other") CHECK(s.loads[static_cast<size_t>(Strategy::kCake)].load() == 2);
   });
   CHECK(seen == std::vector<std::pair<std::string, std::string>>{{"t", "a"}, {"t", "b"}, {"other", "other"}});
 }

@@ -415,7 +415,7 @@ TEST_CASE("load stream: a load whose split is final holds back no prefetch copy 
   Harness h;
   // The engine computes a chunk in a microsecond and DRAM is measured at 10 s a chunk: the plan is compute-only,
   // its split final at once, with every cached chunk above the engine's progress.
-  h.state.tiers.RecordLoadThroughput(TierKind::kDram, kChunkBytes, 10.0);
+  h.state.tier_speeds.Record(TierKind::kDram, kChunkBytes, 10.0);
   auto stream = h.Open();
   v1::LoadRequest start = h.Start(8, 8);
   start.mutable_start()->set_compute_first_chunk_s(1e-6);
@@ -425,7 +425,7 @@ TEST_CASE("load stream: a load whose split is final holds back no prefetch copy 
   CHECK(messages.front().plan().strategy() == v1::LoadPlan::STRATEGY_COMPUTE_ONLY);
   // The stream is still open (no Release yet): an idle task, a prefetch copy, starts all the same.
   std::atomic<bool> copied{false};
-  REQUIRE(h.state.pool.TrySubmitIdle([&] { copied = true; }));
+  REQUIRE(h.state.local_reads.TrySubmitIdle([&] { copied = true; }));
   for (int i = 0; i < 500 && !copied; ++i) std::this_thread::sleep_for(10ms);
   CHECK(copied);
   CHECK_FALSE(stream->OnRequest(Release()));

@@ -63,8 +63,7 @@ TEST_CASE("tier manager: LookupPrefix reports the fastest holder and stops at th
   CHECK(t.manager.LookupPrefix(keys) == std::vector<TierKind>{TierKind::kDram, TierKind::kDisk, TierKind::kDram});
   CHECK(t.manager.LookupPrefix({}).empty());
   CHECK(t.manager.LookupPrefix(std::span(keys).subspan(3)).empty());
-  CHECK(t.manager.Contains(keys[4]));
-  CHECK_FALSE(t.manager.Contains(keys[3]));
+  CHECK(t.manager.LookupPrefix(std::span(keys).subspan(4, 1)) == std::vector<TierKind>{TierKind::kDram});
 }
 
 TEST_CASE("tier manager: a two-step lookup asks a networked tier only in its second step, and only when needed",
@@ -137,31 +136,7 @@ TEST_CASE("tier manager: with no tiers, writes fail and nothing is found", "[tie
   const auto value = TestValue(1, kBytes);
   CHECK(manager.Write(TestKey(1), value).code() == absl::StatusCode::kFailedPrecondition);
   CHECK(manager.LookupPrefix(Keys(2)).empty());
-  CHECK_FALSE(manager.Contains(TestKey(1)));
-}
-
-TEST_CASE("tier manager: load throughput is a moving average per tier", "[tier_manager]") {
-  TwoTiers t;
-  CHECK(t.manager.LoadSecondsPerByte(TierKind::kDram) == 0);
-
-  t.manager.RecordLoadThroughput(TierKind::kDram, 1000, 1.0);  // the first sample is taken as is
-  CHECK(t.manager.LoadSecondsPerByte(TierKind::kDram) == Approx(1e-3));
-  t.manager.RecordLoadThroughput(TierKind::kDram, 1000, 2.0);  // 0.7 * old + 0.3 * new
-  CHECK(t.manager.LoadSecondsPerByte(TierKind::kDram) == Approx(0.7e-3 + 0.3 * 2e-3));
-  t.manager.RecordLoadThroughput(TierKind::kDram, 1000, 2.0);
-  CHECK(t.manager.LoadSecondsPerByte(TierKind::kDram) == Approx(0.7 * 1.3e-3 + 0.3 * 2e-3));
-
-  // Samples that say nothing are ignored rather than dragging the average to 0 or infinity.
-  const double before = t.manager.LoadSecondsPerByte(TierKind::kDram);
-  t.manager.RecordLoadThroughput(TierKind::kDram, 0, 1.0);
-  t.manager.RecordLoadThroughput(TierKind::kDram, 1000, 0);
-  t.manager.RecordLoadThroughput(TierKind::kDram, 1000, -1);
-  CHECK(t.manager.LoadSecondsPerByte(TierKind::kDram) == before);
-
-  // Tiers are measured separately; an absent tier records nothing and reads 0.
-  CHECK(t.manager.LoadSecondsPerByte(TierKind::kDisk) == 0);
-  t.manager.RecordLoadThroughput(TierKind::kRemote, 1000, 1.0);
-  CHECK(t.manager.LoadSecondsPerByte(TierKind::kRemote) == 0);
+  CHECK_FALSE(manager.InFastestTier(TestKey(1)));
 }
 
 TEST_CASE("tier manager: kind names", "[tier_manager]") {
