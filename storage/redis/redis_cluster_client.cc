@@ -186,46 +186,55 @@ class RedisClusterClient::Impl {
     // CLUSTER SLOTS more, not one per round.
     bool forced_once = false;
     for (int round = 0; round < kMaxRedirects && !pending.empty(); ++round) {
-      std::map<Node*, std::vector<size_t>> by_node;
-      for (size_t i : pending) by_node[OwnerOf(slots[i])].push_back(i);
       std::vector<size_t> again;
-      std::map<Node*, std::vector<size_t>> asked;
       bool refresh = false;
       bool force = false;
-      std::vector<NodeBatch> batches;
-      for (auto& [node, indices] : by_node) batches.push_back(NodeBatch{node, std::move(indices)});
-      RunBatches(batches, commands, /*asking=*/false);
-      for (NodeBatch& batch : batches) {
-        if (!batch.replies.ok()) {
-          // A node that cannot be reached sends no MOVED: if it died and a replica took its slots over, only
-          // another node's slot map says so. Asked now (at most every 100 ms, skipping nodes that are down), so
-          // calls go to the new master once the cluster has promoted it, instead of failing for as long as the
-          // dead node stays in our map.
-          RefreshSlotMapAfterFailure();
-          if (allow_partial) continue;
-          return batch.replies.status();
+      // A round is two passes: every pending command to its slot's owner, then the ones answered ASK to the node
+      // named, each after an ASKING. An ASK is for one command only: the slot is moving, and this key has gone
+      // ahead to the target. An ASK answered with another ASK waits for the next round, like a MOVED.
+      std::map<Node*, std::vector<size_t>> to_send;
+      for (size_t i : pending) to_send[OwnerOf(slots[i])].push_back(i);
+      for (const bool asking : {false, true}) {
+        if (to_send.empty()) break;
+        std::vector<NodeBatch> batches;
+        for (auto& [node, indices] : to_send) batches.push_back(NodeBatch{node, std::move(indices)});
+        RunBatches(batches, commands, asking);
+        std::map<Node*, std::vector<size_t>> to_ask;
+        for (NodeBatch& batch : batches) {
+          if (!batch.replies.ok()) {
+            // A node that cannot be reached sends no MOVED: if it died and a replica took its slots over, only
+            // another node's slot map says so. Asked now (at most every 100 ms, skipping nodes that are down), so
+            // calls go to the new master once the cluster has promoted it, instead of failing for as long as the
+            // dead node stays in our map.
+            RefreshSlotMapAfterFailure();
+            if (allow_partial) continue;
+            return batch.replies.status();
+          }
+          std::map<Node*, std::vector<size_t>> asked;
+          for (size_t k = 0; k < batch.indices.size(); ++k) {
+            const size_t i = batch.indices[k];
+            RedisReply& reply = (*batch.replies)[k];
+            const RouteVerdict verdict = Route(slots[i], reply.get());
+            refresh = refresh || verdict.refresh;
+            force = force || verdict.force;
+            switch (verdict.next) {
+              case RouteVerdict::kReply:
+                replies[i] = std::move(reply);
+                break;
+              case RouteVerdict::kAgain:
+                again.push_back(i);
+                break;
+              case RouteVerdict::kAsk:
+                asked[verdict.ask].push_back(i);
+                break;
+            }
+          }
+          for (auto& [node, indices] : asked) {
+            std::vector<size_t>& into = asking ? again : to_ask[node];
+            into.insert(into.end(), indices.begin(), indices.end());
+          }
         }
-        for (size_t k = 0; k < batch.indices.size(); ++k) {
-          Route(slots[batch.indices[k]], batch.indices[k], std::move((*batch.replies)[k]), replies, again, asked,
-                refresh, force);
-        }
-      }
-      // An ASK is for one command only: the slot is moving, and this key has gone ahead to the target.
-      std::vector<NodeBatch> asked_batches;
-      for (auto& [node, indices] : asked) asked_batches.push_back(NodeBatch{node, std::move(indices)});
-      if (!asked_batches.empty()) RunBatches(asked_batches, commands, /*asking=*/true);
-      for (NodeBatch& batch : asked_batches) {
-        if (!batch.replies.ok()) {
-          RefreshSlotMapAfterFailure();
-          if (allow_partial) continue;
-          return batch.replies.status();
-        }
-        std::map<Node*, std::vector<size_t>> asked_again;
-        for (size_t k = 0; k < batch.indices.size(); ++k) {
-          Route(slots[batch.indices[k]], batch.indices[k], std::move((*batch.replies)[k]), replies, again, asked_again,
-                refresh, force);
-        }
-        for (auto& [n, more] : asked_again) again.insert(again.end(), more.begin(), more.end());
+        to_send = std::move(to_ask);
       }
       // A redirect to a node we do not know yet is, after a failover, the replica that took over: its address
       // comes only from a fresh map, and waiting out the 100 ms would spend this call's rounds on the same refusal.
@@ -438,12 +447,21 @@ class RedisClusterClient::Impl {
   }
 
  private:
-  void Route(int slot, size_t i, RedisReply reply, std::vector<RedisReply>& replies, std::vector<size_t>& again,
-             std::map<Node*, std::vector<size_t>>& asked, bool& refresh, bool& force) {
+  // What one reply means for its command, from Route.
+  struct RouteVerdict {
+    enum Next { kReply, kAgain, kAsk };
+    Next next = kReply;    // the reply is the command's; send it again next round; or ask `ask` this round
+    Node* ask = nullptr;   // kAsk: the node an ASK named
+    bool refresh = false;  // ask for the slot map after this round
+    bool force = false;    // and without waiting out the 100 ms
+  };
+
+  // Counts and logs a redirect, and takes a MOVED's new owner into the map at once.
+  RouteVerdict Route(int slot, const redisReply* reply) {
     std::string host;
     int port = 0;
-    const bool moved = IsError(reply.get(), "MOVED ") && ParseRedirectTarget(reply.get(), &host, &port);
-    const bool ask = !moved && IsError(reply.get(), "ASK ") && ParseRedirectTarget(reply.get(), &host, &port);
+    const bool moved = IsError(reply, "MOVED ") && ParseRedirectTarget(reply, &host, &port);
+    const bool ask = !moved && IsError(reply, "ASK ") && ParseRedirectTarget(reply, &host, &port);
     const int target = moved || ask ? KnownNodeIndex(host, port) : -1;
     if ((moved || ask) && target < 0) {
       // Only the cluster's own map (from the seeds) names nodes: a redirect anywhere else could send our
@@ -452,22 +470,22 @@ class RedisClusterClient::Impl {
         spdlog::warn("{}: a Redis redirect to {}:{}, which no seed or slot map named, was not followed",
                      options_.log_name, host, port);
       }
-      refresh = true;
-      force = true;
-      again.push_back(i);
-    } else if (moved) {
-      moved_++;
-      refresh = true;
-      SetOwner(slot, target);  // right away; the full refresh follows
-      again.push_back(i);
-    } else if (ask) {
-      ask_++;
-      asked[NodeAt(target)].push_back(i);
-    } else if (IsError(reply.get(), "TRYAGAIN")) {
-      again.push_back(i);  // a multi-key operation mid-migration; ours are single-key, but be safe
-    } else {
-      replies[i] = std::move(reply);
+      return RouteVerdict{.next = RouteVerdict::kAgain, .refresh = true, .force = true};
     }
+    if (moved) {
+      moved_++;
+      SetOwner(slot, target);  // right away; the full refresh follows
+      return RouteVerdict{.next = RouteVerdict::kAgain, .refresh = true};
+    }
+    if (ask) {
+      ask_++;
+      return RouteVerdict{.next = RouteVerdict::kAsk, .ask = NodeAt(target)};
+    }
+    if (IsError(reply, "TRYAGAIN")) {
+      // A multi-key operation mid-migration; ours are single-key, but be safe.
+      return RouteVerdict{.next = RouteVerdict::kAgain};
+    }
+    return RouteVerdict{};
   }
 
   absl::Status Fail(Node& node, std::string_view why) {
