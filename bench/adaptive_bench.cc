@@ -12,6 +12,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/models.h"
@@ -188,6 +189,25 @@ absl::Status RunAdaptiveBench(const AdaptiveOptions& options) {
   report.Set("adaptive_cached_ttft_s", adaptive.cached_ttft_s);
   report.Set("adaptive_short_mean_ttft_s", adaptive.mean_short_ttft_s);
   return report.WriteTo(options.common.json_path);
+}
+
+void AddAdaptiveCommand(CLI::App& app) {
+  auto options = std::make_shared<AdaptiveOptions>();
+  CLI::App* command = app.add_subcommand(
+      "adaptive", "a long cached request and a burst of short ones: first come first served against adaptive order");
+  AddCommonOptions(command, options->common);
+  command->add_option("--model", options->model, "cost model and KV size")->capture_default_str();
+  command->add_option("--cached-tokens", options->cached_tokens, "the cached request's prompt")->capture_default_str();
+  command->add_option("--short-requests", options->short_requests, "uncached requests of 32 to 448 tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1000u));
+  command->add_option("--step-tokens", options->step_tokens, "engine step budget")
+      ->capture_default_str()
+      ->check(CLI::Range(16u, 65536u));
+  command->add_option("--bandwidth", options->bandwidth_gbps, "the disk's Gbit/s")->capture_default_str();
+  command->add_option("--gpu-tflops", options->gpu_tflops, "F")->capture_default_str();
+  command->add_option("--time-scale", options->time_scale, "divide every duration by this")->capture_default_str();
+  RunWhenParsed(command, options, RunAdaptiveBench);
 }
 
 }  // namespace cake::bench

@@ -1,5 +1,6 @@
 // The cake-bench subcommands. Each drives a real caked (the one at --socket, or a private one it starts), prints
-// a readable summary and, with --json, writes its figures as one JSON object.
+// a readable summary and, with --json, writes its figures as one JSON object. Each is its options, its Run...Bench,
+// and its Add...Command, which adds the subcommand, its flags and its run to cake-bench (bench/bench_command.h).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,10 @@
 
 #include "absl/status/status.h"
 #include "examples/cpu_engine/engine_harness.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace cake::bench {
 
@@ -23,6 +28,7 @@ struct LookupBenchOptions {
   uint32_t iterations = 1000;
 };
 absl::Status RunLookupBench(const LookupBenchOptions& options);
+void AddLookupCommand(CLI::App& app);  // cake-bench lookup
 
 // Throughput of I/O-only loads from the DRAM tier into a host region, beside memcpy of the same bytes.
 struct RegionBenchOptions {
@@ -32,6 +38,7 @@ struct RegionBenchOptions {
   std::optional<int> cuda_device;  // a CUDA device region instead of a host one
 };
 absl::Status RunRegionBench(const RegionBenchOptions& options);
+void AddRegionCommand(CLI::App& app);  // cake-bench region
 
 // Timed I/O-only loads by the C++ client of a prompt (u32 tokens in a file) stored in an fp32 namespace, for
 // the Python client's bench to compare against on the same daemon.
@@ -43,6 +50,7 @@ struct ClientLoadBenchOptions {
   uint32_t runs = 5;
 };
 absl::Status RunClientLoadBench(const ClientLoadBenchOptions& options);
+void AddClientLoadCommand(CLI::App& app);  // cake-bench client-load
 
 // A larger CPU transformer (examples/cpu_engine) with grouped-query attention, for the compute curve.
 inline engine::ModelOptions LargeEngineModel() {
@@ -71,6 +79,7 @@ struct EngineBenchOptions {
   std::string stored_precision = "exact";
 };
 absl::Status RunEngineBench(const EngineBenchOptions& options);
+void AddEngineCommand(CLI::App& app);  // cake-bench engine
 
 // The measured per-chunk compute curve (the paper's Figure 4) of two model sizes, and its linear fit.
 struct EngineCurveOptions {
@@ -81,6 +90,7 @@ struct EngineCurveOptions {
   std::string out_prefix = "engine-curve";  // writes <prefix>.csv and, with gnuplot, <prefix>.png
 };
 absl::Status RunEngineCurveBench(const EngineCurveOptions& options);
+void AddEngineCurveCommand(CLI::App& app);  // cake-bench engine-curve
 
 // Cold loads of a cached prefix from the disk tier (io_uring, then pread) into a region, beside fio reading a
 // file of the same size in the same folder, in the same run.
@@ -107,6 +117,7 @@ struct IoBenchOptions {
   bool pairs_in_process = false;
 };
 absl::Status RunIoBench(const IoBenchOptions& options);
+void AddIoCommand(CLI::App& app);  // cake-bench io
 
 // Start-up index rebuild over many small chunk files: DiskTier::Open and caked's start-up, cold page cache.
 struct RebuildBenchOptions {
@@ -118,6 +129,7 @@ struct RebuildBenchOptions {
   uint32_t recovery_threads = 32;  // DiskTier::Options::recovery_threads of the in-process opens
 };
 absl::Status RunRebuildBench(const RebuildBenchOptions& options);
+void AddRebuildCommand(CLI::App& app);  // cake-bench rebuild
 
 // Store throughput until write-back has put every chunk on disk, beside fio's direct write in the same run.
 struct StoreBenchOptions {
@@ -129,6 +141,7 @@ struct StoreBenchOptions {
   bool dram_prefault = false;       // caked's dram.prefault: the Store's copies land in memory touched at start-up
 };
 absl::Status RunStoreBench(const StoreBenchOptions& options);
+void AddStoreCommand(CLI::App& app);  // cake-bench store
 
 // The paper's evaluation grid on the simulated engine and storage: compute-only, I/O-only, Cake and the oracle
 // split per cell (model x prompt length x KV bits x bandwidth x utilisation), speedup tables and JSON rows.
@@ -148,6 +161,7 @@ struct GridOptions {
   uint32_t repeats = 3;
 };
 absl::Status RunGridBench(const GridOptions& options);
+void AddGridCommand(CLI::App& app);  // cake-bench grid
 
 // The daemon's CPU time per loaded chunk (scheduling, messages), over many I/O-only loads of small chunks.
 struct OverheadOptions {
@@ -156,6 +170,7 @@ struct OverheadOptions {
   uint32_t chunks = 1024;
 };
 absl::Status RunOverheadBench(const OverheadOptions& options);
+void AddOverheadCommand(CLI::App& app);  // cake-bench overhead
 
 // Many cached requests at once on one simulated disk: mean and p99 time to first token per arbiter policy.
 struct ConcurrentOptions {
@@ -170,6 +185,7 @@ struct ConcurrentOptions {
   uint32_t window = 4;
 };
 absl::Status RunConcurrentBench(const ConcurrentOptions& options);
+void AddConcurrentCommand(CLI::App& app);  // cake-bench concurrent
 
 // One Cake load while the engine's budget and the disk's bandwidth change under it: both cursors over time.
 struct FluctuateOptions {
@@ -185,6 +201,7 @@ struct FluctuateOptions {
   std::string out_prefix = "fluctuate";  // writes <prefix>.csv and, with gnuplot, <prefix>.png
 };
 absl::Status RunFluctuateBench(const FluctuateOptions& options);
+void AddFluctuateCommand(CLI::App& app);  // cake-bench fluctuate
 
 // One long cached request and a burst of short uncached ones on one engine: first come first served against the
 // adaptive order (uncached prefills first, the Cake request with what is left of each step's budget).
@@ -199,6 +216,7 @@ struct AdaptiveOptions {
   double time_scale = 1;
 };
 absl::Status RunAdaptiveBench(const AdaptiveOptions& options);
+void AddAdaptiveCommand(CLI::App& app);  // cake-bench adaptive
 
 // One prefix loaded from DRAM alone, disk alone and half from each, both tiers capped at the same bandwidth.
 struct TiersOptions {
@@ -209,6 +227,7 @@ struct TiersOptions {
   uint32_t runs = 3;
 };
 absl::Status RunTiersBench(const TiersOptions& options);
+void AddTiersCommand(CLI::App& app);  // cake-bench tiers
 
 // Requests queued before one engine, each with its prompt on disk only, served with and without prefetch
 // (LookupRequest.prefetch when a request arrives), alternating in one run; TTFT from arrival.
@@ -226,6 +245,7 @@ struct QueueBenchOptions {
   uint32_t seed = 1;
 };
 absl::Status RunQueueBench(const QueueBenchOptions& options);
+void AddQueueCommand(CLI::App& app);  // cake-bench queue
 
 // The lossless chunk codec (disk.codec, remote.codec): its encode and decode speed on one core, then I/O-only loads
 // of the same KV from a disk tier and a remote tier (a private redis-server) stored raw and encoded, alternating in
@@ -246,6 +266,7 @@ struct CodecBenchOptions {
   double disk_gbps = 0;
 };
 absl::Status RunCodecBench(const CodecBenchOptions& options);
+void AddCodecCommand(CLI::App& app);  // cake-bench codec
 
 // I/O-only loads of a prefix from the remote tier (Redis) beside redis-benchmark GETs of the same part size,
 // connections and pipeline depth, against the same server in the same run.
@@ -263,6 +284,7 @@ struct RemoteBenchOptions {
   uint32_t read_threads = 0;  // caked --remote-read-threads (0: its default)
 };
 absl::Status RunRemoteBench(const RemoteBenchOptions& options);
+void AddRemoteCommand(CLI::App& app);  // cake-bench remote
 
 // Cake with a prefix spread over DRAM, disk and Redis at once (each tier capped at its modelled bandwidth) against
 // the same prefix in one tier alone, on the simulated engine of `grid`; one row per remote bandwidth.
@@ -283,6 +305,7 @@ struct MixedOptions {
   uint32_t step_tokens = 512;
 };
 absl::Status RunMixedBench(const MixedOptions& options);
+void AddMixedCommand(CLI::App& app);  // cake-bench mixed
 
 // A fault and soak bench, never a timed test: `engines` engines (threads, each its own client) for `seconds` mixing
 // lookups, Cake loads into a host region, inline loads, stores, cancelled loads and killed clients against a private
@@ -311,6 +334,7 @@ struct SoakOptions {
   uint32_t seed = 1;
 };
 absl::Status RunSoakBench(const SoakOptions& options);
+void AddSoakCommand(CLI::App& app);  // cake-bench soak
 
 // How caked's costs grow, each as a curve with a fitted slope: Lookup (a stored 16K-token prompt) and Ping per
 // second and p99 with more clients at once, each on a connection of its own; the daemon's CPU per loaded chunk and
@@ -330,6 +354,7 @@ struct ScaleOptions {
   uint64_t max_disk_chunks = 1000000;                         // files are created at 6,000 to 13,000 a second
 };
 absl::Status RunScaleBench(const ScaleOptions& options);
+void AddScaleCommand(CLI::App& app);  // cake-bench scale
 
 // A fleet of `daemons` caked on this machine, each with its own DRAM and disk, sharing a Redis Cluster of 3 masters
 // with a replica each, under multi-turn sessions whose turns are routed to a random daemon: the hit rate and TTFT
@@ -357,5 +382,6 @@ struct FleetOptions {
   double window_s = 1;
 };
 absl::Status RunFleetBench(const FleetOptions& options);
+void AddFleetCommand(CLI::App& app);  // cake-bench fleet
 
 }  // namespace cake::bench

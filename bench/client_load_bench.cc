@@ -1,6 +1,6 @@
 // cake-bench client-load: timed I/O-only loads, by the C++ client, of a prompt another client stored, into a
-// host region of its own. The Python client's bench (python3 -m cake.bench) runs it between its own loads of
-// the same prompt on the same daemon, so both clients are measured in one run against the same limit.
+// host region of its own. The Python client's bench (python3 -m cake_bench.client_load) runs it between its own
+// loads of the same prompt on the same daemon, so both clients are measured in one run against the same limit.
 #include <cstdio>
 #include <fstream>
 
@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 
@@ -59,6 +60,24 @@ absl::Status RunClientLoadBench(const ClientLoadBenchOptions& options) {
   report.Set("chunks", chunks);
   report.Set("chunk_bytes", static_cast<double>(layout.chunk_bytes()));
   return report.WriteTo(options.common.json_path);
+}
+
+void AddClientLoadCommand(CLI::App& app) {
+  auto options = std::make_shared<ClientLoadBenchOptions>();
+  CLI::App* command = app.add_subcommand(
+      "client-load",
+      "timed I/O-only loads by the C++ client of a stored fp32 prompt (for python3 -m cake_bench.client_load)");
+  AddCommonOptions(command, options->common);
+  command->add_option("--tokens-file", options->tokens_file, "the prompt, u32 little-endian")->required();
+  command->add_option("--model-id", options->model_id, "the namespace's model id")->required();
+  command->add_option("--layers", options->layers, "namespace layers")->required();
+  command->add_option("--kv-heads", options->kv_heads, "namespace KV heads")->required();
+  command->add_option("--head-dim", options->head_dim, "namespace head dimension")->required();
+  command->add_option("--chunk-tokens", options->chunk_tokens, "tokens per chunk")->required();
+  command->add_option("--runs", options->runs, "measured loads (after one warm-up)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 10000u));
+  RunWhenParsed(command, options, RunClientLoadBench);
 }
 
 }  // namespace cake::bench

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "storage/chunk_codec.h"
@@ -345,6 +346,27 @@ absl::Status RunCodecBench(const CodecBenchOptions& options) {
     report.Set(tier + "_daemon_decode_gbps", run.daemon_decode_gbps);
   }
   return report.WriteTo(options.json_path);
+}
+
+void AddCodecCommand(CLI::App& app) {
+  auto options = std::make_shared<CodecBenchOptions>();
+  CLI::App* command = app.add_subcommand(
+      "codec", "the lossless codec's speed, then disk and remote loads of the same KV stored raw and encoded");
+  command->add_option("--dir", options->dir, "folder for the disk tiers")->required();
+  command->add_option("--data", options->data, "KV bytes to store, e.g. a real model's KV dump (default: synthetic)");
+  command->add_option("--json", options->json_path, "also write the results to this file as one JSON object");
+  command->add_option("--mib", options->mib, "prefix size, MiB")->capture_default_str();
+  command->add_option("--runs", options->runs, "loads of each, alternating")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
+  command->add_option("--tiers", options->tiers, "disk, remote or both (comma-separated)")->capture_default_str();
+  command->add_option("--remote-gbps", options->remote_gbps, "cap remote reads as a network link would, Gbit/s")
+      ->capture_default_str();
+  command->add_flag("--lossy", options->lossy,
+                    "instead: disk loads of namespaces stored as INT8 and INT4 against EXACT, one daemon");
+  command->add_option("--disk-gbps", options->disk_gbps, "with --lossy: cap the disk tier's reads, Gbit/s")
+      ->capture_default_str();
+  RunWhenParsed(command, options, RunCodecBench);
 }
 
 }  // namespace cake::bench

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/models.h"
@@ -153,6 +154,26 @@ absl::Status RunConcurrentBench(const ConcurrentOptions& options) {
     report.Set(r.policy + "_last_s", r.makespan_s);
   }
   return report.WriteTo(options.common.json_path);
+}
+
+void AddConcurrentCommand(CLI::App& app) {
+  auto options = std::make_shared<ConcurrentOptions>();
+  CLI::App* command = app.add_subcommand(
+      "concurrent", "many cached requests at once on one simulated disk: mean and p99 TTFT per arbiter policy");
+  AddCommonOptions(command, options->common);
+  command->add_option("--policies", options->policies, "arbiter policies to compare (srf, fifo, fair)")
+      ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--requests", options->requests, "requests arriving at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
+  command->add_option("--min-tokens", options->min_tokens, "shortest prompt")->capture_default_str();
+  command->add_option("--max-tokens", options->max_tokens, "longest prompt")->capture_default_str();
+  command->add_option("--model", options->model, "KV size per token of this model")->capture_default_str();
+  command->add_option("--bandwidth", options->bandwidth_gbps, "the disk's Gbit/s")->capture_default_str();
+  command->add_option("--time-scale", options->time_scale, "divide every duration by this")->capture_default_str();
+  command->add_option("--window", options->window, "caked --window")->capture_default_str()->check(CLI::Range(1u, 64u));
+  RunWhenParsed(command, options, RunConcurrentBench);
 }
 
 }  // namespace cake::bench

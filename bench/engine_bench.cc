@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/cpu_engine/engine_harness.h"
@@ -208,6 +209,36 @@ absl::Status RunEngineBench(const EngineBenchOptions& options) {
   return absl::OkStatus();
 }
 
+void AddEngineCommand(CLI::App& app) {
+  auto options = std::make_shared<EngineBenchOptions>();
+  CLI::App* command = app.add_subcommand(
+      "engine", "the CPU transformer against caked: compute-only, I/O-only, Cake and every forced split, bit-exact");
+  AddCommonOptions(command, options->common);
+  engine::AddModelOptions(command, options->model);
+  command->add_option("--tokens", options->tokens, "prompt lengths")->delimiter(',')->capture_default_str();
+  command
+      ->add_option("--load-ratios", options->load_ratios,
+                   "read throttles, as load-everything time over compute-everything time")
+      ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--throttles", options->throttles_gbps, "read throttles in Gbit/s (replace the ratios)")
+      ->delimiter(',');
+  command->add_option("--sweep-step", options->sweep_step, "forced meeting points every N chunks")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000u));
+  command
+      ->add_option("--disk-codec", options->disk_codec,
+                   "the private daemon's disk.codec (planes-zstd: stored "
+                   "encoded; the throttle then caps encoded bytes)")
+      ->capture_default_str();
+  command
+      ->add_option("--stored-precision", options->stored_precision,
+                   "the engine's namespace stored as exact, int8 or int4 on disk (lossy: runs that load are held to "
+                   "compute-only's first token, not every KV byte)")
+      ->capture_default_str();
+  RunWhenParsed(command, options, RunEngineBench);
+}
+
 absl::Status RunEngineCurveBench(const EngineCurveOptions& options) {
   engine::SetBlasThreads(static_cast<int>(options.small.blas_threads));
   struct Curve {
@@ -277,6 +308,18 @@ absl::Status RunEngineCurveBench(const EngineCurveOptions& options) {
     report.Set(key + "_max_relative_error", c.fit.max_relative_error);
   }
   return report.WriteTo(options.common.json_path);
+}
+
+void AddEngineCurveCommand(CLI::App& app) {
+  auto options = std::make_shared<EngineCurveOptions>();
+  CLI::App* command = app.add_subcommand(
+      "engine-curve", "the CPU transformer's measured compute time per chunk against chunk index, two model sizes");
+  AddCommonOptions(command, options->common);
+  engine::AddModelOptions(command, options->small);
+  engine::AddModelOptions(command, options->large, "large-");
+  command->add_option("--tokens", options->tokens, "prompt length")->capture_default_str();
+  command->add_option("--out", options->out_prefix, "writes PREFIX.csv and PREFIX.png")->capture_default_str();
+  RunWhenParsed(command, options, RunEngineCurveBench);
 }
 
 }  // namespace cake::bench

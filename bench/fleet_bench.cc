@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/simulated_storage.h"
@@ -625,6 +626,47 @@ absl::Status RunFleetBench(const FleetOptions& options) {
     if (!e.error.empty()) return absl::InternalError(absl::StrCat(e.what, ": ", e.error));
   }
   return absl::OkStatus();
+}
+
+void AddFleetCommand(CLI::App& app) {
+  auto options = std::make_shared<FleetOptions>();
+  CLI::App* command = app.add_subcommand(
+      "fleet",
+      "daemons sharing a Redis Cluster under multi-turn sessions routed at random, against daemons alone; "
+      "then a master failed over and another killed: errors, wrong bytes, hit rate over time");
+  command->add_option("--dir", options->dir, "folder for the daemons' disk tiers")->required();
+  command->add_option("--json", options->json_path, "also write the results to this file as one JSON object");
+  command->add_option("--daemons", options->daemons, "daemons in the fleet")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 16u));
+  command->add_option("--workers", options->workers, "engine threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+  command->add_option("--sessions", options->sessions, "sessions in each of the shared and local phases")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000u));
+  command->add_option("--turns", options->turns, "turns a session")->capture_default_str()->check(CLI::Range(1u, 100u));
+  command->add_option("--first-tokens", options->first_tokens, "the first turn's prompt")->capture_default_str();
+  command->add_option("--turn-tokens", options->turn_tokens, "tokens each later turn adds")->capture_default_str();
+  command->add_option("--chunk-tokens", options->chunk_tokens, "tokens a chunk (1 KiB each)")->capture_default_str();
+  command->add_option("--think-ms", options->think_ms, "at least this between a session's turns")
+      ->capture_default_str();
+  command
+      ->add_option("--compute-ms-per-chunk", options->compute_ms_per_chunk,
+                   "simulated compute of a missed chunk, added to the measured Lookup + load time for the TTFT")
+      ->capture_default_str();
+  command->add_option("--dram-mib", options->dram_mib, "each daemon's DRAM tier")->capture_default_str();
+  command->add_option("--disk-mib", options->disk_mib, "each daemon's disk tier")->capture_default_str();
+  command->add_option("--failover-seconds", options->failover_seconds, "length of the failover phase")
+      ->capture_default_str();
+  command
+      ->add_option("--manual-failover-at", options->manual_failover_at_s,
+                   "when master 0 is failed over by hand (then killed), s into the phase")
+      ->capture_default_str();
+  command->add_option("--kill-at", options->kill_at_s, "when master 1 is killed, s into the phase")
+      ->capture_default_str();
+  command->add_option("--window-seconds", options->window_s, "the hit rate's windows")->capture_default_str();
+  RunWhenParsed(command, options, RunFleetBench);
 }
 
 }  // namespace cake::bench

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/models.h"
@@ -179,6 +180,26 @@ absl::Status RunFluctuateBench(const FluctuateOptions& options) {
   report.Set("samples", static_cast<double>(samples.size()));
   report.Set("csv", csv);
   return report.WriteTo(options.common.json_path);
+}
+
+void AddFluctuateCommand(CLI::App& app) {
+  auto options = std::make_shared<FluctuateOptions>();
+  CLI::App* command = app.add_subcommand(
+      "fluctuate", "one Cake load while the engine's budget and the disk's bandwidth change: both cursors over time");
+  AddCommonOptions(command, options->common);
+  command->add_option("--model", options->model, "KV size and cost model")->capture_default_str();
+  command->add_option("--tokens", options->tokens, "prompt length, a multiple of 128")->capture_default_str();
+  command->add_option("--max-budget", options->max_budget, "most tokens per step for the request")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 512u));
+  command->add_option("--max-gbps", options->max_gbps, "highest bandwidth drawn")->capture_default_str();
+  command->add_option("--interval-ms", options->interval_ms, "time between bandwidth changes")->capture_default_str();
+  command->add_option("--gpu-tflops", options->gpu_tflops, "F; 0 balances compute and load on average")
+      ->capture_default_str();
+  command->add_option("--time-scale", options->time_scale, "divide every duration by this")->capture_default_str();
+  command->add_option("--seed", options->seed, "random draws")->capture_default_str();
+  command->add_option("--out", options->out_prefix, "writes PREFIX.csv and PREFIX.png")->capture_default_str();
+  RunWhenParsed(command, options, RunFluctuateBench);
 }
 
 }  // namespace cake::bench

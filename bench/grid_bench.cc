@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/models.h"
@@ -210,6 +211,41 @@ absl::Status RunGridBench(const GridOptions& options) {
   }
   report.SetRaw("rows", "[" + absl::StrJoin(rows, ",\n") + "]");
   return report.WriteTo(options.common.json_path);
+}
+
+void AddGridCommand(CLI::App& app) {
+  auto options = std::make_shared<GridOptions>();
+  CLI::App* command = app.add_subcommand(
+      "grid", "the paper's grid: compute-only, I/O-only, Cake and the oracle per bandwidth and utilisation");
+  AddCommonOptions(command, options->common);
+  command->add_option("--model", options->models, "longalpaca-7b, longalpaca-13b, llama3.1-8b, llama3.1-70b")
+      ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--tokens", options->tokens, "prompt lengths, multiples of the I/O chunk")
+      ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--bits", options->bits, "KV bits per value (16, 8, 3: compression)")
+      ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--bandwidths", options->bandwidths, "storage bandwidths, Gbit/s")
+      ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--utils", options->utils, "shares of the step budget the request gets")
+      ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--gpu-tflops", options->gpu_tflops, "effective prefill TFLOP/s of the GPU (F)")
+      ->capture_default_str();
+  command->add_option("--time-scale", options->time_scale, "divide every duration by this")->capture_default_str();
+  command->add_option("--chunk-tokens", options->chunk_tokens, "I/O chunk, tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(16u, 4096u));
+  command->add_option("--step-tokens", options->step_tokens, "engine step budget, tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(16u, 65536u));
+  command->add_option("--repeats", options->repeats, "I/O-only and Cake runs per cell, the median reported")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 99u));
+  RunWhenParsed(command, options, RunGridBench);
 }
 
 }  // namespace cake::bench

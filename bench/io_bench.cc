@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/models.h"
@@ -663,6 +664,58 @@ absl::Status RunIoBench(const IoBenchOptions& options) {
   return report.WriteTo(options.json_path);
 }
 
+void AddIoCommand(CLI::App& app) {
+  auto options = std::make_shared<IoBenchOptions>();
+  CLI::App* command = app.add_subcommand(
+      "io", "cold I/O-only loads from the disk tier (io_uring and pread) beside fio on the same folder");
+  command->add_option("--dir", options->dir, "folder for the bench's data (on the disk to measure)")->required();
+  command->add_option("--json", options->json_path, "also write the results to this file as one JSON object");
+  command->add_option("--mib", options->mib, "bytes of prefix to load, in MiB (whole 32 MiB chunks)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{32}, uint64_t{1} << 20));
+  command->add_option("--runs", options->runs, "measured runs of each (a fresh daemon per load)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
+  command->add_option("--window", options->window, "the load's window, chunks read at once (0: the daemon's default)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 64u));
+  command->add_option("--daemon-window", options->daemon_window, "caked --window (0: caked's default)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 64u));
+  command->add_option("--io-threads", options->io_threads, "caked --io-threads (0: caked's default)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 256u));
+  command->add_option("--caked-config", options->caked_config, "caked --config FILE, e.g. for disk.queue_depth");
+  command
+      ->add_option("--pairs", options->pairs,
+                   "then N pairs of (tier, fio on one file, fio on the tier's chunk files), the order reversing, and "
+                   "N (fio, fio) pairs: the median paired ratio, its 95% interval, and the smallest gap the method "
+                   "resolves")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1000u));
+  command
+      ->add_option("--settle-ms", options->settle_ms,
+                   "the pairs' pause before each timed read, after the page cache is dropped")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 600000u));
+  command->add_flag("!--fio-alone", options->fio_like_region,
+                    "the pairs' fio reads without the fresh memory of the load's size a tier load has (its region)");
+  command->add_flag("--pairs-in-process", options->pairs_in_process,
+                    "the pairs' tier side is DiskTier::Read in this process (--inprocess-threads), not a daemon");
+  command
+      ->add_option(
+          "--load-dram-mib", options->load_dram_mib,
+          "DRAM tier of the loading daemons, MiB; loads are promoted only when the prefix is at most half of it")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+  command
+      ->add_option("--inprocess-threads", options->inprocess_threads,
+                   "threads of the in-process DiskTier::Read comparison (no daemon)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+  RunWhenParsed(command, options, RunIoBench);
+}
+
 // ---- cake-bench rebuild ----
 
 namespace {
@@ -908,6 +961,29 @@ absl::Status RunRebuildBench(const RebuildBenchOptions& options) {
   return report.WriteTo(options.json_path);
 }
 
+void AddRebuildCommand(CLI::App& app) {
+  auto options = std::make_shared<RebuildBenchOptions>();
+  CLI::App* command = app.add_subcommand(
+      "rebuild", "start-up index rebuild over many chunk files (DiskTier::Open and caked), cold page cache");
+  command->add_option("--dir", options->dir, "folder for the bench's files")->required();
+  command->add_option("--json", options->json_path, "also write the results to this file as one JSON object");
+  command->add_option("--files", options->files, "chunk files to create")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{10000000}));
+  command->add_option("--runs", options->runs, "measured opens of each kind")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
+  command->add_option("--writers", options->writers, "threads creating the files")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
+  command
+      ->add_option("--recovery-threads", options->recovery_threads,
+                   "header readers of the in-process opens after a crash (caked keeps its default)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1024u));
+  RunWhenParsed(command, options, RunRebuildBench);
+}
+
 // ---- cake-bench store ----
 
 namespace {
@@ -1071,6 +1147,28 @@ absl::Status RunStoreBench(const StoreBenchOptions& options) {
   report.Set("bytes", static_cast<double>(p.bytes));
   report.Set("runs", options.runs);
   return report.WriteTo(options.json_path);
+}
+
+void AddStoreCommand(CLI::App& app) {
+  auto options = std::make_shared<StoreBenchOptions>();
+  CLI::App* command = app.add_subcommand(
+      "store", "Store throughput until write-back has every chunk on disk, beside fio's direct write");
+  command->add_option("--dir", options->dir, "folder for the bench's data (on the disk to measure)")->required();
+  command->add_option("--json", options->json_path, "also write the results to this file as one JSON object");
+  command->add_option("--mib", options->mib, "bytes to store, in MiB (whole 32 MiB chunks)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{32}, uint64_t{1} << 20));
+  command->add_option("--runs", options->runs, "measured runs of each")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
+  command
+      ->add_option("--write-back-threads", options->write_back_threads,
+                   "caked's writeback.threads, the in-process writer threads and fio's synced jobs")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+  command->add_flag("--dram-prefault", options->dram_prefault,
+                    "start caked with dram.prefault, so first touches of the DRAM tier are not timed");
+  RunWhenParsed(command, options, RunStoreBench);
 }
 
 }  // namespace cake::bench

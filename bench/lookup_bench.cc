@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "keys/namespace.h"
@@ -197,6 +198,17 @@ absl::Status RunLookupBench(const LookupBenchOptions& options) {
   report.Set("load_end_p50_us", Percentile(plan_samples.end_us, 50));
   report.Set("iterations", per_block * kBlocks);
   return report.WriteTo(options.common.json_path);
+}
+
+void AddLookupCommand(CLI::App& app) {
+  auto options = std::make_shared<LookupBenchOptions>();
+  CLI::App* command =
+      app.add_subcommand("lookup", "Lookup latency of 16K- and 128K-token prompts beside a trivial unary call");
+  AddCommonOptions(command, options->common);
+  command->add_option("--iterations", options->iterations, "measured calls of each kind")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000000u));
+  RunWhenParsed(command, options, RunLookupBench);
 }
 
 }  // namespace cake::bench

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/models.h"
@@ -232,6 +233,29 @@ absl::Status RunMixedBench(const MixedOptions& options) {
   report.Set("worst_mixed_over_remote_oracle", worst_mixed_over_best_single);
   report.SetRaw("rows", "[" + absl::StrJoin(json_rows, ",") + "]");
   return report.WriteTo(options.json_path);
+}
+
+void AddMixedCommand(CLI::App& app) {
+  auto options = std::make_shared<MixedOptions>();
+  CLI::App* command = app.add_subcommand(
+      "mixed", "Cake with a prefix spread over DRAM, disk and Redis at once, against each tier alone");
+  command->add_option("--dir", options->dir, "folder for the disk tier")->required();
+  command->add_option("--json", options->json_path, "also write the results to this file as one JSON object");
+  command->add_option("--model", options->model, "llama3.1-8b, llama3.1-70b, longalpaca-7b, longalpaca-13b")
+      ->capture_default_str();
+  command->add_option("--tokens", options->tokens, "prompt length")->capture_default_str();
+  command->add_option("--util", options->util, "the request's share of each step's budget")->capture_default_str();
+  command->add_option("--gpu-tflops", options->gpu_tflops, "effective prefill TFLOP/s")->capture_default_str();
+  command->add_option("--dram-gbps", options->dram_gbps, "modelled DRAM-tier bandwidth")->capture_default_str();
+  command->add_option("--disk-gbps", options->disk_gbps, "modelled disk-tier bandwidth")->capture_default_str();
+  command->add_option("--remote-gbps", options->remote_gbps, "modelled remote-tier bandwidths, one row each")
+      ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--dram-share", options->dram_share, "share of the prefix (its start) in DRAM")
+      ->capture_default_str();
+  command->add_option("--disk-share", options->disk_share, "share of the prefix (next) on disk")->capture_default_str();
+  command->add_option("--time-scale", options->time_scale, "every duration divided by this")->capture_default_str();
+  RunWhenParsed(command, options, RunMixedBench);
 }
 
 }  // namespace cake::bench

@@ -6,6 +6,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/simulated_storage.h"
@@ -71,6 +72,20 @@ absl::Status RunOverheadBench(const OverheadOptions& options) {
   report.Set("wall_us_per_chunk", wall_us);
   report.Set("daemon_cpu_s", cpu_after - cpu_before);
   return report.WriteTo(options.common.json_path);
+}
+
+void AddOverheadCommand(CLI::App& app) {
+  auto options = std::make_shared<OverheadOptions>();
+  CLI::App* command =
+      app.add_subcommand("overhead", "the daemon's CPU time per loaded chunk, over many loads of small chunks");
+  AddCommonOptions(command, options->common);
+  command->add_option("--loads", options->loads, "measured loads")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000u));
+  command->add_option("--chunks", options->chunks, "chunks of 16 KiB per load")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 65536u));
+  RunWhenParsed(command, options, RunOverheadBench);
 }
 
 }  // namespace cake::bench

@@ -17,6 +17,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/simulated_storage.h"
@@ -234,6 +235,31 @@ absl::Status RunQueueBench(const QueueBenchOptions& options) {
   report.Set("chunks_loaded_with", static_cast<double>(loaded_with));
   report.Set("prefetch_chunks_used", static_cast<double>(counter("prefetch_chunks_used")));
   return report.WriteTo(options.json_path);
+}
+
+void AddQueueCommand(CLI::App& app) {
+  auto options = std::make_shared<QueueBenchOptions>();
+  CLI::App* command = app.add_subcommand(
+      "queue", "requests queued before one engine, prompts on disk only: TTFT with and without prefetch");
+  command->add_option("--dir", options->dir, "folder for the disk tier")->required();
+  command->add_option("--json", options->json_path, "also write the results to this file as one JSON object");
+  command->add_option("--requests", options->requests, "requests per round and mode")->capture_default_str();
+  command->add_option("--prompt-mib", options->prompt_mib, "each request's prompt, MiB of KV")->capture_default_str();
+  command->add_option("--arrival-ms", options->arrival_ms, "mean gap between arrivals, ms")->capture_default_str();
+  command->add_option("--compute-us", options->compute_us_per_chunk, "the engine's time per computed chunk, us")
+      ->capture_default_str();
+  command->add_option("--decode-ms", options->decode_ms, "the engine's time per request after its prefill, ms")
+      ->capture_default_str();
+  command->add_option("--tier", options->tier, "where the prompts are cached: disk, or remote (a private redis-server)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"disk", "remote"}));
+  command->add_option("--disk-gbps", options->disk_gbps, "cap the disk tier's reads, Gbit/s (0: none)")
+      ->capture_default_str();
+  command->add_option("--rounds", options->rounds, "rounds of each mode, alternating")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
+  command->add_option("--seed", options->seed, "arrival times")->capture_default_str();
+  RunWhenParsed(command, options, RunQueueBench);
 }
 
 }  // namespace cake::bench

@@ -10,6 +10,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "cuda/cuda_backend.h"
@@ -160,6 +161,22 @@ absl::Status RunRegionBench(const RegionBenchOptions& options) {
   report.Set("chunk_bytes", static_cast<double>(chunk_bytes));
   report.Set("runs", options.runs);
   return report.WriteTo(options.common.json_path);
+}
+
+void AddRegionCommand(CLI::App& app) {
+  auto options = std::make_shared<RegionBenchOptions>();
+  CLI::App* command =
+      app.add_subcommand("region", "I/O-only load throughput from the DRAM tier into a region, beside memcpy");
+  AddCommonOptions(command, options->common);
+  command->add_option("--mib", options->mib, "bytes of prefix to load, in MiB (whole 32 MiB chunks)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{32}, uint64_t{1} << 20));
+  command->add_option("--cuda-device", options->cuda_device,
+                      "load into device memory on this CUDA device (against cudaMemcpy from pinned memory)");
+  command->add_option("--runs", options->runs, "measured runs of each")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 10000u));
+  RunWhenParsed(command, options, RunRegionBench);
 }
 
 }  // namespace cake::bench

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/simulated_storage.h"
@@ -360,6 +361,32 @@ absl::Status RunRemoteBench(const RemoteBenchOptions& options) {
   report.Set("bare_client_hashed_gbps", Median(bare_gbps[hashed_shape]));
   report.Set("remote_over_bare_client_hashed", Median(per_run_hashed));
   return report.WriteTo(options.json_path);
+}
+
+void AddRemoteCommand(CLI::App& app) {
+  auto options = std::make_shared<RemoteBenchOptions>();
+  CLI::App* command = app.add_subcommand(
+      "remote", "loads from the remote tier (Redis) beside redis-benchmark GETs of the same part size");
+  command->add_option("--redis", options->redis, "host:port of a running Redis (default: a private redis-server)");
+  command->add_option("--json", options->json_path, "also write the results to this file as one JSON object");
+  command->add_option("--mib", options->mib, "prefix size, MiB")->capture_default_str();
+  command->add_option("--chunk-mib", options->chunk_mib, "chunk size, MiB")->capture_default_str();
+  command->add_option("--part-kib", options->part_kib, "Redis value (part) size, KiB")->capture_default_str();
+  command->add_option("--window", options->window, "reads in flight = redis-benchmark connections")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+  command->add_option("--runs", options->runs, "runs of each")->capture_default_str()->check(CLI::Range(1u, 100u));
+  command
+      ->add_option("--cluster", options->cluster_masters,
+                   "read from a private Redis Cluster of this many masters (redis-benchmark --cluster with "
+                   "--window connections)")
+      ->check(CLI::Range(3u, 16u));
+  command
+      ->add_option("--read-threads", options->read_threads,
+                   "caked --remote-read-threads: chunks read from Redis at once (0: caked's default)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 64u));
+  RunWhenParsed(command, options, RunRemoteBench);
 }
 
 }  // namespace cake::bench

@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "keys/namespace.h"
@@ -1055,6 +1056,41 @@ absl::Status RunScaleBench(const ScaleOptions& options) {
   std::printf("\ncake-bench scale: how caked's costs grow\n");
   for (const std::string& table : summary) std::printf("\n%s", table.c_str());
   return report.WriteTo(options.json_path);
+}
+
+void AddScaleCommand(CLI::App& app) {
+  auto options = std::make_shared<ScaleOptions>();
+  CLI::App* command = app.add_subcommand(
+      "scale", "how costs grow: calls and loads with more clients, index memory and start-up with more chunks");
+  command->add_option("--json", options->json_path, "also write the results to this file as one JSON object");
+  command->add_option("--dir", options->dir, "folder for the disk tier's chunk files")->capture_default_str();
+  command->add_option("--parts", options->parts, "calls, loads, dram, disk (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--clients", options->clients, "clients calling at once, one point each")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  command->add_option("--loads", options->loads, "loads at once, one point each")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  command->add_option("--sizes", options->sizes, "stored chunks, one point each per tier")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32));
+  command->add_option("--seconds", options->seconds, "each measured phase of calls")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
+  command->add_option("--rounds", options->rounds, "Ping and Lookup phases per point, alternating")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
+  command->add_option("--load-chunks", options->load_chunks, "4 KiB chunks per load")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 8192u));
+  command->add_option("--max-disk-chunks", options->max_disk_chunks, "larger disk sizes are left out (time)")
+      ->capture_default_str();
+  RunWhenParsed(command, options, RunScaleBench);
 }
 
 }  // namespace cake::bench

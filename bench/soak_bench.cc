@@ -57,6 +57,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "cake/v1/admin.grpc.pb.h"
@@ -1818,6 +1819,49 @@ absl::Status RunSoakBench(const SoakOptions& options) {
       "\n  soak clean: no unexplained error, every loaded chunk exact, no load slot held, every connection "
       "accepted and none kept\n");
   return absl::OkStatus();
+}
+
+void AddSoakCommand(CLI::App& app) {
+  auto options = std::make_shared<SoakOptions>();
+  CLI::App* command = app.add_subcommand(
+      "soak", "fault and soak: many engines mixing every call, corrupt chunks, a paused Redis; checks every byte");
+  AddCommonOptions(command, options->common);
+  command->add_option("--engines", options->engines, "engines (threads, each its own client)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
+  command->add_option("--seconds", options->seconds, "length of the soak (600 is the documented run)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
+  command->add_option("--warmup-seconds", options->warmup_seconds,
+                      "seconds before RSS and TTFT are counted (default: a fifth of --seconds, at most 60)");
+  command
+      ->add_option("--read-error-rate", options->read_error_rate,
+                   "share of the chunk reads from disk or Redis that find the chunk corrupted")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  command
+      ->add_option("--dead-remote-runs", options->dead_remote_runs,
+                   "timed loads per Redis state (frozen, killed) in the dead-remote phase")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000u));
+  command
+      ->add_option("--region-lease-ms", options->region_lease_ms,
+                   "limits.region_lease_ms of the bench's caked (killed clients' regions go after it); fail on regions "
+                   "held at the end; 0: the daemon's default, unchecked")
+      ->capture_default_str();
+  command
+      ->add_option("--idle-connections", options->idle_connections,
+                   "raw unix-socket connections that send nothing, held for the whole run")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 4096u));
+  command
+      ->add_option("--churn-per-second", options->churn_per_second,
+                   "new connections a second while the engines run: half a gRPC channel with one Ping, half a raw "
+                   "connect closed at once; 0: none")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
+  command->add_option("--seed", options->seed, "the engines' random draws")->capture_default_str();
+  RunWhenParsed(command, options, RunSoakBench);
 }
 
 }  // namespace cake::bench

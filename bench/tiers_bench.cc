@@ -8,6 +8,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "bench/bench_command.h"
 #include "bench/bench_common.h"
 #include "bench/benchmarks.h"
 #include "examples/simulated_engine/simulated_storage.h"
@@ -86,6 +87,18 @@ absl::Status RunTiersBench(const TiersOptions& options) {
   report.Set("split_s", Median(split_s));
   report.Set("split_over_best_single", Median(split_s) / best_single);
   return report.WriteTo(options.json_path);
+}
+
+void AddTiersCommand(CLI::App& app) {
+  auto options = std::make_shared<TiersOptions>();
+  CLI::App* command = app.add_subcommand(
+      "tiers", "one prefix from DRAM alone, disk alone and half from each, both tiers capped at the same bandwidth");
+  command->add_option("--dir", options->dir, "folder for the disk tier")->required();
+  command->add_option("--json", options->json_path, "also write the results to this file as one JSON object");
+  command->add_option("--mib", options->mib, "prefix size, MiB")->capture_default_str();
+  command->add_option("--gbps", options->gbps, "each tier's read cap, Gbit/s")->capture_default_str();
+  command->add_option("--runs", options->runs, "runs of each")->capture_default_str()->check(CLI::Range(1u, 100u));
+  RunWhenParsed(command, options, RunTiersBench);
 }
 
 }  // namespace cake::bench
