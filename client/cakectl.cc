@@ -5,6 +5,9 @@
 // or the only socket found was refused as unsafe (a folder another user controls).
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <map>
+#include <memory>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -97,74 +100,58 @@ std::string StatusText(const cake::v1::StatusResponse& r) {
   return out;
 }
 
-}  // namespace
+using Admin = cake::v1::AdminService::Stub;
 
-int main(int argc, char** argv) {
-  CLI::App app{"cakectl: inspect and manage a running caked"};
-  app.set_version_flag("--version", std::string("cakectl ") + CAKE_VERSION);
+// The daemon a subcommand talks to, reached once the command line is parsed, whichever subcommand it names.
+struct Daemon {
+  std::unique_ptr<cake::Client> client;
+  std::unique_ptr<Admin> admin;  // on the client's channel
+  bool json = false;             // --output json
+
+  // One AdminService call through its generated stub: 0, or the exit status its failure means.
+  template <typename Rpc, typename Request, typename Response>
+  int Call(Rpc rpc, const Request& request, Response* response) const {
+    grpc::ClientContext context;
+    const grpc::Status s = ((*admin).*rpc)(&context, request, response);
+    if (s.ok()) return 0;
+    std::fprintf(stderr, "cakectl: %s: %s\n",
+                 absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())).c_str(),
+                 s.error_message().c_str());
+    return s.error_code() == grpc::StatusCode::UNAVAILABLE ? kNotRunning : kRefused;
+  }
+};
+
+// A subcommand: the CLI11 command that says whether it was given, and what it then does with the daemon (its
+// result is the exit status). `run` holds the subcommand's options, which CLI11 fills in while parsing.
+struct Command {
+  CLI::App* command;
+  std::function<int(const Daemon&)> run;
+};
+
+// The options before the subcommand: which daemon, how to reach it, and how to print.
+struct GlobalOptions {
   std::string socket;
-  app.add_option("--socket", socket,
+  cake::ClientOptions client;
+  std::string output = "text";
+};
+
+void AddGlobalOptions(CLI::App& app, GlobalOptions& options) {
+  app.add_option("--socket", options.socket,
                  "the daemon's unix socket, used as given (default: $CAKE_SOCKET, also as given; else your own "
                  "daemon's socket when its folder is safely yours, else the system daemon's)");
-  cake::ClientOptions options;
-  app.add_option("--address", options.address, "the daemon's TCP listener, host:port, instead of the socket");
-  app.add_option("--tls-ca", options.tls_ca_file, "TCP: the CA that signed the daemon's certificate (PEM)");
-  app.add_option("--tls-cert", options.tls_cert_file, "TCP: this client's certificate (PEM), for mTLS");
-  app.add_option("--tls-key", options.tls_key_file, "TCP: this client's private key (PEM)");
-  app.add_option("--token-file", options.token_file, "TCP: a file holding this client's bearer token");
-  std::string output = "text";
-  app.add_option("--output,-o", output, "text (for people) or json (protobuf's JSON of the reply)")
+  app.add_option("--address", options.client.address, "the daemon's TCP listener, host:port, instead of the socket");
+  app.add_option("--tls-ca", options.client.tls_ca_file, "TCP: the CA that signed the daemon's certificate (PEM)");
+  app.add_option("--tls-cert", options.client.tls_cert_file, "TCP: this client's certificate (PEM), for mTLS");
+  app.add_option("--tls-key", options.client.tls_key_file, "TCP: this client's private key (PEM)");
+  app.add_option("--token-file", options.client.token_file, "TCP: a file holding this client's bearer token");
+  app.add_option("--output,-o", options.output, "text (for people) or json (protobuf's JSON of the reply)")
       ->check(CLI::IsMember({"text", "json"}));
-  app.require_subcommand(1);
-  auto* status = app.add_subcommand("status", "version, uptime, tiers, live loads and regions");
-  auto* stats = app.add_subcommand("stats", "every counter, one per line");
-  auto* ping = app.add_subcommand("ping", "exit 0 when the daemon answers");
-  auto* evict = app.add_subcommand("evict", "drop every chunk of one tier");
-  std::string evict_tier;
-  evict->add_option("--tier", evict_tier, "dram, disk or remote (remote: every chunk under the daemon's key prefix)")
-      ->required()
-      ->check(CLI::IsMember({"dram", "disk", "remote"}));
-  auto* read_cap = app.add_subcommand("read-cap", "change a capped tier's read cap while the daemon runs");
-  std::string cap_tier;
-  double cap_gbps = 0;
-  read_cap->add_option("--tier", cap_tier, "dram, disk or remote")
-      ->required()
-      ->check(CLI::IsMember({"dram", "disk", "remote"}));
-  read_cap->add_option("--gbps", cap_gbps, "the new cap, Gbit/s")->required();
-  auto* drain = app.add_subcommand("drain", "take no new loads (health NOT_SERVING); running ones finish");
-  bool exit_when_idle = false, resume = false;
-  drain->add_flag("--exit-when-idle", exit_when_idle, "then stop the daemon once no load runs");
-  drain->add_flag("--resume", resume, "take loads again");
-  auto* health = app.add_subcommand("health", "gRPC health check: exit 0 when SERVING, 1 when NOT_SERVING (probes)");
-  std::string health_service;
-  health->add_option("--service", health_service, "a service to ask about, e.g. cake.v1.KvService (default: all)");
-  auto* regions = app.add_subcommand("regions", "list every registered region, or release one");
-  regions->require_subcommand(0, 1);
-  auto* regions_list = regions->add_subcommand("list", "every region, by owner (the default)");
-  auto* regions_release = regions->add_subcommand("release", "release a region whoever owns it");
-  std::string release_id;
-  regions_release->add_option("region_id", release_id, "the id `cakectl regions` shows")->required();
-  bool end_loads = false;
-  regions_release->add_flag("--end-loads", end_loads,
-                            "also end the loads still using it (their engines compute the rest), so its memory "
-                            "goes now");
-  auto* loads = app.add_subcommand("loads", "the loads running now");
-  loads->require_subcommand(0, 1);
-  loads->add_subcommand("list", "the default");
-  auto* config = app.add_subcommand("config", "the daemon's effective configuration (TOML; secrets masked)");
-  auto* verify = app.add_subcommand("verify", "re-read a tier's chunks, check their checksums, remove corrupt ones");
-  std::string verify_tier = "disk";
-  verify->add_option("--tier", verify_tier, "disk or remote (default: disk)")
-      ->check(CLI::IsMember({"dram", "disk", "remote"}));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : kBadUsage;  // --help and --version exit 0
-  }
-  const bool json = output == "json";
+}
 
-  options.socket_path = socket;
+// Connects as the global options say; warns on stderr of every socket it passed over as unsafe.
+absl::StatusOr<std::unique_ptr<cake::Client>> ConnectDaemon(const GlobalOptions& global) {
+  cake::ClientOptions options = global.client;
+  options.socket_path = global.socket;
   options.client_id = "cakectl";
   const char* env_socket = std::getenv("CAKE_SOCKET");
   if (options.socket_path.empty() && options.address.empty() && (env_socket == nullptr || *env_socket == '\0')) {
@@ -177,159 +164,286 @@ int main(int argc, char** argv) {
       options.socket_path = choice->path;
     }
   }
-  auto client = cake::Client::Connect(options);
+  return cake::Client::Connect(options);
+}
+
+Command AddStatusCommand(CLI::App& app) {
+  return {app.add_subcommand("status", "version, uptime, tiers, live loads and regions"), [](const Daemon& d) {
+            cake::v1::StatusResponse r;
+            if (int rc = d.Call(&Admin::Status, cake::v1::StatusRequest(), &r); rc != 0) return rc;
+            std::fputs((d.json ? Json(r) : StatusText(r)).c_str(), stdout);
+            return 0;
+          }};
+}
+
+Command AddStatsCommand(CLI::App& app) {
+  return {app.add_subcommand("stats", "every counter, one per line"), [](const Daemon& d) {
+            cake::v1::StatsResponse r;
+            if (int rc = d.Call(&Admin::Stats, cake::v1::StatsRequest(), &r); rc != 0) return rc;
+            if (d.json) {
+              std::fputs(Json(r).c_str(), stdout);
+            } else {
+              std::map<std::string, uint64_t> sorted(r.counters().begin(), r.counters().end());
+              for (const auto& [name, value] : sorted)
+                std::printf("%s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
+            }
+            return 0;
+          }};
+}
+
+Command AddPingCommand(CLI::App& app) {
+  return {app.add_subcommand("ping", "exit 0 when the daemon answers"), [](const Daemon& d) {
+            cake::v1::PingResponse r;
+            if (int rc = d.Call(&Admin::Ping, cake::v1::PingRequest(), &r); rc != 0) return rc;
+            std::puts(d.json ? "{}" : "ok");
+            return 0;
+          }};
+}
+
+Command AddEvictCommand(CLI::App& app) {
+  auto tier = std::make_shared<std::string>();
+  CLI::App* evict = app.add_subcommand("evict", "drop every chunk of one tier");
+  evict->add_option("--tier", *tier, "dram, disk or remote (remote: every chunk under the daemon's key prefix)")
+      ->required()
+      ->check(CLI::IsMember({"dram", "disk", "remote"}));
+  return {evict, [tier](const Daemon& d) {
+            cake::v1::EvictRequest request;
+            request.set_tier(kTiers.at(*tier));
+            cake::v1::EvictResponse r;
+            if (int rc = d.Call(&Admin::Evict, request, &r); rc != 0) return rc;
+            if (d.json)
+              std::fputs(Json(r).c_str(), stdout);
+            else
+              std::printf("evicted %llu chunks (%s) from %s\n", static_cast<unsigned long long>(r.chunks()),
+                          Bytes(r.bytes()).c_str(), tier->c_str());
+            return 0;
+          }};
+}
+
+Command AddReadCapCommand(CLI::App& app) {
+  struct Options {
+    std::string tier;
+    double gbps = 0;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* read_cap = app.add_subcommand("read-cap", "change a capped tier's read cap while the daemon runs");
+  read_cap->add_option("--tier", options->tier, "dram, disk or remote")
+      ->required()
+      ->check(CLI::IsMember({"dram", "disk", "remote"}));
+  read_cap->add_option("--gbps", options->gbps, "the new cap, Gbit/s")->required();
+  return {read_cap, [options](const Daemon& d) {
+            cake::v1::SetReadCapRequest request;
+            request.set_tier(kTiers.at(options->tier));
+            request.set_gbps(options->gbps);
+            cake::v1::SetReadCapResponse r;
+            if (int rc = d.Call(&Admin::SetReadCap, request, &r); rc != 0) return rc;
+            if (d.json)
+              std::fputs(Json(r).c_str(), stdout);
+            else
+              std::printf("%s read cap: %g -> %g Gbit/s\n", options->tier.c_str(), r.previous_gbps(), options->gbps);
+            return 0;
+          }};
+}
+
+Command AddDrainCommand(CLI::App& app) {
+  struct Options {
+    bool exit_when_idle = false;
+    bool resume = false;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* drain = app.add_subcommand("drain", "take no new loads (health NOT_SERVING); running ones finish");
+  drain->add_flag("--exit-when-idle", options->exit_when_idle, "then stop the daemon once no load runs");
+  drain->add_flag("--resume", options->resume, "take loads again");
+  return {drain, [options](const Daemon& d) {
+            cake::v1::DrainRequest request;
+            request.set_exit_when_idle(options->exit_when_idle);
+            request.set_resume(options->resume);
+            cake::v1::DrainResponse r;
+            if (int rc = d.Call(&Admin::Drain, request, &r); rc != 0) return rc;
+            if (d.json)
+              std::fputs(Json(r).c_str(), stdout);
+            else
+              std::printf("%s; %u loads running%s\n", r.draining() ? "draining: new loads are refused" : "taking loads",
+                          r.active_loads(), options->exit_when_idle ? "; the daemon stops once none is" : "");
+            return 0;
+          }};
+}
+
+Command AddHealthCommand(CLI::App& app) {
+  auto service = std::make_shared<std::string>();
+  CLI::App* health =
+      app.add_subcommand("health", "gRPC health check: exit 0 when SERVING, 1 when NOT_SERVING (probes)");
+  health->add_option("--service", *service, "a service to ask about, e.g. cake.v1.KvService (default: all)");
+  return {health, [service](const Daemon& d) {
+            auto serving = d.client->Serving(*service);
+            if (!serving.ok()) {
+              std::fprintf(stderr, "cakectl: %s\n", serving.status().ToString().c_str());
+              return serving.status().code() == absl::StatusCode::kUnavailable ? kNotRunning : kRefused;
+            }
+            if (d.json)
+              std::printf("{\n \"status\": \"%s\"\n}\n", *serving ? "SERVING" : "NOT_SERVING");
+            else
+              std::puts(*serving ? "SERVING" : "NOT_SERVING");
+            return *serving ? 0 : kRefused;
+          }};
+}
+
+// `regions release`: one region, whoever owns it.
+int ReleaseRegion(const Daemon& d, const std::string& region_id, bool end_loads) {
+  cake::v1::ReleaseAnyRegionRequest request;
+  request.set_region_id(region_id);
+  request.set_end_loads(end_loads);
+  cake::v1::ReleaseAnyRegionResponse r;
+  if (int rc = d.Call(&Admin::ReleaseAnyRegion, request, &r); rc != 0) return rc;
+  if (d.json) {
+    std::fputs(Json(r).c_str(), stdout);
+  } else {
+    const std::string owner = r.principal().empty() ? r.client_id() : r.principal() + "/" + r.client_id();
+    std::printf("%s %s (%s) of %s\n", r.already_released() ? "already released:" : "released", region_id.c_str(),
+                Bytes(r.bytes()).c_str(), owner.c_str());
+    if (end_loads) {
+      std::printf("%u loads using it ended; its memory goes once their last reads land\n", r.loads_ended());
+    } else if (r.loads_using() > 0) {
+      std::printf(
+          "%u loads still use it: it stays (and counts against the region limits) until they end; "
+          "--end-loads ends them\n",
+          r.loads_using());
+    }
+  }
+  return 0;
+}
+
+// `regions` and `regions list`: every region, by owner.
+int ListRegions(const Daemon& d) {
+  cake::v1::ListRegionsResponse r;
+  if (int rc = d.Call(&Admin::ListRegions, cake::v1::ListRegionsRequest(), &r); rc != 0) return rc;
+  if (d.json) {
+    std::fputs(Json(r).c_str(), stdout);
+  } else {
+    std::printf("%-34s %-24s %-5s %10s %7s %9s\n", "REGION", "OWNER", "KIND", "SIZE", "WINDOWS", "LEASE");
+    for (const cake::v1::RegionSummary& g : r.regions()) {
+      const std::string owner = g.principal().empty() ? g.client_id() : g.principal() + "/" + g.client_id();
+      // A released one has no lease left to show: what keeps it is its loads.
+      const std::string lease = g.released() ? absl::StrFormat("released, in use by %u load%s", g.loads_using(),
+                                                               g.loads_using() == 1 ? "" : "s")
+                                             : Duration(g.lease_left_s());
+      std::printf("%-34s %-24s %-5s %10s %7u %9s\n", g.region_id().c_str(), owner.c_str(), RegionKindName(g.kind()),
+                  Bytes(g.bytes()).c_str(), g.windows(), lease.c_str());
+    }
+    std::printf("%d regions\n", r.regions_size());
+  }
+  return 0;
+}
+
+Command AddRegionsCommand(CLI::App& app) {
+  struct Options {
+    std::string release_id;
+    bool end_loads = false;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* regions = app.add_subcommand("regions", "list every registered region, or release one");
+  regions->require_subcommand(0, 1);
+  regions->add_subcommand("list", "every region, by owner (the default)");
+  CLI::App* release = regions->add_subcommand("release", "release a region whoever owns it");
+  release->add_option("region_id", options->release_id, "the id `cakectl regions` shows")->required();
+  release->add_flag("--end-loads", options->end_loads,
+                    "also end the loads still using it (their engines compute the rest), so its memory "
+                    "goes now");
+  return {regions, [options, release](const Daemon& d) {
+            return release->parsed() ? ReleaseRegion(d, options->release_id, options->end_loads) : ListRegions(d);
+          }};
+}
+
+Command AddLoadsCommand(CLI::App& app) {
+  CLI::App* loads = app.add_subcommand("loads", "the loads running now");
+  loads->require_subcommand(0, 1);
+  loads->add_subcommand("list", "the default");
+  return {loads, [](const Daemon& d) {
+            cake::v1::ListLoadsResponse r;
+            if (int rc = d.Call(&Admin::ListLoads, cake::v1::ListLoadsRequest(), &r); rc != 0) return rc;
+            if (d.json) {
+              std::fputs(Json(r).c_str(), stdout);
+            } else {
+              std::printf("%-12s %-20s %-16s %-24s %-12s %-7s %15s %8s\n", "LOAD", "CLIENT", "TENANT", "MODEL",
+                          "STRATEGY", "PHASE", "LOADED/CACHED", "AGE");
+              for (const cake::v1::LoadSummary& l : r.loads()) {
+                const std::string client = l.principal().empty() ? l.client_id() : l.principal() + "/" + l.client_id();
+                std::printf("%-12s %-20s %-16s %-24s %-12s %-7s %7u/%-7u %8s\n", l.load_id().c_str(), client.c_str(),
+                            l.tenant().c_str(), l.model().c_str(),
+                            cake::StrategyName(cake::StrategyFromWire(l.strategy())), PhaseName(l.phase()),
+                            l.loaded_chunks(), l.cached_chunks(), Duration(l.age_s()).c_str());
+              }
+              std::printf("%d loads\n", r.loads_size());
+            }
+            return 0;
+          }};
+}
+
+Command AddConfigCommand(CLI::App& app) {
+  return {app.add_subcommand("config", "the daemon's effective configuration (TOML; secrets masked)"),
+          [](const Daemon& d) {
+            cake::v1::GetConfigResponse r;
+            if (int rc = d.Call(&Admin::GetConfig, cake::v1::GetConfigRequest(), &r); rc != 0) return rc;
+            std::fputs(d.json ? Json(r).c_str() : r.toml().c_str(), stdout);
+            return 0;
+          }};
+}
+
+Command AddVerifyCommand(CLI::App& app) {
+  auto tier = std::make_shared<std::string>("disk");
+  CLI::App* verify =
+      app.add_subcommand("verify", "re-read a tier's chunks, check their checksums, remove corrupt ones");
+  verify->add_option("--tier", *tier, "disk or remote (default: disk)")
+      ->check(CLI::IsMember({"dram", "disk", "remote"}));
+  return {verify, [tier](const Daemon& d) {
+            cake::v1::VerifyRequest request;
+            request.set_tier(kTiers.at(*tier));
+            cake::v1::VerifyResponse r;
+            if (int rc = d.Call(&Admin::Verify, request, &r); rc != 0) return rc;
+            if (d.json)
+              std::fputs(Json(r).c_str(), stdout);
+            else
+              std::printf(
+                  "%s tier: %llu chunks (%s) checked in %s: %llu corrupt (removed), %llu unreadable, %llu gone "
+                  "meanwhile\n",
+                  tier->c_str(), static_cast<unsigned long long>(r.chunks_checked()), Bytes(r.bytes_checked()).c_str(),
+                  Duration(r.seconds()).c_str(), static_cast<unsigned long long>(r.corrupt_removed()),
+                  static_cast<unsigned long long>(r.unreadable()), static_cast<unsigned long long>(r.vanished()));
+            return r.corrupt_removed() > 0 || r.unreadable() > 0 ? kRefused : 0;
+          }};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cakectl: inspect and manage a running caked"};
+  app.set_version_flag("--version", std::string("cakectl ") + CAKE_VERSION);
+  GlobalOptions global;
+  AddGlobalOptions(app, global);
+  app.require_subcommand(1);
+  // In the order --help lists them.
+  const Command commands[] = {AddStatusCommand(app), AddStatsCommand(app),   AddPingCommand(app),
+                              AddEvictCommand(app),  AddReadCapCommand(app), AddDrainCommand(app),
+                              AddHealthCommand(app), AddRegionsCommand(app), AddLoadsCommand(app),
+                              AddConfigCommand(app), AddVerifyCommand(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kBadUsage;  // --help and --version exit 0
+  }
+
+  auto client = ConnectDaemon(global);
   if (!client.ok()) {
     std::fprintf(stderr, "cakectl: %s\n", std::string(client.status().message()).c_str());
     return kNotRunning;
   }
-  const std::unique_ptr<cake::v1::AdminService::Stub> admin = cake::v1::AdminService::NewStub((*client)->channel());
-  // One AdminService call through its generated stub: 0, or the exit status its failure means.
-  auto call = [&](auto rpc, const auto& request, auto* response) -> int {
-    grpc::ClientContext context;
-    const grpc::Status s = ((*admin).*rpc)(&context, request, response);
-    if (s.ok()) return 0;
-    std::fprintf(stderr, "cakectl: %s: %s\n",
-                 absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())).c_str(),
-                 s.error_message().c_str());
-    return s.error_code() == grpc::StatusCode::UNAVAILABLE ? kNotRunning : kRefused;
-  };
-  using Admin = cake::v1::AdminService::Stub;
-
-  if (status->parsed()) {
-    cake::v1::StatusResponse r;
-    if (int rc = call(&Admin::Status, cake::v1::StatusRequest(), &r); rc != 0) return rc;
-    std::fputs((json ? Json(r) : StatusText(r)).c_str(), stdout);
-  } else if (stats->parsed()) {
-    cake::v1::StatsResponse r;
-    if (int rc = call(&Admin::Stats, cake::v1::StatsRequest(), &r); rc != 0) return rc;
-    if (json) {
-      std::fputs(Json(r).c_str(), stdout);
-    } else {
-      std::map<std::string, uint64_t> sorted(r.counters().begin(), r.counters().end());
-      for (const auto& [name, value] : sorted)
-        std::printf("%s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
-    }
-  } else if (evict->parsed()) {
-    cake::v1::EvictRequest request;
-    request.set_tier(kTiers.at(evict_tier));
-    cake::v1::EvictResponse r;
-    if (int rc = call(&Admin::Evict, request, &r); rc != 0) return rc;
-    if (json)
-      std::fputs(Json(r).c_str(), stdout);
-    else
-      std::printf("evicted %llu chunks (%s) from %s\n", static_cast<unsigned long long>(r.chunks()),
-                  Bytes(r.bytes()).c_str(), evict_tier.c_str());
-  } else if (read_cap->parsed()) {
-    cake::v1::SetReadCapRequest request;
-    request.set_tier(kTiers.at(cap_tier));
-    request.set_gbps(cap_gbps);
-    cake::v1::SetReadCapResponse r;
-    if (int rc = call(&Admin::SetReadCap, request, &r); rc != 0) return rc;
-    if (json)
-      std::fputs(Json(r).c_str(), stdout);
-    else
-      std::printf("%s read cap: %g -> %g Gbit/s\n", cap_tier.c_str(), r.previous_gbps(), cap_gbps);
-  } else if (drain->parsed()) {
-    cake::v1::DrainRequest request;
-    request.set_exit_when_idle(exit_when_idle);
-    request.set_resume(resume);
-    cake::v1::DrainResponse r;
-    if (int rc = call(&Admin::Drain, request, &r); rc != 0) return rc;
-    if (json)
-      std::fputs(Json(r).c_str(), stdout);
-    else
-      std::printf("%s; %u loads running%s\n", r.draining() ? "draining: new loads are refused" : "taking loads",
-                  r.active_loads(), exit_when_idle ? "; the daemon stops once none is" : "");
-  } else if (health->parsed()) {
-    auto serving = (*client)->Serving(health_service);
-    if (!serving.ok()) {
-      std::fprintf(stderr, "cakectl: %s\n", serving.status().ToString().c_str());
-      return serving.status().code() == absl::StatusCode::kUnavailable ? kNotRunning : kRefused;
-    }
-    if (json)
-      std::printf("{\n \"status\": \"%s\"\n}\n", *serving ? "SERVING" : "NOT_SERVING");
-    else
-      std::puts(*serving ? "SERVING" : "NOT_SERVING");
-    return *serving ? 0 : kRefused;
-  } else if (regions_release->parsed()) {
-    cake::v1::ReleaseAnyRegionRequest request;
-    request.set_region_id(release_id);
-    request.set_end_loads(end_loads);
-    cake::v1::ReleaseAnyRegionResponse r;
-    if (int rc = call(&Admin::ReleaseAnyRegion, request, &r); rc != 0) return rc;
-    if (json) {
-      std::fputs(Json(r).c_str(), stdout);
-    } else {
-      const std::string owner = r.principal().empty() ? r.client_id() : r.principal() + "/" + r.client_id();
-      std::printf("%s %s (%s) of %s\n", r.already_released() ? "already released:" : "released", release_id.c_str(),
-                  Bytes(r.bytes()).c_str(), owner.c_str());
-      if (end_loads) {
-        std::printf("%u loads using it ended; its memory goes once their last reads land\n", r.loads_ended());
-      } else if (r.loads_using() > 0) {
-        std::printf(
-            "%u loads still use it: it stays (and counts against the region limits) until they end; "
-            "--end-loads ends them\n",
-            r.loads_using());
-      }
-    }
-  } else if (regions->parsed() || regions_list->parsed()) {
-    cake::v1::ListRegionsResponse r;
-    if (int rc = call(&Admin::ListRegions, cake::v1::ListRegionsRequest(), &r); rc != 0) return rc;
-    if (json) {
-      std::fputs(Json(r).c_str(), stdout);
-    } else {
-      std::printf("%-34s %-24s %-5s %10s %7s %9s\n", "REGION", "OWNER", "KIND", "SIZE", "WINDOWS", "LEASE");
-      for (const cake::v1::RegionSummary& g : r.regions()) {
-        const std::string owner = g.principal().empty() ? g.client_id() : g.principal() + "/" + g.client_id();
-        // A released one has no lease left to show: what keeps it is its loads.
-        const std::string lease = g.released() ? absl::StrFormat("released, in use by %u load%s", g.loads_using(),
-                                                                 g.loads_using() == 1 ? "" : "s")
-                                               : Duration(g.lease_left_s());
-        std::printf("%-34s %-24s %-5s %10s %7u %9s\n", g.region_id().c_str(), owner.c_str(), RegionKindName(g.kind()),
-                    Bytes(g.bytes()).c_str(), g.windows(), lease.c_str());
-      }
-      std::printf("%d regions\n", r.regions_size());
-    }
-  } else if (loads->parsed()) {
-    cake::v1::ListLoadsResponse r;
-    if (int rc = call(&Admin::ListLoads, cake::v1::ListLoadsRequest(), &r); rc != 0) return rc;
-    if (json) {
-      std::fputs(Json(r).c_str(), stdout);
-    } else {
-      std::printf("%-12s %-20s %-16s %-24s %-12s %-7s %15s %8s\n", "LOAD", "CLIENT", "TENANT", "MODEL", "STRATEGY",
-                  "PHASE", "LOADED/CACHED", "AGE");
-      for (const cake::v1::LoadSummary& l : r.loads()) {
-        const std::string client = l.principal().empty() ? l.client_id() : l.principal() + "/" + l.client_id();
-        std::printf("%-12s %-20s %-16s %-24s %-12s %-7s %7u/%-7u %8s\n", l.load_id().c_str(), client.c_str(),
-                    l.tenant().c_str(), l.model().c_str(),
-                    cake::StrategyName(cake::StrategyFromWire(l.strategy())), PhaseName(l.phase()),
-                    l.loaded_chunks(), l.cached_chunks(), Duration(l.age_s()).c_str());
-      }
-      std::printf("%d loads\n", r.loads_size());
-    }
-  } else if (config->parsed()) {
-    cake::v1::GetConfigResponse r;
-    if (int rc = call(&Admin::GetConfig, cake::v1::GetConfigRequest(), &r); rc != 0) return rc;
-    std::fputs(json ? Json(r).c_str() : r.toml().c_str(), stdout);
-  } else if (verify->parsed()) {
-    cake::v1::VerifyRequest request;
-    request.set_tier(kTiers.at(verify_tier));
-    cake::v1::VerifyResponse r;
-    if (int rc = call(&Admin::Verify, request, &r); rc != 0) return rc;
-    if (json)
-      std::fputs(Json(r).c_str(), stdout);
-    else
-      std::printf(
-          "%s tier: %llu chunks (%s) checked in %s: %llu corrupt (removed), %llu unreadable, %llu gone "
-          "meanwhile\n",
-          verify_tier.c_str(), static_cast<unsigned long long>(r.chunks_checked()), Bytes(r.bytes_checked()).c_str(),
-          Duration(r.seconds()).c_str(), static_cast<unsigned long long>(r.corrupt_removed()),
-          static_cast<unsigned long long>(r.unreadable()), static_cast<unsigned long long>(r.vanished()));
-    if (r.corrupt_removed() > 0 || r.unreadable() > 0) return kRefused;
-  } else if (ping->parsed()) {
-    cake::v1::PingResponse r;
-    if (int rc = call(&Admin::Ping, cake::v1::PingRequest(), &r); rc != 0) return rc;
-    std::puts(json ? "{}" : "ok");
+  Daemon daemon;
+  daemon.admin = cake::v1::AdminService::NewStub((*client)->channel());
+  daemon.client = std::move(*client);
+  daemon.json = global.output == "json";
+  for (const Command& c : commands) {
+    if (c.command->parsed()) return c.run(daemon);
   }
   return 0;
 }
