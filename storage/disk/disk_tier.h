@@ -46,8 +46,8 @@ class DiskTier final : public Tier {
     // makes io_uring fail.
     IoEngineFactory engine_factory;
     // Threads that list the key folders and read chunk headers when a start has no clean-stop index: each
-    // header is one small read, so many in flight are what makes a rebuild of 100,000 files take seconds rather
-    // than tens of seconds (32 came within 1.05x of fio's 16-job random-read floor here; 16 took 1.26x).
+    // header is one small random read, so a rebuild is bound by how many are in flight, and the default is the
+    // count that brought it near the disk's random-read floor (docs/benchmarks.md section 4.2, cake-bench rebuild).
     uint32_t recovery_threads = 32;
     // How often the index is also written while the tier runs (the clean-stop index's file and format), when
     // chunks were added since the last time: a crash then costs header reads only for the chunks written since,
