@@ -41,7 +41,6 @@ absl::Status MappedRegion::CopyFromHost(uint64_t offset, std::span<const std::by
   return absl::OkStatus();
 }
 
-
 namespace {
 
 class GrpcClient final : public Client {
@@ -349,7 +348,6 @@ class GrpcClient final : public Client {
   bool closing_ ABSL_GUARDED_BY(lease_mu_) = false;
   std::thread renewer_;  // started with the first region
 };
-
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -67,14 +67,6 @@ class HostRegion final : public Region {
 
 }  // namespace
 
-absl::Status CheckRange(uint64_t size, uint64_t offset, uint64_t bytes) {
-  if (offset > size || bytes > size - offset) {
-    return absl::OutOfRangeError(
-        absl::StrCat("bytes [", offset, ", ", offset, " + ", bytes, ") do not lie within the region's ", size));
-  }
-  return absl::OkStatus();
-}
-
 namespace {
 
 // When this process started, in the realtime clock's seconds (/proc/self/stat's start time after boot plus

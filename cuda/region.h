@@ -1,5 +1,6 @@
 // Memory the daemon and an engine both address: the daemon loads chunks into it, the engine reads them out.
-// Backends: host shared memory (here, the default without a GPU) and CUDA IPC (later, behind this interface).
+// Backends: host shared memory (host_region.cc, library cake_regions) and device memory exported through CUDA
+// IPC (cuda_backend.h, library cake_cuda).
 #pragma once
 
 #include <sys/types.h>
@@ -13,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 namespace cake {
 
@@ -36,7 +38,13 @@ class Region {
 };
 
 // OUT_OF_RANGE unless [offset, offset + bytes) lies within [0, size), without overflow.
-absl::Status CheckRange(uint64_t size, uint64_t offset, uint64_t bytes);
+inline absl::Status CheckRange(uint64_t size, uint64_t offset, uint64_t bytes) {
+  if (offset > size || bytes > size - offset) {
+    return absl::OutOfRangeError(
+        absl::StrCat("bytes [", offset, ", ", offset, " + ", bytes, ") do not lie within the region's ", size));
+  }
+  return absl::OkStatus();
+}
 
 // A POSIX shared-memory object with an unguessable name and owner-only permissions, owned by its creator
 // (the name is unlinked when the owner goes) or merely mapped by an opener. Move-only.

@@ -1,6 +1,6 @@
 // The internal enums whose values are the wire's (cake.v1): tied here once, at compile time, and converted only
 // through ToWire and the *FromWire functions, so a value added on one side alone fails the build instead of being
-// cast into something else. (LoadPhase, a daemon type, is tied in server/load_tracker.h.)
+// cast into something else. (LoadPhase, a daemon type, is tied in server/core/load_tracker.h.)
 #pragma once
 
 #include "base/strategy.h"
@@ -10,7 +10,8 @@
 
 namespace cake {
 
-static_assert(static_cast<int>(TierKind::kNone) == v1::TIER_NONE && static_cast<int>(TierKind::kDram) == v1::TIER_DRAM &&
+static_assert(static_cast<int>(TierKind::kNone) == v1::TIER_NONE &&
+              static_cast<int>(TierKind::kDram) == v1::TIER_DRAM &&
               static_cast<int>(TierKind::kDisk) == v1::TIER_DISK &&
               static_cast<int>(TierKind::kRemote) == v1::TIER_REMOTE && v1::TierKind_MAX == v1::TIER_REMOTE);
 static_assert(static_cast<int>(Strategy::kCake) == v1::LoadPlan::STRATEGY_CAKE &&

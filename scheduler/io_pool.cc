@@ -8,7 +8,6 @@
 
 namespace cake {
 
-
 IoPool::IoPool(int threads, size_t queue_capacity, ArbiterPolicy policy, std::chrono::milliseconds starvation_limit)
     : capacity_(queue_capacity), policy_(policy), starvation_limit_(starvation_limit) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });

@@ -12,9 +12,9 @@ LoadCursor::LoadCursor(const Options& options)
       low_(options.cached_chunks) {
   options_.lowest_loadable = std::min(options_.lowest_loadable, options_.cached_chunks);
   if (options_.window == 0) options_.window = 1;
-  if (options_.chunk_class.size() != options_.cached_chunks) options_.chunk_class.clear();
+  if (options_.chunk_tiers.size() != options_.cached_chunks) options_.chunk_tiers.clear();
   uint8_t classes = 1;
-  for (uint8_t c : options_.chunk_class) classes = std::max<uint8_t>(classes, c + 1);
+  for (size_t c = 0; c < options_.chunk_tiers.size(); ++c) classes = std::max<uint8_t>(classes, ClassOf(c) + 1);
   class_in_flight_.assign(classes, 0);
   SettleMeeting();
 }

@@ -8,6 +8,8 @@
 #include <optional>
 #include <vector>
 
+#include "keys/tier_kind.h"
+
 namespace cake {
 
 class LoadCursor {
@@ -17,10 +19,10 @@ class LoadCursor {
     uint32_t lowest_loadable = 0;  // chunks below it have no room in the region: the engine computes them
     uint32_t window = 4;           // reads in flight at once, per class of chunk
     bool follow_progress = true;   // false for I/O-only loads: load everything, whatever the engine computed
-    // The class of each chunk (the tier holding it), or empty for one class. Each class gets its own window, so
-    // chunks in different tiers are read at the same time: the load gets the sum of the tiers' bandwidths, and
-    // chunks in DRAM are not held up behind slower reads.
-    std::vector<uint8_t> chunk_class;
+    // The tier holding each chunk, or empty for one tier. Each tier gets its own window, so chunks in different
+    // tiers are read at the same time: the load gets the sum of the tiers' bandwidths, and chunks in DRAM are not
+    // held up behind slower reads.
+    std::vector<TierKind> chunk_tiers;
   };
 
   explicit LoadCursor(const Options& options);
@@ -59,7 +61,11 @@ class LoadCursor {
   // Fixes the meeting the first time the split is final, so later progress or completions cannot move it.
   void SettleMeeting();
 
-  uint8_t ClassOf(uint32_t chunk) const { return options_.chunk_class.empty() ? 0 : options_.chunk_class[chunk]; }
+  // The window a chunk counts against: its tier's (one per TierKind value; kNone when no tiers were given).
+  uint8_t ClassOf(uint32_t chunk) const {
+    const auto tier = options_.chunk_tiers.empty() ? 0 : static_cast<size_t>(options_.chunk_tiers[chunk]);
+    return static_cast<uint8_t>(tier < kTierKinds ? tier : 0);
+  }
 
   Options options_;
   std::vector<State> state_;

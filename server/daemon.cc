@@ -28,8 +28,8 @@
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
 #include "grpcpp/server_builder.h"
-#include "server/tcp_authentication.h"
-#include "server/tier_factory.h"
+#include "server/config/tier_factory.h"
+#include "server/edge/tcp_authentication.h"
 #include "spdlog/spdlog.h"
 
 namespace cake {

@@ -11,14 +11,14 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
-#include "server/config.h"
-#include "server/connection_gate.h"
-#include "server/daemon_state.h"
-#include "server/health_service.h"
-#include "server/metrics.h"
+#include "server/config/config.h"
+#include "server/core/daemon_state.h"
+#include "server/edge/connection_gate.h"
+#include "server/edge/health_service.h"
+#include "server/edge/tcp_listener.h"
+#include "server/edge/unix_listener.h"
 #include "server/services.h"
-#include "server/tcp_listener.h"
-#include "server/unix_listener.h"
+#include "server/telemetry/metrics.h"
 
 namespace cake {
 

@@ -10,8 +10,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "server/config.h"
-#include "server/config_flags.h"
+#include "server/config/config.h"
+#include "server/config/config_flags.h"
 #include "server/daemon.h"
 #include "server/systemd_notify.h"
 #include "spdlog/spdlog.h"
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("caked ") + CAKE_VERSION);
   std::string config_file;
   app.add_option("--config", config_file, "TOML configuration file (deploy/caked.toml documents every key)");
-  cake::ConfigFlags flags(app);  // one per key that has a flag (server/config_keys.cc)
+  cake::ConfigFlags flags(app);  // one per key that has a flag (server/config/config_keys.cc)
   bool check_config = false, print_config = false;
   app.add_flag("--check-config", check_config, "validate the configuration and exit");
   app.add_flag("--print-config", print_config,
@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
     if (auto s = cake::ValidateConfig(config); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("invalid configuration: ", s.message()));
     }
+    if (auto s = cake::ReadConfigSecrets(config); !s.ok()) return s;
     return config;
   };
   auto built = build_config();

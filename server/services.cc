@@ -10,14 +10,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/mutex.h"
-#include "server/callers.h"
-#include "server/engine_requests.h"
-#include "server/health_service.h"
-#include "server/load_reactor.h"
-#include "server/requests.h"
-#include "server/telemetry.h"
-#include "spdlog/spdlog.h"
 #include "proto/wire_enums.h"
+#include "server/core/callers.h"
+#include "server/edge/health_service.h"
+#include "server/edge/requests.h"
+#include "server/load/engine_requests.h"
+#include "server/load/load_reactor.h"
+#include "server/telemetry/telemetry.h"
+#include "spdlog/spdlog.h"
 
 namespace cake {
 namespace {
@@ -113,9 +113,9 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
     }
     if (std::find(state_.facts().cuda_devices.begin(), state_.facts().cuda_devices.end(), request->device()) ==
         state_.facts().cuda_devices.end()) {
-      return Reply(context, absl::InvalidArgumentError(absl::StrCat("CUDA device ", request->device(),
-                                                                    " is not one this daemon serves (",
-                                                                    absl::StrJoin(state_.facts().cuda_devices, ", "), ")")));
+      return Reply(context, absl::InvalidArgumentError(
+                                absl::StrCat("CUDA device ", request->device(), " is not one this daemon serves (",
+                                             absl::StrJoin(state_.facts().cuda_devices, ", "), ")")));
     }
     placement.backend = RegionBackend::kCudaIpc;
     placement.device = request->device();
@@ -126,8 +126,8 @@ grpc::ServerUnaryReactor* KvServiceImpl::RegisterRegion(grpc::CallbackServerCont
   // Creating a region maps every page of it, which takes a while for large ones: a background thread does it,
   // never one a load's reads wait for.
   auto* reactor = new RegisterRegionReactor(context, state_);
-  const bool submitted =
-      state_.region_and_store_work.TrySubmit(AnsweredEvenIfItThrows(reactor, [this, reactor, request, response, placement, owner] {
+  const bool submitted = state_.region_and_store_work.TrySubmit(
+      AnsweredEvenIfItThrows(reactor, [this, reactor, request, response, placement, owner] {
         auto registered = state_.regions.Register(owner, request->bytes(), placement);
         if (registered.ok()) {
           response->set_region_id(registered->region_id);

@@ -5,8 +5,8 @@
 
 #include "cake/v1/admin.grpc.pb.h"
 #include "cake/v1/kv.grpc.pb.h"
-#include "server/callers.h"
-#include "server/daemon_state.h"
+#include "server/core/callers.h"
+#include "server/core/daemon_state.h"
 
 namespace cake {
 

@@ -157,21 +157,12 @@ absl::StatusOr<ParsedHeader> ParseHeader(std::span<const std::byte> encoded) {
 }  // namespace
 
 absl::StatusOr<ChunkCodec> ParseChunkCodec(std::string_view name) {
-  if (name == "none") return ChunkCodec::kNone;
-  if (name == "planes-zstd") return ChunkCodec::kPlanesZstd;
+  if (const std::optional<ChunkCodec> codec = ValueIn(kChunkCodecNames, name)) return *codec;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown codec \"", std::string(name), "\"; the codecs are \"none\" and \"planes-zstd\""));
 }
 
-std::string_view ChunkCodecName(ChunkCodec codec) {
-  switch (codec) {
-    case ChunkCodec::kNone:
-      return "none";
-    case ChunkCodec::kPlanesZstd:
-      return "planes-zstd";
-  }
-  return "unknown";
-}
+std::string_view ChunkCodecName(ChunkCodec codec) { return NameIn(kChunkCodecNames, codec, "unknown"); }
 
 uint64_t MaxEncodedBytes(uint64_t raw_bytes) {
   uint64_t bound = kCodecHeaderBytes;

@@ -29,10 +29,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/enum_names.h"
 
 namespace cake {
 
 enum class ChunkCodec : uint32_t { kNone = 0, kPlanesZstd = 1 };
+inline constexpr EnumName<ChunkCodec> kChunkCodecNames[] = {{ChunkCodec::kNone, "none"},
+                                                            {ChunkCodec::kPlanesZstd, "planes-zstd"}};
 
 // "none" or "planes-zstd"; INVALID_ARGUMENT names the accepted ones.
 absl::StatusOr<ChunkCodec> ParseChunkCodec(std::string_view name);

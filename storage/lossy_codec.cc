@@ -221,8 +221,8 @@ absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte
   }
   const std::byte* h = encoded.data();
   if (LoadLittleEndian<uint32_t>(h + 8) != kLossyVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("a quantized chunk of version ", LoadLittleEndian<uint32_t>(h + 8), ", which this daemon does not know"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a quantized chunk of version ", LoadLittleEndian<uint32_t>(h + 8), ", which this daemon does not know"));
   }
   LossyFormat format;
   const uint32_t precision = LoadLittleEndian<uint32_t>(h + 12);
@@ -288,8 +288,9 @@ absl::Status DecodeLossy(std::span<const std::byte> encoded, std::span<std::byte
   if (encoded.size() >= kLossyHeaderBytes && std::memcmp(encoded.data(), kLossyMagic.data(), kLossyMagic.size()) == 0 &&
       LoadLittleEndian<uint32_t>(encoded.data() + 8) == kLossyVersion) {
     const std::byte* h = encoded.data();
-    const uint32_t said[] = {LoadLittleEndian<uint32_t>(h + 12), LoadLittleEndian<uint32_t>(h + 16), LoadLittleEndian<uint32_t>(h + 20),
-                             LoadLittleEndian<uint32_t>(h + 24), LoadLittleEndian<uint32_t>(h + 28), LoadLittleEndian<uint32_t>(h + 32)};
+    const uint32_t said[] = {LoadLittleEndian<uint32_t>(h + 12), LoadLittleEndian<uint32_t>(h + 16),
+                             LoadLittleEndian<uint32_t>(h + 20), LoadLittleEndian<uint32_t>(h + 24),
+                             LoadLittleEndian<uint32_t>(h + 28), LoadLittleEndian<uint32_t>(h + 32)};
     const uint32_t want[] = {static_cast<uint32_t>(expected.precision),
                              static_cast<uint32_t>(expected.dtype),
                              expected.layers,

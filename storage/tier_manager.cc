@@ -128,7 +128,6 @@ bool TierManager::has_network_tier() const {
   return false;
 }
 
-
 bool TierManager::InFastestTier(const ChunkKey& key) const {
   return !tiers_.empty() && tiers_.front()->tier->Contains(key);
 }

@@ -104,8 +104,9 @@ class TierManager {
                     TierKind from = TierKind::kNone, const LossyFormat& format = {});
   // Prefetch: copies a chunk that only slower tiers hold into the fastest, ahead of a load that will want it, on
   // the calling thread (an idle I/O thread). While it runs the chunk is on the arrival board (ArrivalBoard says what
-  // lookups and reads make of that). `from` is the tier to read it from. ALREADY_EXISTS when the fastest tier holds it or another copy of it runs;
-  // a read's error as it came (a read that throws is an INTERNAL error: the arrival always ends).
+  // lookups and reads make of that). `from` is the tier to read it from. ALREADY_EXISTS when the fastest tier holds it
+  // or another copy of it runs; a read's error as it came (a read that throws is an INTERNAL error: the arrival always
+  // ends).
   absl::Status Prefetch(const ChunkKey& key, TierKind from, uint64_t chunk_bytes, const LossyFormat& format = {});
   // Chunks whose prefetch copy runs now.
   size_t arrivals_in_flight() const { return arrivals_.in_flight(); }

@@ -1,5 +1,5 @@
 """One rule per fact across the two client libraries: the golden tables in tests/golden/ that the C++ tests in
-tests/client/ check too, row by row (as test_keys.py and tests/storage/namespace_test.cc share chunk_keys.toml).
+tests/client/ check too, row by row (as test_keys.py and tests/keys/namespace_test.cc share chunk_keys.toml).
 - front_steps.toml: the engine's front-step rule, cake.load.next_front_step (the C++ NextFrontStep);
 - socket_choice.toml: which daemon socket a client uses when not told (the C++ socket_discovery.cc);
 - limit_defaults.toml: the limits assumed of a daemon older than GetLimits, cake.Limits() (the C++ DaemonLimits{}).

@@ -1,4 +1,4 @@
-"""Chunk keys from Python equal the daemon's: the golden vectors shared with tests/storage/namespace_test.cc,
+"""Chunk keys from Python equal the daemon's: the golden vectors shared with tests/keys/namespace_test.cc,
 and the keys of a real caked (a prompt stored as tokens is found by the Python-computed keys' prefix logic)."""
 import os
 import tomllib

@@ -2,7 +2,7 @@
 // can be rebuilt from them. Files a crash left (temporary writes, probes) are removed, corrupt ones removed with a
 // warning, a newer daemon's or foreign ones left alone; the clean-stop index, when the last stop left one, lets it
 // skip the header reads of the files it names. Its own code, so each of those cases is tested on real files
-// without a tier (tests/storage/recovery_scan_test.cc).
+// without a tier (tests/storage/disk/recovery_scan_test.cc).
 #pragma once
 
 #include <chrono>

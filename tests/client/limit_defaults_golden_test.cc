@@ -14,8 +14,8 @@
 
 #include "cake/v1/kv.pb.h"
 #include "client/client.h"
-#include "server/config.h"
-#include "server/config_keys.h"
+#include "server/config/config.h"
+#include "server/config/config_keys.h"
 
 namespace cake {
 namespace {

@@ -63,7 +63,7 @@ EXPORTED_FAMILIES = {
     # RPCs
     "cake_rpc_responses_total": "counter",
 }
-# The counters cakectl stats shows, each exported as cake_<name>_total (server/counters.h).
+# The counters cakectl stats shows, each exported as cake_<name>_total (server/core/counters.h).
 STATS_COUNTERS = [
     "lookups", "lookup_chunks", "lookup_cached_chunks", "loads_started", "loads_finished", "loads_cancelled",
     "load_chunks_loaded", "load_bytes_loaded", "load_chunk_read_failures", "load_chunks_computed",

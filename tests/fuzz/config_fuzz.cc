@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-#include "server/config.h"
+#include "server/config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = "/tmp/cake-config-fuzz-" + std::to_string(getpid()) + ".toml";

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "cake/v1/kv.pb.h"
-#include "server/requests.h"
+#include "server/edge/requests.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const cake::DaemonConfig config = [] {

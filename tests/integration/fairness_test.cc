@@ -307,7 +307,7 @@ TEST_CASE("a stop in the middle of a load, a prefetch and scrapes ends each clea
   INFO(daemon.log());
   CHECK(exit_code == 0);
   CHECK(daemon.log().find("stopped") != std::string::npos);
-  CHECK(landed_before_stop < kChunks);              // the load was still reading
-  CHECK_FALSE((*session)->Release().ok());          // and was ended by the stop, not finished
+  CHECK(landed_before_stop < kChunks);      // the load was still reading
+  CHECK_FALSE((*session)->Release().ok());  // and was ended by the stop, not finished
   CHECK(daemon.log().find("1 live loads cancelled") != std::string::npos);
 }

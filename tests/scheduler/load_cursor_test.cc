@@ -431,8 +431,9 @@ TEST_CASE("predict meeting chunk", "[load_cursor][predict]") {
 }
 
 TEST_CASE("load cursor: chunks in different tiers are read at once, a window per tier", "[load_cursor]") {
-  // Chunks 0-3 on disk (class 2), 4-7 in DRAM (class 1): the DRAM chunks do not wait behind the disk reads.
-  std::vector<uint8_t> tiers = {2, 2, 2, 2, 1, 1, 1, 1};
+  // Chunks 0-3 on disk, 4-7 in DRAM: the DRAM chunks do not wait behind the disk reads.
+  const TierKind disk = TierKind::kDisk, dram = TierKind::kDram;
+  std::vector<TierKind> tiers = {disk, disk, disk, disk, dram, dram, dram, dram};
   LoadCursor cursor({8, 0, 2, true, tiers});
   CHECK(cursor.NextRead() == 7u);
   CHECK(cursor.NextRead() == 6u);
@@ -459,8 +460,8 @@ TEST_CASE("load cursor: chunks in different tiers are read at once, a window per
   CHECK(cursor.wasted_reads() == 0);
 }
 
-TEST_CASE("load cursor: a tier class list of the wrong size means one class", "[load_cursor]") {
-  LoadCursor cursor({4, 0, 1, true, {1, 2}});
+TEST_CASE("load cursor: a tier list of the wrong size means one window", "[load_cursor]") {
+  LoadCursor cursor({4, 0, 1, true, {TierKind::kDram, TierKind::kDisk}});
   CHECK(cursor.NextRead() == 3u);
   CHECK(cursor.NextRead() == std::nullopt);
 }
@@ -468,7 +469,8 @@ TEST_CASE("load cursor: a tier class list of the wrong size means one class", "[
 TEST_CASE("load cursor: a read judged not worth it is passed over, and so are lower ones of its class",
           "[load_cursor]") {
   LoadCursor::Options o = Opts(8, 4);
-  o.chunk_class = {1, 1, 1, 1, 0, 0, 0, 0};  // chunks 0-3 in a second tier
+  o.chunk_tiers = {TierKind::kDisk, TierKind::kDisk, TierKind::kDisk, TierKind::kDisk,
+                   TierKind::kDram, TierKind::kDram, TierKind::kDram, TierKind::kDram};  // chunks 0-3 in a second tier
   LoadCursor c(o);
   std::vector<std::pair<uint32_t, uint32_t>> asked;
   // Only reads with nothing queued ahead of them in their tier are worth it.
