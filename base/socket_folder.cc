@@ -70,8 +70,11 @@ absl::Status CheckSocketFolder(std::string_view folder_arg, std::string_view rem
   if (st.st_uid != me && (shared_parent || st.st_uid != 0)) {
     return Refuse(what, folder, absl::StrCat("belongs to another user (uid ", st.st_uid, ")"), remedy);
   }
-  // Writable by others is what lets them swap the socket; reading the folder only shows its name.
-  if (shared_parent && (st.st_mode & 022) != 0) {
+  // Writable by others is what lets them swap the socket; reading the folder only shows its name. In /tmp the group
+  // counts too (anyone may have made the folder); anywhere, a folder every user may write to without the sticky bit
+  // (which keeps others from renaming or removing what is not theirs) lets any user who reaches it replace the socket.
+  const bool open_to_all = (st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0;
+  if ((shared_parent && (st.st_mode & 022) != 0) || open_to_all) {
     return Refuse(
         what, folder,
         absl::StrFormat("is open to other users (mode %04o), who could replace the socket in it", st.st_mode & 07777),

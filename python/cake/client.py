@@ -91,7 +91,10 @@ def _check_socket_folder(folder, euid, remedy):
     if st.st_uid != euid and (shared_parent or st.st_uid != 0):
         raise _Refused(f"the socket folder {folder} belongs to another user (uid {st.st_uid}); {remedy}")
     # Writable by others is what lets them swap the socket; reading the folder only shows its name.
-    if shared_parent and st.st_mode & 0o022:
+    # In /tmp the group counts too; anywhere, a folder every user may write to without the sticky bit lets any user
+    # who reaches it replace the socket (base/socket_folder.cc's rule).
+    open_to_all = st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX
+    if (shared_parent and st.st_mode & 0o022) or open_to_all:
         raise _Refused(f"the socket folder {folder} is open to other users (mode {st.st_mode & 0o7777:04o}), "
                        f"who could replace the socket in it; {remedy}")
     return True

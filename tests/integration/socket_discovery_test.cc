@@ -237,9 +237,13 @@ TEST_CASE("socket folder rule: the daemon's rule, checked without changing anyth
     CHECK(CheckSocketFolder(tmp / "mine", remedy).ok());
     CHECK(CheckSocketFolder(tmp / "mine/", remedy).ok());
   }
-  SECTION("outside a world-writable parent only the owner is judged") {
-    MakeFolder(run / "cake", 0777);
+  SECTION("outside a world-writable parent the group may write, every user only with the sticky bit") {
+    MakeFolder(run / "cake", 0775);
     CHECK(CheckSocketFolder(run / "cake", remedy).ok());
+    MakeFolder(run / "sticky", 01777);
+    CHECK(CheckSocketFolder(run / "sticky", remedy).ok());
+    MakeFolder(run / "open", 0777);  // any user who reaches it could replace the socket
+    CHECK(absl::IsFailedPrecondition(CheckSocketFolder(run / "open", remedy)));
   }
   SECTION("a refusal names the folder, the problem and the remedy") {
     MakeFolder(tmp / "open", 0777);
