@@ -168,7 +168,9 @@ TEST_CASE("a daemon killed with SIGKILL leaves a stale socket and regions the ne
   auto again = SpawnedDaemon::Start(CAKE_CAKED_PATH, {"--socket", socket});
   REQUIRE(again.ok());
   CHECK(again->log().find("stale socket") != std::string::npos);
-  CHECK(again->log().find("shared-memory segments") != std::string::npos);
+  // Every caked's start sweeps what dead processes left (tests/cuda/region_test.cc tests the sweep itself), so in a
+  // parallel suite another test's daemon may clear these first and this one finds none to name: what must hold is
+  // that none is left once this one has started.
   CHECK(segments_left() == 0);
   CHECK(Connect(*again)->Ping().ok());
 }
